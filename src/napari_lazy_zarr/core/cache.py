@@ -1,0 +1,733 @@
+"""`ChunkCache`: the byte-bounded chunk cache, its state machine, and the workers that fill it.
+
+Threading contract
+------------------
+One lock guards every entry, the LRU order, the pins, the load queue and the
+statistics. Every state move goes through `_transition`, checked against
+`LEGAL_MOVES`. Workers read and decode chunks *outside* the lock and change
+state only through `_finish_load`. Events are collected under the lock and
+emitted (psygnal signals, request futures, executor submissions) only after
+it is released, so a slot may call back into the cache.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections import Counter, OrderedDict, deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+from psygnal import Signal
+
+from napari_lazy_zarr.core.errors import ChunkReadError
+from napari_lazy_zarr.core.loader import Executor, LoadClass, PriorityQueue
+from napari_lazy_zarr.core.source import ChunkSource, chunk_key
+from napari_lazy_zarr.core.state import (
+    LEGAL_MOVES,
+    ChunkEvent,
+    ChunkKey,
+    ChunkState,
+    IllegalTransitionError,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Hashable, Iterable, Sequence
+
+__all__ = [
+    "DEFAULT_TOTAL_BYTES_LIMIT",
+    "CacheStatistics",
+    "ChunkCache",
+    "ChunkRef",
+    "Request",
+    "default_concurrency",
+]
+
+DEFAULT_TOTAL_BYTES_LIMIT: Final = 1 << 30
+"""1 GiB: TensorStore's usual cache pool size for interactive viewing."""
+
+_LATENCY_WINDOW: Final = 1024
+
+
+def default_concurrency() -> int:
+    """Worker threads for local stores: one per core (decoding is CPU-bound), at least 2."""
+    return max(2, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRef:
+    """A chunk to load: its key, plus the source and grid coordinates that read it.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> ref = ChunkRef.of(ArraySource(np.zeros((6,)), chunks=(4,), name="z"), (1,))
+    >>> str(ref.key)
+    'z[4:6]'
+    """
+
+    key: ChunkKey
+    source: ChunkSource = field(compare=False)
+    coords: tuple[int, ...]
+
+    @classmethod
+    def of(cls, source: ChunkSource, coords: Sequence[int]) -> ChunkRef:
+        coords_t = tuple(int(c) for c in coords)
+        return cls(chunk_key(source, coords_t), source, coords_t)
+
+
+@dataclass(frozen=True, slots=True)
+class CacheStatistics:
+    """A snapshot of the cache's counters (immutable; safe to hand to any thread)."""
+
+    hits: int
+    misses: int
+    loads: int
+    failures: int
+    evictions: int
+    resident_bytes: int
+    pinned_bytes: int
+    total_bytes_limit: int
+    in_flight: int
+    queued: int
+    load_latency_mean: float
+    """Seconds, over the last loads (NaN before the first)."""
+    load_latency_p95: float
+    states: dict[ChunkState, int]
+    transitions: dict[tuple[ChunkState, ChunkState], int]
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.hits + self.misses
+        return self.hits / total if total else math.nan
+
+
+class _Entry:
+    """Mutable per-chunk record; every field is guarded by the cache lock."""
+
+    __slots__ = ("coords", "data", "error", "key", "nbytes", "pins", "source", "started", "state")
+
+    def __init__(self, ref: ChunkRef) -> None:
+        self.key = ref.key
+        self.source = ref.source
+        self.coords = ref.coords
+        self.state = ChunkState.NEW
+        self.data: np.ndarray[Any, Any] | None = None
+        self.error: BaseException | None = None
+        self.nbytes = 0
+        self.pins = 0
+        self.started = 0.0
+
+
+class Request:
+    """One view's need: the chunks it touches (pinned while the request is live).
+
+    `done` resolves when every needed chunk is READY or FAILED; it is cancelled
+    if the request is superseded or released first. Release the request (or use
+    it as a context manager) when the view no longer needs its chunks; a newer
+    request for the same `view` releases it automatically.
+    """
+
+    __slots__ = ("_cache", "_released", "_remaining", "done", "generation", "keys", "view")
+
+    def __init__(
+        self, cache: ChunkCache, keys: tuple[ChunkKey, ...], view: Hashable, generation: int
+    ) -> None:
+        self._cache = cache
+        self.keys = keys
+        self.view = view
+        self.generation = generation
+        self.done: Future[None] = Future()
+        self._remaining = 0
+        self._released = False
+
+    @property
+    def complete(self) -> bool:
+        """Whether every needed chunk has finished loading (READY or FAILED)."""
+        return self.done.done() and not self.done.cancelled()
+
+    def failed(self) -> dict[ChunkKey, BaseException]:
+        """The needed chunks that FAILED, with their errors."""
+        return self._cache._errors(self.keys)
+
+    def release(self) -> None:
+        """Unpin the chunks; idempotent."""
+        self._cache._release(self)
+
+    def __enter__(self) -> Request:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return (
+            f"Request(view={self.view!r}, generation={self.generation}, "
+            f"chunks={len(self.keys)}, complete={self.complete})"
+        )
+
+
+class _Outbox:
+    """What to do once the lock is released."""
+
+    __slots__ = ("events", "finished", "starts", "superseded")
+
+    def __init__(self) -> None:
+        self.events: list[ChunkEvent] = []
+        self.finished: list[Request] = []
+        self.superseded: list[Request] = []
+        self.starts = 0
+
+
+class ChunkCache:
+    """A byte-bounded, least-recently-used cache of decoded chunks, filled by worker threads.
+
+    Parameters
+    ----------
+    total_bytes_limit
+        Capacity in bytes of decoded chunk data. Chunks pinned by live requests
+        may exceed it; nothing else does.
+    concurrency
+        How many chunks load at once (worker threads).
+    executor
+        Where loads run; a `ThreadPoolExecutor` owned by the cache by default.
+        Pass `InlineExecutor()` to load synchronously, or `ManualExecutor()` to
+        step loads by hand in tests.
+    event_log_size
+        How many recent `ChunkEvent`s the log keeps.
+
+    Signals
+    -------
+    state_changed(tuple[ChunkEvent, ...])
+        A batch of state moves, emitted from whichever thread made them.
+    statistics_changed(CacheStatistics)
+        After each batch, only computed when something is connected.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from napari_lazy_zarr.core.loader import InlineExecutor
+    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> source = ArraySource(np.arange(10), chunks=(4,), name="x")
+    >>> cache = ChunkCache(1 << 20, executor=InlineExecutor())
+    >>> with cache.request([ChunkRef.of(source, (0,))]) as request:
+    ...     request.complete
+    True
+    >>> cache.state(ChunkRef.of(source, (0,)).key)
+    <ChunkState.READY: 'ready'>
+    >>> cache.statistics.loads
+    1
+    """
+
+    state_changed = Signal(tuple)
+    statistics_changed = Signal(object)
+
+    def __init__(
+        self,
+        total_bytes_limit: int = DEFAULT_TOTAL_BYTES_LIMIT,
+        *,
+        concurrency: int | None = None,
+        executor: Executor | None = None,
+        event_log_size: int = 10_000,
+    ) -> None:
+        if total_bytes_limit < 0:
+            raise ValueError(f"total_bytes_limit must be >= 0, got {total_bytes_limit}")
+        self._concurrency = _check_concurrency(
+            default_concurrency() if concurrency is None else concurrency
+        )
+        self._owned_executor: ThreadPoolExecutor | None = None
+        if executor is None:
+            # Sized generously: the active-task count, not the pool, enforces `concurrency`.
+            self._owned_executor = ThreadPoolExecutor(
+                max_workers=64, thread_name_prefix="lazy-zarr-load"
+            )
+            executor = self._owned_executor
+        self._executor: Executor = executor
+        self._lock = threading.Lock()
+        self._limit = int(total_bytes_limit)
+        self._entries: dict[ChunkKey, _Entry] = {}
+        self._lru: OrderedDict[ChunkKey, None] = OrderedDict()  # READY keys, oldest first
+        self._queue = PriorityQueue()
+        self._waiting: dict[ChunkKey, list[Request]] = {}
+        self._views: dict[Hashable, Request] = {}
+        self._generations: dict[Hashable, int] = {}
+        self._log: deque[ChunkEvent] = deque(maxlen=event_log_size)
+        self._state_counts: Counter[ChunkState] = Counter()
+        self._transition_counts: Counter[tuple[ChunkState, ChunkState]] = Counter()
+        self._latencies: deque[float] = deque(maxlen=_LATENCY_WINDOW)
+        self._resident = 0
+        self._pinned = 0
+        self._hits = 0
+        self._misses = 0
+        self._loads = 0
+        self._failures = 0
+        self._evictions = 0
+        self._active_tasks = 0
+        self._closed = False
+
+    # -- configuration -----------------------------------------------------
+
+    @property
+    def total_bytes_limit(self) -> int:
+        return self._limit
+
+    @total_bytes_limit.setter
+    def total_bytes_limit(self, value: int) -> None:
+        if value < 0:
+            raise ValueError(f"total_bytes_limit must be >= 0, got {value}")
+        outbox = _Outbox()
+        with self._lock:
+            self._limit = int(value)
+            self._evict_over_limit(outbox)
+        self._flush(outbox)
+
+    @property
+    def concurrency(self) -> int:
+        return self._concurrency
+
+    @concurrency.setter
+    def concurrency(self, value: int) -> None:
+        outbox = _Outbox()
+        with self._lock:
+            self._concurrency = _check_concurrency(value)
+            self._schedule_starts(outbox)
+        self._flush(outbox)
+
+    # -- requests ----------------------------------------------------------
+
+    def request(
+        self,
+        chunks: Iterable[ChunkRef],
+        *,
+        view: Hashable = None,
+        level: int = 0,
+        center: Sequence[float] | None = None,
+        prefetch: Iterable[ChunkRef] = (),
+    ) -> Request:
+        """Pin `chunks`, queue the missing ones, and return the live `Request`.
+
+        Parameters
+        ----------
+        chunks
+            The chunks the view needs. READY ones count as hits; NEW and
+            EVICTED ones are queued; FAILED ones are *not* re-read (use `retry`).
+        view
+            Identifies the view (e.g. a layer); a newer request for the same view
+            supersedes this one: its pins are released, its future cancelled, and
+            its still-queued chunks drop below all current work.
+        level
+            Pyramid level, 0 the finest; coarser levels load first.
+        center
+            The view centre in storage coordinates; chunks nearer it load first.
+            Defaults to the centre of the needed chunks' bounding box.
+        prefetch
+            Chunks to load at low priority and without pinning (neighbours of
+            the view, adjacent planes). Prefetch never evicts pinned chunks.
+        """
+        needed = _unique(chunks)
+        extra = [ref for ref in _unique(prefetch) if ref.key not in {r.key for r in needed}]
+        if center is None:
+            center = _bbox_center([ref.key for ref in needed])
+        outbox = _Outbox()
+        with self._lock:
+            self._check_open()
+            generation = self._generations.get(view, 0) + 1 if view is not None else 0
+            if view is not None:
+                self._generations[view] = generation
+            request = Request(self, tuple(ref.key for ref in needed), view, generation)
+            if view is not None:
+                previous = self._views.pop(view, None)
+                if previous is not None:
+                    self._unpin(previous, outbox)
+                    outbox.superseded.append(previous)
+                self._views[view] = request
+            for ref in needed:
+                entry = self._entry(ref)
+                self._pin(entry)
+                if entry.state is ChunkState.READY:
+                    self._hits += 1
+                    self._lru.move_to_end(entry.key)
+                    continue
+                self._misses += 1
+                self._enqueue(entry, LoadClass.NEEDED, level, center, view, generation, outbox)
+                if entry.state is not ChunkState.FAILED:
+                    self._waiting.setdefault(entry.key, []).append(request)
+                    request._remaining += 1
+            for ref in extra:
+                entry = self._entry(ref)
+                self._enqueue(entry, LoadClass.PREFETCH, level, center, view, generation, outbox)
+            if request._remaining == 0:
+                outbox.finished.append(request)
+            self._schedule_starts(outbox)
+        self._flush(outbox)
+        return request
+
+    def lookup(self, key: ChunkKey) -> np.ndarray[Any, Any] | None:
+        """The decoded chunk if READY (read-only array), else None. Marks it recently used."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or entry.state is not ChunkState.READY:
+                return None
+            self._lru.move_to_end(key)
+            return entry.data
+
+    # -- inspection --------------------------------------------------------
+
+    def state(self, key: ChunkKey) -> ChunkState:
+        """The chunk's state (NEW for a chunk the cache has never seen)."""
+        with self._lock:
+            entry = self._entries.get(key)
+            return ChunkState.NEW if entry is None else entry.state
+
+    def states(self) -> dict[ChunkKey, ChunkState]:
+        """A snapshot of every known chunk's state."""
+        with self._lock:
+            return {key: entry.state for key, entry in self._entries.items()}
+
+    def error(self, key: ChunkKey) -> BaseException | None:
+        """The exception a FAILED chunk failed with."""
+        with self._lock:
+            entry = self._entries.get(key)
+            return None if entry is None else entry.error
+
+    def events(self) -> tuple[ChunkEvent, ...]:
+        """The most recent events, oldest first (bounded by `event_log_size`)."""
+        with self._lock:
+            return tuple(self._log)
+
+    def is_pinned(self, key: ChunkKey) -> bool:
+        with self._lock:
+            entry = self._entries.get(key)
+            return entry is not None and entry.pins > 0
+
+    @property
+    def statistics(self) -> CacheStatistics:
+        with self._lock:
+            return self._statistics()
+
+    # -- control -----------------------------------------------------------
+
+    def retry(self, key: ChunkKey) -> bool:
+        """Re-queue one FAILED chunk; False if it is not FAILED."""
+        return self._retry([key]) == 1
+
+    def retry_failed(self) -> int:
+        """Re-queue every FAILED chunk; returns how many."""
+        with self._lock:
+            keys = [k for k, e in self._entries.items() if e.state is ChunkState.FAILED]
+        return self._retry(keys)
+
+    def evict_unpinned(self) -> int:
+        """Evict every READY chunk no live request pins; returns how many."""
+        outbox = _Outbox()
+        with self._lock:
+            before = self._evictions
+            for key in list(self._lru):
+                entry = self._entries[key]
+                if entry.pins == 0:
+                    self._evict(entry, outbox)
+            count = self._evictions - before
+        self._flush(outbox)
+        return count
+
+    def close(self) -> None:
+        """Stop loading: drop the queue and shut down the owned executor (idempotent)."""
+        with self._lock:
+            self._closed = True
+            self._queue.clear()
+        if self._owned_executor is not None:
+            self._owned_executor.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> ChunkCache:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- internals (lock held unless stated) -------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the chunk cache is closed")
+
+    def _entry(self, ref: ChunkRef) -> _Entry:
+        entry = self._entries.get(ref.key)
+        if entry is None:
+            entry = self._entries[ref.key] = _Entry(ref)
+            self._state_counts[ChunkState.NEW] += 1
+        return entry
+
+    def _transition(
+        self, entry: _Entry, current: ChunkState, reason: str, outbox: _Outbox
+    ) -> None:
+        previous = entry.state
+        if current not in LEGAL_MOVES[previous]:
+            raise IllegalTransitionError(
+                f"chunk {entry.key}: illegal move {previous.name} -> {current.name} ({reason})"
+            )
+        entry.state = current
+        self._state_counts[previous] -= 1
+        self._state_counts[current] += 1
+        self._transition_counts[previous, current] += 1
+        event = ChunkEvent(entry.key, previous, current, reason, time.monotonic())
+        self._log.append(event)
+        outbox.events.append(event)
+
+    def _enqueue(
+        self,
+        entry: _Entry,
+        load_class: LoadClass,
+        level: int,
+        center: Sequence[float] | None,
+        view: Hashable,
+        generation: int,
+        outbox: _Outbox,
+    ) -> None:
+        if entry.state in (ChunkState.NEW, ChunkState.EVICTED):
+            reason = "prefetch" if load_class is LoadClass.PREFETCH else "requested"
+            self._transition(entry, ChunkState.QUEUED, reason, outbox)
+        elif entry.state is not ChunkState.QUEUED:
+            return  # LOADING, READY, or FAILED (no retry storms)
+        self._queue.push(
+            entry.key,
+            load_class=load_class,
+            level=level,
+            distance=_distance(entry.key, center),
+            view=view,
+            generation=generation,
+        )
+
+    def _pin(self, entry: _Entry) -> None:
+        entry.pins += 1
+        if entry.pins == 1 and entry.state is ChunkState.READY:
+            self._pinned += entry.nbytes
+
+    def _unpin(self, request: Request, outbox: _Outbox) -> None:
+        if request._released:
+            return
+        request._released = True
+        for key in request.keys:
+            entry = self._entries[key]
+            entry.pins -= 1
+            if entry.pins == 0 and entry.state is ChunkState.READY:
+                self._pinned -= entry.nbytes
+            waiting = self._waiting.get(key)
+            if waiting is not None and request in waiting:
+                waiting.remove(request)
+                if not waiting:
+                    del self._waiting[key]
+        if self._views.get(request.view) is request:
+            del self._views[request.view]
+        self._evict_over_limit(outbox)
+
+    def _release(self, request: Request) -> None:
+        outbox = _Outbox()
+        with self._lock:
+            if not request._released:
+                self._unpin(request, outbox)
+                outbox.superseded.append(request)
+        self._flush(outbox)
+
+    def _evict(self, entry: _Entry, outbox: _Outbox) -> None:
+        self._transition(entry, ChunkState.EVICTED, "evicted", outbox)
+        del self._lru[entry.key]
+        self._resident -= entry.nbytes
+        entry.data = None
+        entry.nbytes = 0
+        self._evictions += 1
+
+    def _evict_over_limit(self, outbox: _Outbox) -> None:
+        if self._resident <= self._limit:
+            return
+        for key in list(self._lru):
+            entry = self._entries[key]
+            if entry.pins == 0:
+                self._evict(entry, outbox)
+                if self._resident <= self._limit:
+                    return
+
+    def _schedule_starts(self, outbox: _Outbox) -> None:
+        if self._closed:
+            return
+        wanted = min(self._concurrency, len(self._queue)) - self._active_tasks
+        if wanted > 0:
+            self._active_tasks += wanted
+            outbox.starts += wanted
+
+    def _current_generation(self, view: Hashable) -> int | None:
+        return self._generations.get(view)
+
+    def _retry(self, keys: Iterable[ChunkKey]) -> int:
+        outbox = _Outbox()
+        count = 0
+        with self._lock:
+            self._check_open()
+            for key in keys:
+                entry = self._entries.get(key)
+                if entry is None or entry.state is not ChunkState.FAILED:
+                    continue
+                entry.error = None
+                self._transition(entry, ChunkState.QUEUED, "retry", outbox)
+                self._queue.push(
+                    key,
+                    load_class=LoadClass.NEEDED,
+                    level=0,
+                    distance=0.0,
+                    view=None,
+                    generation=0,
+                )
+                count += 1
+            self._schedule_starts(outbox)
+        self._flush(outbox)
+        return count
+
+    def _errors(self, keys: Iterable[ChunkKey]) -> dict[ChunkKey, BaseException]:
+        with self._lock:
+            found: dict[ChunkKey, BaseException] = {}
+            for key in keys:
+                entry = self._entries.get(key)
+                if entry is not None and entry.state is ChunkState.FAILED and entry.error:
+                    found[key] = entry.error
+            return found
+
+    def _statistics(self) -> CacheStatistics:
+        latencies = np.fromiter(self._latencies, dtype=np.float64, count=len(self._latencies))
+        return CacheStatistics(
+            hits=self._hits,
+            misses=self._misses,
+            loads=self._loads,
+            failures=self._failures,
+            evictions=self._evictions,
+            resident_bytes=self._resident,
+            pinned_bytes=self._pinned,
+            total_bytes_limit=self._limit,
+            in_flight=self._state_counts[ChunkState.LOADING],
+            queued=self._state_counts[ChunkState.QUEUED],
+            load_latency_mean=float(latencies.mean()) if latencies.size else math.nan,
+            load_latency_p95=float(np.percentile(latencies, 95)) if latencies.size else math.nan,
+            states={state: self._state_counts[state] for state in ChunkState},
+            transitions=dict(self._transition_counts),
+        )
+
+    # -- worker side -------------------------------------------------------
+
+    def _load_one(self) -> None:
+        """One worker task: take the most urgent queued chunk, read it outside the lock."""
+        outbox = _Outbox()
+        with self._lock:
+            entry = None
+            while not self._closed:
+                key = self._queue.pop(self._current_generation)
+                if key is None:
+                    break
+                candidate = self._entries[key]
+                if candidate.state is ChunkState.QUEUED:
+                    entry = candidate
+                    break
+            if entry is None:
+                self._active_tasks -= 1
+            else:
+                self._transition(entry, ChunkState.LOADING, "started", outbox)
+                entry.started = time.perf_counter()
+        self._flush(outbox)
+        if entry is None:
+            return
+        try:
+            data = _checked(entry, entry.source.read_chunk(entry.coords))
+        except Exception as error:
+            self._finish_load(entry, None, error)
+        else:
+            self._finish_load(entry, data, None)
+
+    def _finish_load(
+        self, entry: _Entry, data: np.ndarray[Any, Any] | None, error: BaseException | None
+    ) -> None:
+        outbox = _Outbox()
+        with self._lock:
+            self._latencies.append(time.perf_counter() - entry.started)
+            if data is not None:
+                data.flags.writeable = False
+                entry.data = data
+                entry.nbytes = int(data.nbytes)
+                self._transition(entry, ChunkState.READY, "loaded", outbox)
+                self._loads += 1
+                self._resident += entry.nbytes
+                self._lru[entry.key] = None
+                if entry.pins:
+                    self._pinned += entry.nbytes
+                self._evict_over_limit(outbox)
+            else:
+                entry.error = error
+                self._transition(entry, ChunkState.FAILED, f"failed: {error}", outbox)
+                self._failures += 1
+            for request in self._waiting.pop(entry.key, ()):
+                request._remaining -= 1
+                if request._remaining == 0:
+                    outbox.finished.append(request)
+            self._active_tasks -= 1
+            self._schedule_starts(outbox)
+        self._flush(outbox)
+
+    def _flush(self, outbox: _Outbox) -> None:
+        """Emit what a locked section collected. Called without the lock."""
+        for request in outbox.superseded:
+            request.done.cancel()
+        for request in outbox.finished:
+            if not request.done.done():
+                request.done.set_result(None)
+        for _ in range(outbox.starts):
+            self._executor.submit(self._load_one)
+        if outbox.events:
+            self.state_changed.emit(tuple(outbox.events))
+            if len(self.statistics_changed) > 0:
+                self.statistics_changed.emit(self.statistics)
+
+
+def _check_concurrency(value: int) -> int:
+    if int(value) < 1:
+        raise ValueError(f"concurrency must be >= 1, got {value}")
+    return int(value)
+
+
+def _checked(entry: _Entry, data: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Refuse a chunk whose shape or dtype would put wrong pixels on screen."""
+    array = np.asarray(data)
+    dtype = entry.source.dtype
+    if array.shape != entry.key.shape:
+        raise ChunkReadError(
+            f"chunk {entry.key}: source returned shape {array.shape}, expected {entry.key.shape}"
+        )
+    if array.dtype != dtype:
+        raise ChunkReadError(
+            f"chunk {entry.key}: source returned dtype {array.dtype}, expected {dtype}"
+        )
+    return array
+
+
+def _unique(refs: Iterable[ChunkRef]) -> list[ChunkRef]:
+    seen: dict[ChunkKey, ChunkRef] = {}
+    for ref in refs:
+        seen.setdefault(ref.key, ref)
+    return list(seen.values())
+
+
+def _bbox_center(keys: Sequence[ChunkKey]) -> tuple[float, ...] | None:
+    if not keys:
+        return None
+    lo = np.min([k.inclusive_min for k in keys], axis=0)
+    hi = np.max([k.exclusive_max for k in keys], axis=0)
+    return tuple(float(v) for v in (lo + hi) / 2)
+
+
+def _distance(key: ChunkKey, center: Sequence[float] | None) -> float:
+    if center is None or len(center) != len(key.inclusive_min):
+        return 0.0
+    return math.fsum(
+        ((lo + hi) / 2 - c) ** 2
+        for lo, hi, c in zip(key.inclusive_min, key.exclusive_max, center, strict=True)
+    )

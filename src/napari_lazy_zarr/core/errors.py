@@ -1,0 +1,44 @@
+"""Errors the engine raises for bad input and failed reads.
+
+Every message names the path (or chunk key) and the cause, so a user can act on it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ChunkReadError",
+    "LazyZarrError",
+    "MetadataError",
+    "NotAZarrStoreError",
+    "StoreNotFoundError",
+    "UnsafeDataError",
+    "UnsupportedDataError",
+]
+
+
+class LazyZarrError(Exception):
+    """Base class of the errors napari-lazy-zarr raises about data."""
+
+
+class StoreNotFoundError(LazyZarrError, FileNotFoundError):
+    """The path or URL does not exist."""
+
+
+class NotAZarrStoreError(LazyZarrError, ValueError):
+    """The path exists but holds no zarr array or group metadata."""
+
+
+class MetadataError(LazyZarrError, ValueError):
+    """The store's metadata is unreadable or malformed."""
+
+
+class UnsupportedDataError(LazyZarrError, TypeError):
+    """The array is valid zarr but cannot be shown as an image (e.g. a string dtype)."""
+
+
+class UnsafeDataError(LazyZarrError, ValueError):
+    """Decoding the array would run code from the file (object dtypes, pickle codecs)."""
+
+
+class ChunkReadError(LazyZarrError, OSError):
+    """A chunk could not be read or decoded; the message names the chunk key and cause."""

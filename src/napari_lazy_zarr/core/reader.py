@@ -1,0 +1,147 @@
+"""`CacheReader`: a zarr-indexing `Reader` that serves `LazyArray` parts from the chunk cache."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from zarr_indexing import ConstantMap, DimensionMap, IndexTransform, ReadContext, numpy_reader
+
+from napari_lazy_zarr.core.state import ChunkKey
+
+if TYPE_CHECKING:
+    from napari_lazy_zarr.core.cache import ChunkCache
+    from napari_lazy_zarr.core.source import ChunkSource
+
+__all__ = ["CacheReader", "apply_transform"]
+
+
+def _box_selection(transform: IndexTransform) -> tuple[int | slice, ...] | None:
+    """Basic NumPy selectors for a transform that is a plain box, else None.
+
+    The common viewport part: every output map is a constant or a unit-stride
+    map of its own input axis, in order. Those copy with one slicing operation.
+    """
+    domain = transform.domain
+    selectors: list[int | slice] = []
+    last_input = -1
+    for output_map in transform.output:
+        if isinstance(output_map, ConstantMap):
+            selectors.append(output_map.offset)
+        elif (
+            isinstance(output_map, DimensionMap)
+            and output_map.stride == 1
+            and output_map.input_dimension > last_input
+        ):
+            axis = output_map.input_dimension
+            last_input = axis
+            start = output_map.offset + domain.inclusive_min[axis]
+            selectors.append(slice(start, start + domain.shape[axis]))
+        else:
+            return None
+    # Every input axis must be consumed by one map, or the result rank differs.
+    consumed = sum(isinstance(m, DimensionMap) for m in transform.output)
+    return tuple(selectors) if consumed == domain.ndim else None
+
+
+def apply_transform(
+    data: np.ndarray[Any, Any], transform: IndexTransform, out: np.ndarray[Any, Any]
+) -> None:
+    """Fill `out` with `data` selected through `transform` (zero-origin into `out`).
+
+    A box is one slice-and-copy; anything else goes through zarr-indexing's
+    NumPy reader, which handles strides, reversals and gathers exactly.
+    """
+    selection = _box_selection(transform)
+    if selection is not None:
+        np.copyto(out, data[selection], casting="unsafe")
+    else:
+        numpy_reader.read_into(data, ReadContext(transform), out)
+
+
+class CacheReader:
+    """Fills `LazyArray` parts from a `ChunkCache`, consuming the plan it is handed.
+
+    Each part's `context.projection` names the chunk (its domain is the cache
+    key) and carries the chunk-local transform; nothing is re-planned. The
+    reader never loads: the caller requests (and pins) the chunks before
+    resolving parts, so a part's chunk is either READY or missing.
+
+    Parameters
+    ----------
+    cache, source
+        Where the chunks live and which source they belong to.
+    blocking
+        If True, a missing chunk is an error (the caller waited for it).
+        If False, a missing chunk's cells get the placeholder and its key is
+        recorded in `missing`.
+    placeholder
+        The value for missing cells (default: the source's fill value).
+    fallback
+        An array of the whole view's shape whose values stand in for missing
+        cells (e.g. a coarser level, upsampled); takes precedence over
+        `placeholder`.
+
+    Thread contract: one instance serves one read; parts may be resolved from
+    several threads (the `missing` set is only appended to).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from zarr_indexing import LazyArray
+    >>> from napari_lazy_zarr.core.cache import ChunkCache
+    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> cache = ChunkCache(1 << 20)
+    >>> source = ArraySource(np.arange(8), chunks=(4,), name="x")
+    >>> reader = CacheReader(cache, source, blocking=False, placeholder=-1)
+    >>> view = LazyArray(np.zeros(8, dtype=int)).with_parts((4,)).with_reader(reader)[2:6]
+    >>> view.result()
+    array([-1, -1, -1, -1])
+    >>> len(reader.missing)
+    2
+    >>> cache.close()
+    """
+
+    __slots__ = ("_blocking", "_cache", "_fallback", "_placeholder", "_source", "missing")
+
+    def __init__(
+        self,
+        cache: ChunkCache,
+        source: ChunkSource,
+        *,
+        blocking: bool,
+        placeholder: Any = None,
+        fallback: np.ndarray[Any, Any] | None = None,
+    ) -> None:
+        self._cache = cache
+        self._source = source
+        self._blocking = blocking
+        self._placeholder = source.fill_value if placeholder is None else placeholder
+        self._fallback = fallback
+        self.missing: set[ChunkKey] = set()
+
+    def key(self, context: ReadContext) -> ChunkKey:
+        projection = context.projection
+        if projection is None:
+            raise ValueError("CacheReader reads planned parts only (context.projection is None)")
+        domain = projection.chunk_domain
+        return ChunkKey(self._source.identity, domain.inclusive_min, domain.exclusive_max)
+
+    def read_into(self, source: Any, context: ReadContext, out: np.ndarray[Any, Any], /) -> None:
+        key = self.key(context)
+        projection = context.projection
+        assert projection is not None  # checked by key()
+        data = self._cache.lookup(key)
+        if data is not None:
+            apply_transform(data, projection.chunk_transform, out)
+            return
+        if self._blocking:
+            error = self._cache.error(key)
+            raise RuntimeError(
+                f"chunk {key} is {self._cache.state(key).name}, not READY, during a blocking read"
+            ) from error
+        self.missing.add(key)
+        if self._fallback is not None:
+            apply_transform(self._fallback, projection.cell_transform, out)
+        else:
+            out[...] = self._placeholder

@@ -1,0 +1,165 @@
+"""The `ChunkSource` protocol: what the engine needs from anything that yields chunks."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from napari_lazy_zarr.core.state import ChunkKey
+
+if TYPE_CHECKING:
+    from collections.abc import Hashable, Sequence
+
+    from zarr_indexing import DimensionGridLike, IndexDomain
+
+__all__ = ["ArraySource", "ChunkSource", "chunk_bounds", "chunk_key", "fill_chunk", "grid_shape"]
+
+
+class ChunkSource(Protocol):
+    """A read-only array answered one chunk at a time (a TensorStore-driver analog).
+
+    Implementations must be safe to call `read_chunk` on from several worker
+    threads at once; they do I/O and decoding and hold no engine lock.
+
+    Attributes
+    ----------
+    identity
+        A hashable name for this source, used in chunk keys and messages (for a
+        zarr array: its store URL and path). Two sources with equal identity
+        must hold the same data on the same grid.
+    domain
+        The array's index domain (zero-origin).
+    shape, dtype, fill_value
+        As for a zarr array.
+    grid
+        The read grid: one `DimensionGridLike` per axis (irregular allowed).
+    """
+
+    @property
+    def identity(self) -> Hashable: ...
+
+    @property
+    def domain(self) -> IndexDomain: ...
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> np.dtype[Any]: ...
+
+    @property
+    def fill_value(self) -> Any: ...
+
+    @property
+    def grid(self) -> tuple[DimensionGridLike, ...]: ...
+
+    def read_chunk(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any]:
+        """Return the decoded chunk at grid `coords`, clipped to the array's extent.
+
+        A chunk absent from storage is returned filled with `fill_value`.
+        Raises an exception naming the chunk when it cannot be read or decoded.
+        """
+        ...
+
+
+def chunk_bounds(
+    grid: Sequence[DimensionGridLike], coords: Sequence[int], shape: Sequence[int]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The `[inclusive_min, exclusive_max)` box of chunk `coords`, clipped to `shape`.
+
+    Examples
+    --------
+    >>> from zarr_indexing import dimension_grids_from_chunks
+    >>> grid = dimension_grids_from_chunks((4, 4), shape=(10, 6))
+    >>> chunk_bounds(grid, (2, 1), (10, 6))
+    ((8, 4), (10, 6))
+    """
+    lo = tuple(int(g.chunk_offset(int(c))) for g, c in zip(grid, coords, strict=True))
+    hi = tuple(
+        min(start + int(g.chunk_size(int(c))), extent)
+        for g, c, start, extent in zip(grid, coords, lo, shape, strict=True)
+    )
+    return lo, hi
+
+
+def chunk_key(source: ChunkSource, coords: Sequence[int]) -> ChunkKey:
+    """The cache key of chunk `coords` of `source`."""
+    lo, hi = chunk_bounds(source.grid, coords, source.shape)
+    return ChunkKey(source.identity, lo, hi)
+
+
+def grid_shape(source: ChunkSource) -> tuple[int, ...]:
+    """Number of chunks along each axis of `source`'s read grid."""
+    shape: list[int] = []
+    for g, extent in zip(source.grid, source.shape, strict=True):
+        shape.append(0 if extent == 0 else int(g.index_to_chunk(extent - 1)) + 1)
+    return tuple(shape)
+
+
+def fill_chunk(source: ChunkSource, shape: tuple[int, ...]) -> np.ndarray[Any, Any]:
+    """A chunk of `shape` holding the source's fill value."""
+    return np.full(shape, source.fill_value, dtype=source.dtype)
+
+
+class ArraySource:
+    """A `ChunkSource` over an in-memory array, split on a chosen grid.
+
+    For tests, examples and computed data that already sits in memory. Each
+    chunk is copied out, so later changes to `array` do not alter cached chunks.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> source = ArraySource(np.arange(10), chunks=(4,), name="x")
+    >>> source.read_chunk((2,))
+    array([8, 9])
+    """
+
+    def __init__(
+        self,
+        array: np.ndarray[Any, Any],
+        *,
+        chunks: Sequence[int] | Sequence[Sequence[int]],
+        name: Hashable | None = None,
+        fill_value: Any = 0,
+    ) -> None:
+        from zarr_indexing import dimension_grids_from_chunks
+
+        self._array = np.asarray(array)
+        self._grid: tuple[DimensionGridLike, ...] = dimension_grids_from_chunks(
+            chunks, self._array.shape
+        )
+        self._identity: Hashable = name if name is not None else f"array-{id(self):x}"
+        self._fill_value = fill_value
+
+    @property
+    def identity(self) -> Hashable:
+        return self._identity
+
+    @property
+    def domain(self) -> IndexDomain:
+        from zarr_indexing import IndexDomain
+
+        return IndexDomain.from_shape(self._array.shape)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(int(s) for s in self._array.shape)
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return np.dtype(self._array.dtype)
+
+    @property
+    def fill_value(self) -> Any:
+        return self._fill_value
+
+    @property
+    def grid(self) -> tuple[DimensionGridLike, ...]:
+        return self._grid
+
+    def read_chunk(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any]:
+        lo, hi = chunk_bounds(self._grid, coords, self.shape)
+        region = tuple(slice(a, b) for a, b in zip(lo, hi, strict=True))
+        return np.array(self._array[region], copy=True)

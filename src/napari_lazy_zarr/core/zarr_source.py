@@ -1,0 +1,298 @@
+"""`ZarrChunkSource`: chunks of a zarr-python array, decoded by zarr's own codec pipeline."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+import zarr
+from zarr.core.array import _get_chunk_spec
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.codec_pipeline import FusedCodecPipeline
+from zarr.core.sync import sync
+from zarr_indexing import (
+    DimensionGridLike,
+    FixedDimension,
+    IndexDomain,
+    VaryingDimension,
+)
+
+from napari_lazy_zarr.core.errors import (
+    ChunkReadError,
+    MetadataError,
+    NotAZarrStoreError,
+    StoreNotFoundError,
+    UnsafeDataError,
+    UnsupportedDataError,
+)
+from napari_lazy_zarr.core.source import chunk_bounds
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
+__all__ = ["ZarrChunkSource", "open_zarr_source"]
+
+_METADATA_FILES: Final = ("zarr.json", ".zarray", ".zgroup")
+# Codecs whose decoding runs code stored in the file.
+_CODE_EXECUTING_CODECS: Final = frozenset({"pickle", "numcodecs.pickle"})
+# Image-like dtypes napari can show; everything else is refused with a clear error.
+_IMAGE_KINDS: Final = frozenset("biufc")
+_FUSED_PIPELINE: Final = {"codec_pipeline.path": "zarr.core.codec_pipeline.FusedCodecPipeline"}
+
+
+def _is_url(path: str) -> bool:
+    return "://" in path
+
+
+def _grid_from_sizes(sizes: Sequence[int], extent: int) -> DimensionGridLike:
+    """A compact grid for one axis: `FixedDimension` when regular, else explicit edges."""
+    if len(sizes) == 0:
+        return FixedDimension(size=1, extent=0)
+    first = int(sizes[0])
+    if all(int(s) == first for s in sizes[:-1]) and int(sizes[-1]) <= first:
+        return FixedDimension(size=first, extent=extent)
+    return VaryingDimension(edges=tuple(int(s) for s in sizes), extent=extent)
+
+
+def _codec_names(metadata: Any) -> Iterator[str]:
+    """Every codec/filter/compressor name in a metadata document, nested ones included."""
+    if isinstance(metadata, dict):
+        for field in ("id", "name"):
+            value = metadata.get(field)
+            if isinstance(value, str):
+                yield value
+        for value in metadata.values():
+            yield from _codec_names(value)
+    elif isinstance(metadata, list | tuple):
+        for value in metadata:
+            yield from _codec_names(value)
+
+
+def _check_safe(location: str, array: zarr.Array[Any]) -> None:
+    """Refuse object dtypes and pickle codecs before any chunk is decoded."""
+    dtype = np.dtype(array.dtype)
+    document = array.metadata.to_dict()
+    unsafe = sorted({n for n in _codec_names(document) if n.lower() in _CODE_EXECUTING_CODECS})
+    if unsafe or dtype.kind == "O":
+        cause = f"codec {unsafe[0]!r}" if unsafe else "object dtype"
+        raise UnsafeDataError(
+            f"{location}: refusing to read an array with {cause}: decoding it would "
+            "unpickle data from the file, which can run arbitrary code"
+        )
+    if dtype.kind not in _IMAGE_KINDS:
+        raise UnsupportedDataError(
+            f"{location}: dtype {dtype} cannot be shown as an image "
+            "(supported: bool, integer, float and complex dtypes)"
+        )
+
+
+class ZarrChunkSource:
+    """A `ChunkSource` over a zarr-python array (Zarr v2 or v3).
+
+    Chunks are read on the *read* grid: the inner chunks of a sharded array
+    (zarr's `read_chunk_sizes`), so a shard is never decoded whole. Decoding
+    uses zarr-python's codec pipeline (synchronously where the store allows,
+    so worker threads do the work, not zarr's event loop). A chunk absent from
+    the store is filled with the array's fill value.
+
+    `read_chunk` is thread-safe.
+
+    Examples
+    --------
+    >>> import tempfile, numpy as np, zarr
+    >>> path = tempfile.mkdtemp() + "/a.zarr"
+    >>> z = zarr.create_array(path, shape=(5, 6), chunks=(4, 4), dtype="u2")
+    >>> z[:] = np.arange(30).reshape(5, 6)
+    >>> source = open_zarr_source(path)
+    >>> source.read_chunk((1, 1))
+    array([[28, 29]], dtype=uint16)
+    """
+
+    def __init__(self, array: zarr.Array[Any], *, location: str | None = None) -> None:
+        self._location = location if location is not None else str(array.store_path)
+        _check_safe(self._location, array)
+        self._array = array
+        async_array = array._async_array
+        self._metadata = async_array.metadata
+        self._pipeline = async_array.codec_pipeline
+        self._store_path = async_array.store_path
+        self._zarr_grid = async_array._chunk_grid
+        config = async_array.config
+        if self._metadata.zarr_format == 2:
+            config = replace(config, order=self._metadata.order)
+        self._config = config
+        self._prototype = default_buffer_prototype()
+        self._shape = tuple(int(s) for s in array.shape)
+        self._dtype = np.dtype(array.dtype)
+        self._fill_value = array.fill_value
+        self._grid = tuple(
+            _grid_from_sizes(sizes, extent)
+            for sizes, extent in zip(array.read_chunk_sizes, self._shape, strict=True)
+        )
+        # Inner chunks per outer (stored) chunk along each axis; 1 when unsharded.
+        outer = array.shards if array.shards is not None else array.chunks
+        self._per_outer = tuple(o // i for o, i in zip(outer, array.chunks, strict=True))
+        self._sharded = array.shards is not None
+        self._sync = isinstance(self._pipeline, FusedCodecPipeline) and (
+            self._pipeline.sync_transform is not None
+        )
+
+    # -- ChunkSource -------------------------------------------------------
+
+    @property
+    def identity(self) -> str:
+        return self._location
+
+    @property
+    def domain(self) -> IndexDomain:
+        return IndexDomain.from_shape(self._shape)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self._dtype
+
+    @property
+    def fill_value(self) -> Any:
+        return self._fill_value
+
+    @property
+    def grid(self) -> tuple[DimensionGridLike, ...]:
+        return self._grid
+
+    @property
+    def array(self) -> zarr.Array[Any]:
+        """The wrapped zarr array."""
+        return self._array
+
+    def stored_key(self, coords: Sequence[int]) -> str:
+        """The store key holding chunk `coords` (its shard's key for sharded arrays)."""
+        outer = tuple(int(c) // p for c, p in zip(coords, self._per_outer, strict=True))
+        return str(self._metadata.encode_chunk_key(outer))
+
+    def read_chunk(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any]:
+        lo, hi = chunk_bounds(self._grid, coords, self._shape)
+        outer = tuple(int(c) // p for c, p in zip(coords, self._per_outer, strict=True))
+        key = self._metadata.encode_chunk_key(outer)
+        outer_lo = tuple(
+            int(g.chunk_offset(o * p))
+            for g, o, p in zip(self._grid, outer, self._per_outer, strict=True)
+        )
+        chunk_selection = tuple(
+            slice(a - o, b - o) for a, b, o in zip(lo, hi, outer_lo, strict=True)
+        )
+        shape = tuple(b - a for a, b in zip(lo, hi, strict=True))
+        out = self._prototype.nd_buffer.empty(shape=shape, dtype=self._dtype, order="C")
+        try:
+            spec = _get_chunk_spec(
+                self._metadata, self._zarr_grid, outer, self._config, self._prototype
+            )
+            batch = [
+                (
+                    self._store_path / key,
+                    spec,
+                    chunk_selection,
+                    (slice(None),) * len(shape),
+                    False,
+                )
+            ]
+            if isinstance(self._pipeline, FusedCodecPipeline) and self._sync:
+                self._pipeline.read_sync(batch, out)
+            else:
+                sync(self._pipeline.read(batch, out))
+        except Exception as error:
+            raise ChunkReadError(
+                f"{self._location}: chunk {key!r} (grid position {tuple(coords)}): "
+                f"{type(error).__name__}: {error}"
+            ) from error
+        result: np.ndarray[Any, Any] = np.asarray(out.as_ndarray_like())
+        return result
+
+    def __repr__(self) -> str:
+        return f"ZarrChunkSource({self._location!r}, shape={self._shape}, dtype={self._dtype})"
+
+
+def _metadata_files(path: str) -> list[str]:
+    return [name for name in _METADATA_FILES if os.path.isfile(os.path.join(path, name))]
+
+
+def _check_local(path: str) -> None:
+    """Cheap checks with specific messages before zarr-python sees the path."""
+    if not os.path.exists(path):
+        raise StoreNotFoundError(f"{path}: no such file or directory")
+    if os.path.isfile(path):
+        if path.endswith(".zip"):
+            return
+        raise NotAZarrStoreError(f"{path}: is a file, not a zarr store (a directory)")
+    found = _metadata_files(path)
+    if not found:
+        raise NotAZarrStoreError(
+            f"{path}: not a zarr store: no zarr metadata ({', '.join(_METADATA_FILES)})"
+        )
+    for name in found:
+        metadata_path = os.path.join(path, name)
+        try:
+            with open(metadata_path, "rb") as handle:
+                document = json.loads(handle.read())
+        except OSError as error:
+            raise MetadataError(f"{metadata_path}: cannot read metadata: {error}") from error
+        except ValueError as error:
+            raise MetadataError(f"{metadata_path}: malformed JSON: {error}") from error
+        if not isinstance(document, dict):
+            raise MetadataError(f"{metadata_path}: metadata is not a JSON object")
+
+
+def _group_arrays(group: zarr.Group) -> list[str]:
+    return sorted(name for name, _ in group.arrays())
+
+
+def open_zarr_source(path_or_url: str | os.PathLike[str], *, path: str = "") -> ZarrChunkSource:
+    """Open the zarr array at `path_or_url` (optionally `path` inside it) as a chunk source.
+
+    Raises
+    ------
+    StoreNotFoundError
+        The path does not exist.
+    NotAZarrStoreError
+        The path holds no zarr metadata, or is a group rather than an array.
+    MetadataError
+        The metadata is unreadable or malformed.
+    UnsafeDataError
+        The array uses an object dtype or a pickle codec.
+    UnsupportedDataError
+        The dtype is not an image dtype.
+    """
+    location = os.fspath(path_or_url)
+    if not _is_url(location):
+        _check_local(location)
+        if path:
+            _check_local(os.path.join(location, path))
+    full = f"{location.rstrip('/')}/{path}" if path else location
+    try:
+        with zarr.config.set(_FUSED_PIPELINE):
+            node = zarr.open(store=location, path=path or None, mode="r")
+    except (FileNotFoundError, zarr.errors.NodeNotFoundError) as error:
+        raise NotAZarrStoreError(f"{full}: no zarr array or group found: {error}") from error
+    except ImportError as error:
+        raise NotAZarrStoreError(
+            f"{full}: opening this URL needs a package that is not installed: {error}"
+        ) from error
+    except (ValueError, TypeError, KeyError) as error:
+        raise MetadataError(
+            f"{full}: malformed zarr metadata: {type(error).__name__}: {error}"
+        ) from error
+    if isinstance(node, zarr.Group):
+        arrays = _group_arrays(node)
+        hint = (
+            f"; open one of its arrays: {', '.join(repr(a) for a in arrays[:8])}"
+            if arrays
+            else " with no arrays"
+        )
+        raise NotAZarrStoreError(f"{full}: is a zarr group, not an array{hint}")
+    return ZarrChunkSource(node, location=full)
