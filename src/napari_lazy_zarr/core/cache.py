@@ -257,6 +257,9 @@ class ChunkCache:
         self._views: dict[Hashable, Request] = {}
         self._generations: dict[Hashable, int] = {}
         self._log: deque[ChunkEvent] = deque(maxlen=event_log_size)
+        # Events made under the lock wait here to be emitted in the order they happened.
+        self._unemitted: list[ChunkEvent] = []
+        self._emit_lock = threading.RLock()
         self._state_counts: Counter[ChunkState] = Counter()
         self._transition_counts: Counter[tuple[ChunkState, ChunkState]] = Counter()
         self._latencies: deque[float] = deque(maxlen=_LATENCY_WINDOW)
@@ -476,6 +479,7 @@ class ChunkCache:
         self._transition_counts[previous, current] += 1
         event = ChunkEvent(entry.key, previous, current, reason, time.monotonic())
         self._log.append(event)
+        self._unemitted.append(event)
         outbox.events.append(event)
 
     def _enqueue(
@@ -673,8 +677,33 @@ class ChunkCache:
             self._schedule_starts(outbox)
         self._flush(outbox)
 
+    def _emit_pending(self) -> None:
+        """Emit every unemitted event, in order, from this thread (without the cache lock).
+
+        Emission is serialized by its own lock, so two threads never deliver
+        events out of order; a storm of moves arrives as a few large batches.
+        """
+        with self._emit_lock:
+            while True:
+                with self._lock:
+                    if not self._unemitted:
+                        return
+                    batch = tuple(self._unemitted)
+                    self._unemitted.clear()
+                    stats = self._statistics() if len(self.statistics_changed) > 0 else None
+                self.state_changed.emit(batch)
+                if stats is not None:
+                    self.statistics_changed.emit(stats)
+
     def _flush(self, outbox: _Outbox) -> None:
-        """Emit what a locked section collected. Called without the lock."""
+        """Emit what a locked section collected, in order. Called without the lock.
+
+        Events go out before anything that can make newer events (request
+        callbacks, submitted loads, which an inline executor runs right here),
+        so listeners see every chunk's moves in order.
+        """
+        if outbox.events:
+            self._emit_pending()
         for request in outbox.superseded:
             request.done.cancel()
         for request in outbox.finished:
@@ -682,10 +711,6 @@ class ChunkCache:
                 request.done.set_result(None)
         for _ in range(outbox.starts):
             self._executor.submit(self._load_one)
-        if outbox.events:
-            self.state_changed.emit(tuple(outbox.events))
-            if len(self.statistics_changed) > 0:
-                self.statistics_changed.emit(self.statistics)
 
 
 def _check_concurrency(value: int) -> int:

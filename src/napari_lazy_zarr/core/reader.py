@@ -134,14 +134,41 @@ class CacheReader:
         data = self._cache.lookup(key)
         if data is not None:
             apply_transform(data, projection.chunk_transform, out)
-            return
-        if self._blocking:
-            error = self._cache.error(key)
-            raise RuntimeError(
-                f"chunk {key} is {self._cache.state(key).name}, not READY, during a blocking read"
-            ) from error
-        self.missing.add(key)
-        if self._fallback is not None:
-            apply_transform(self._fallback, projection.cell_transform, out)
+        elif self._blocking:
+            self._read_blocking(key, context, out)
         else:
-            out[...] = self._placeholder
+            self.missing.add(key)
+            if self._fallback is not None:
+                apply_transform(self._fallback, projection.cell_transform, out)
+            else:
+                out[...] = self._placeholder
+
+    def _read_blocking(
+        self, key: ChunkKey, context: ReadContext, out: np.ndarray[Any, Any]
+    ) -> None:
+        """A part whose chunk the caller did not request first: load it and wait.
+
+        `ChunkedArray` always requests (and pins) a view's chunks before
+        resolving its parts, so this serves other callers: a `LazyArray`
+        carrying this reader directly. A part on a foreign partitioning (its
+        box is not one of the source's chunks) is re-planned on the source's
+        grid; that is the only place the reader plans.
+        """
+        from napari_lazy_zarr.core.array import ChunkedArray
+        from napari_lazy_zarr.core.cache import ChunkRef
+
+        projection = context.projection
+        assert projection is not None
+        ref = ChunkRef.of(self._source, projection.chunk_coords)
+        if ref.key == key:
+            with self._cache.request([ref]) as request:
+                request.done.result()
+                failed = request.failed()
+                if key in failed:
+                    raise failed[key]
+                data = self._cache.lookup(key)
+                assert data is not None  # pinned READY
+                apply_transform(data, projection.chunk_transform, out)
+            return
+        part = ChunkedArray(self._source, self._cache)[context.transform]
+        out[...] = part.result()

@@ -71,17 +71,23 @@ def _codec_names(metadata: Any) -> Iterator[str]:
             yield from _codec_names(value)
 
 
-def _check_safe(location: str, array: zarr.Array[Any]) -> None:
-    """Refuse object dtypes and pickle codecs before any chunk is decoded."""
-    dtype = np.dtype(array.dtype)
-    document = array.metadata.to_dict()
+def _check_document(location: str, document: Any, *, object_dtype: bool = False) -> None:
+    """Refuse pickle codecs and object dtypes named in a metadata document."""
     unsafe = sorted({n for n in _codec_names(document) if n.lower() in _CODE_EXECUTING_CODECS})
-    if unsafe or dtype.kind == "O":
+    if isinstance(document, dict) and document.get("dtype") in ("|O", "O", "object"):
+        object_dtype = True
+    if unsafe or object_dtype:
         cause = f"codec {unsafe[0]!r}" if unsafe else "object dtype"
         raise UnsafeDataError(
             f"{location}: refusing to read an array with {cause}: decoding it would "
             "unpickle data from the file, which can run arbitrary code"
         )
+
+
+def _check_safe(location: str, array: zarr.Array[Any]) -> None:
+    """Refuse object dtypes and pickle codecs before any chunk is decoded."""
+    dtype = np.dtype(array.dtype)
+    _check_document(location, array.metadata.to_dict(), object_dtype=dtype.kind == "O")
     if dtype.kind not in _IMAGE_KINDS:
         raise UnsupportedDataError(
             f"{location}: dtype {dtype} cannot be shown as an image "
@@ -246,6 +252,8 @@ def _check_local(path: str) -> None:
             raise MetadataError(f"{metadata_path}: malformed JSON: {error}") from error
         if not isinstance(document, dict):
             raise MetadataError(f"{metadata_path}: metadata is not a JSON object")
+        # Before zarr-python parses it: a pickle codec is refused by name, whatever else.
+        _check_document(path, document)
 
 
 def _group_arrays(group: zarr.Group) -> list[str]:

@@ -1,0 +1,163 @@
+"""Selections through the cache equal NumPy: zarr-indexing's own state machine, and ours.
+
+`ChainedIndexingStateMachine` (zarr-indexing's harness) composes basic,
+orthogonal and vectorized steps and checks `result()` and the parts assembly
+against NumPy after every step; here it runs with `CacheReader` serving every
+part from a real cache, over an in-memory source and a real zarr store.
+`ChunkedArrayIndexing` runs the same strategies through `ChunkedArray`'s own
+read paths: blocking, non-blocking with a placeholder, and the point-gather
+path for `vindex`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from typing import Any, ClassVar
+
+import numpy as np
+import zarr
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from zarr_indexing.testing import (
+    DEFAULT_DATA,
+    DEFAULT_SETTINGS,
+    ChainedIndexingStateMachine,
+    apply_selection,
+    basic_selections,
+    orthogonal_selections,
+    slice_selections,
+    state_machine_test,
+    vectorized_selections,
+)
+
+from napari_lazy_zarr.core import (
+    ArraySource,
+    CacheReader,
+    ChunkCache,
+    ChunkedArray,
+    InlineExecutor,
+    ManualExecutor,
+    open_zarr_source,
+)
+
+# Caches shared by a machine class's examples: inline executors start no threads.
+_CACHE = ChunkCache(16 << 20, executor=InlineExecutor())
+_GRID = (3, 2, 3)
+
+
+class CacheReaderOverArraySource(ChainedIndexingStateMachine):
+    source = ArraySource(DEFAULT_DATA, chunks=_GRID, name="default-data")
+    readers: ClassVar[Any] = [CacheReader(_CACHE, source, blocking=True)]
+
+    def make_source(self, data: Any) -> Any:
+        return ChunkedArray(self.source, _CACHE)
+
+
+def _zarr_copy(data: np.ndarray[Any, Any]) -> str:
+    path = tempfile.mkdtemp(prefix="lazy-zarr-props-") + "/data.zarr"
+    array = zarr.create_array(path, shape=data.shape, chunks=_GRID, dtype=data.dtype)
+    array[...] = data
+    return path
+
+
+class CacheReaderOverZarr(ChainedIndexingStateMachine):
+    source = open_zarr_source(_zarr_copy(DEFAULT_DATA))
+    readers: ClassVar[Any] = [CacheReader(_CACHE, source, blocking=True)]
+
+    def make_source(self, data: Any) -> Any:
+        return ChunkedArray(self.source, _CACHE)
+
+
+_SETTINGS = settings(DEFAULT_SETTINGS, max_examples=120)
+
+TestCacheReaderOverArraySource = state_machine_test(CacheReaderOverArraySource, config=_SETTINGS)
+TestCacheReaderOverZarr = state_machine_test(CacheReaderOverZarr, config=_SETTINGS)
+
+
+_PLACEHOLDER = -1  # DEFAULT_DATA is non-negative, so a placeholder cell is recognizable
+
+
+class ChunkedArrayIndexing(RuleBasedStateMachine):
+    """Chained selections on `ChunkedArray`; every read path must agree with NumPy."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model: Any = DEFAULT_DATA
+        self.chain: list[Any] = []
+
+    @initialize(
+        grid=st.sampled_from([(3, 2, 3), (7, 5, 4), (2, 2, 2), ((3, 3, 1), (2, 3), (1, 3))])
+    )
+    def choose_grid(self, grid: Any) -> None:
+        self.source = ArraySource(DEFAULT_DATA, chunks=grid, name=("grid", str(grid)))
+        self.view = ChunkedArray(self.source, _CACHE)
+        self.chain.append(("grid", grid))
+
+    def _indexable(self) -> bool:
+        return self.model.ndim > 0 and self.model.size > 0
+
+    def _step(self, mode: str, selection: tuple[Any, ...]) -> None:
+        self.chain.append((mode, selection))
+        self.model = apply_selection(self.model, selection, mode)  # type: ignore[arg-type]
+        if mode == "basic":
+            self.view = self.view[selection]
+        elif mode == "orthogonal":
+            self.view = self.view.oindex[selection]
+        else:
+            self.view = self.view.vindex[selection]
+
+    @precondition(lambda self: self._indexable())
+    @rule(data=st.data())
+    def basic(self, data: st.DataObject) -> None:
+        self._step("basic", data.draw(basic_selections(self.model.shape)))
+
+    @precondition(lambda self: self._indexable())
+    @rule(data=st.data())
+    def orthogonal(self, data: st.DataObject) -> None:
+        self._step("orthogonal", data.draw(orthogonal_selections(self.model.shape)))
+
+    @precondition(lambda self: self._indexable())
+    @rule(data=st.data())
+    def vectorized(self, data: st.DataObject) -> None:
+        self._step("vectorized", data.draw(vectorized_selections(self.model.shape)))
+
+    @precondition(lambda self: self._indexable())
+    @rule(data=st.data())
+    def slices_only(self, data: st.DataObject) -> None:
+        self._step("orthogonal", data.draw(slice_selections(self.model.shape)))
+
+    @rule()
+    def evict_everything_unpinned(self) -> None:
+        """Reads after eviction must load again and still agree (always enabled)."""
+        _CACHE.evict_unpinned()
+        self.chain.append(("evict",))
+
+    @invariant()
+    def shape_matches(self) -> None:
+        assert self.view.shape == self.model.shape, self.chain
+
+    @invariant()
+    def blocking_result_matches(self) -> None:
+        np.testing.assert_array_equal(self.view.result(), self.model, err_msg=str(self.chain))
+        np.testing.assert_array_equal(np.asarray(self.view), self.model, err_msg=str(self.chain))
+
+    @invariant()
+    def nonblocking_shows_data_or_placeholder_then_completes(self) -> None:
+        with ChunkCache(1 << 20, executor=(manual := ManualExecutor())) as cold:
+            view = ChunkedArray(self.source, cold)[self.view.transform]
+            partial = view.read_nonblocking(placeholder=_PLACEHOLDER)
+            data = partial.data
+            shown = data != _PLACEHOLDER
+            # Never a wrong pixel: each cell is the model's value or the placeholder.
+            np.testing.assert_array_equal(data[shown], self.model[shown], err_msg=str(self.chain))
+            assert partial.complete == (self.model.size == 0), self.chain
+            manual.run_all()
+            assert partial.request.complete
+            again = view.read_nonblocking(placeholder=_PLACEHOLDER)
+            assert again.complete, self.chain
+            np.testing.assert_array_equal(again.data, self.model, err_msg=str(self.chain))
+            again.request.release()
+
+
+TestChunkedArrayIndexing = state_machine_test(ChunkedArrayIndexing, config=_SETTINGS)

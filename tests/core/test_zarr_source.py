@@ -1,0 +1,222 @@
+"""ZarrChunkSource on real stores: formats, codecs, sharding, missing chunks, bad input."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import numcodecs
+import numpy as np
+import pytest
+import zarr
+
+from napari_lazy_zarr.core import (
+    ChunkReadError,
+    ChunkState,
+    MetadataError,
+    NotAZarrStoreError,
+    StoreNotFoundError,
+    UnsafeDataError,
+    UnsupportedDataError,
+    open_array,
+    open_zarr_source,
+)
+from napari_lazy_zarr.core.cache import ChunkRef
+from napari_lazy_zarr.core.source import chunk_bounds, grid_shape
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+    from napari_lazy_zarr.core import ChunkCache
+
+    MakeStore = Callable[..., tuple[Path, np.ndarray[Any, Any]]]
+
+
+def _all_chunks_equal(path: Path, data: np.ndarray[Any, Any]) -> int:
+    source = open_zarr_source(path)
+    count = 0
+    for coords in np.ndindex(*grid_shape(source)):
+        lo, hi = chunk_bounds(source.grid, coords, source.shape)
+        expected = data[tuple(slice(a, b) for a, b in zip(lo, hi, strict=True))]
+        np.testing.assert_array_equal(source.read_chunk(coords), expected)
+        count += 1
+    return count
+
+
+@pytest.mark.parametrize(
+    ("zarr_format", "compressors"),
+    [
+        (3, "auto"),
+        (3, zarr.codecs.ZstdCodec(level=1)),
+        (3, zarr.codecs.BloscCodec(cname="lz4")),
+        (3, zarr.codecs.GzipCodec()),
+        (3, None),
+        (2, "auto"),
+        (2, numcodecs.Blosc(cname="lz4")),
+        (2, numcodecs.Zstd(level=3)),
+        (2, None),
+    ],
+)
+def test_every_chunk_equals_numpy(
+    make_store: MakeStore, zarr_format: int, compressors: Any
+) -> None:
+    # 37 x 53 over 8 x 16 chunks: the last row and column of chunks are clipped.
+    path, data = make_store(zarr_format=zarr_format, compressors=compressors)
+    assert _all_chunks_equal(path, data) == 5 * 4
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.float32, np.float64, np.bool_])
+def test_dtypes_round_trip(make_store: MakeStore, dtype: Any) -> None:
+    data = (np.arange(37 * 53).reshape(37, 53) % 7).astype(dtype)
+    path, _ = make_store(data=data)
+    _all_chunks_equal(path, data)
+
+
+def test_sharded_array_reads_inner_chunks(make_store: MakeStore) -> None:
+    path, data = make_store(shape=(70, 90), chunks=(8, 10), shards=(32, 40))
+    source = open_zarr_source(path)
+    # The read grid is the inner chunk grid (zarr's read_chunk_sizes), not the shards.
+    assert grid_shape(source) == (9, 9)
+    assert source.stored_key((5, 4)) == "c/1/1"
+    assert _all_chunks_equal(path, data) == 81
+
+
+def test_three_dimensional_array(make_store: MakeStore) -> None:
+    path, data = make_store(shape=(5, 17, 19), chunks=(2, 8, 8))
+    _all_chunks_equal(path, data)
+
+
+def test_missing_chunk_is_fill_value_and_ready(
+    make_store: MakeStore, inline_cache: ChunkCache
+) -> None:
+    path, data = make_store(fill_value=7)
+    (path / "c" / "1" / "2").unlink()
+    data = data.copy()
+    data[8:16, 32:48] = 7
+    source = open_zarr_source(path)
+    ref = ChunkRef.of(source, (1, 2))
+    with inline_cache.request([ref]) as request:
+        assert request.complete
+    assert inline_cache.state(ref.key) is ChunkState.READY
+    image = open_array(path, cache=inline_cache)
+    np.testing.assert_array_equal(image.result(), data)
+
+
+def test_corrupt_chunk_fails_naming_the_key(
+    make_store: MakeStore, inline_cache: ChunkCache
+) -> None:
+    path, data = make_store(compressors=zarr.codecs.ZstdCodec(level=1))
+    chunk_file = path / "c" / "2" / "1"
+    chunk_file.write_bytes(b"\x28\xb5\x2f\xfd" + b"garbage" * 10)
+    image = open_array(path, cache=inline_cache)
+    with pytest.raises(ChunkReadError, match=r"c/2/1"):
+        image.result()
+    source = image.source
+    bad = ChunkRef.of(source, (2, 1)).key
+    assert inline_cache.state(bad) is ChunkState.FAILED
+    assert "c/2/1" in str(inline_cache.error(bad))
+    # Every other chunk of the same request loaded and is served.
+    np.testing.assert_array_equal(image[:16].result(), data[:16])
+    np.testing.assert_array_equal(image[:, 32:].result(), data[:, 32:])
+
+
+# -- bad input ---------------------------------------------------------------
+
+
+def test_missing_path(tmp_path: Path) -> None:
+    with pytest.raises(StoreNotFoundError, match=r"nope\.zarr: no such file"):
+        open_zarr_source(tmp_path / "nope.zarr")
+
+
+def test_a_file_is_not_a_store(tmp_path: Path) -> None:
+    path = tmp_path / "image.tif"
+    path.write_bytes(b"II*\x00")
+    with pytest.raises(NotAZarrStoreError, match=r"image\.tif: is a file"):
+        open_zarr_source(path)
+
+
+def test_empty_directory(tmp_path: Path) -> None:
+    path = tmp_path / "empty.zarr"
+    path.mkdir()
+    with pytest.raises(
+        NotAZarrStoreError, match=r"empty\.zarr: not a zarr store: no zarr metadata"
+    ):
+        open_zarr_source(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"zarr_format": 3, "node_type": "array"', "malformed JSON"),
+        ("[1, 2, 3]", "not a JSON object"),
+        ('{"zarr_format": 3, "node_type": "array", "shape": "big"}', "malformed zarr metadata"),
+    ],
+)
+def test_malformed_metadata(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "broken.zarr"
+    path.mkdir()
+    (path / "zarr.json").write_text(text)
+    with pytest.raises(MetadataError, match=rf"broken\.zarr.*{message}"):
+        open_zarr_source(path)
+
+
+def test_group_names_its_arrays(tmp_path: Path) -> None:
+    group = zarr.open_group(str(tmp_path / "g.zarr"), mode="w")
+    group.create_array("0", shape=(4,), dtype="u1")
+    group.create_array("1", shape=(2,), dtype="u1")
+    with pytest.raises(NotAZarrStoreError, match=r"is a zarr group.*'0', '1'"):
+        open_zarr_source(tmp_path / "g.zarr")
+    assert open_zarr_source(tmp_path / "g.zarr", path="1").shape == (2,)
+
+
+def test_pickle_codec_refused_before_decoding(tmp_path: Path) -> None:
+    """A v2 object array with a pickle filter: refused at open, nothing unpickled."""
+    path = tmp_path / "evil.zarr"
+    path.mkdir()
+    (path / ".zarray").write_text(
+        json.dumps(
+            {
+                "zarr_format": 2,
+                "shape": [2],
+                "chunks": [2],
+                "dtype": "|O",
+                "compressor": None,
+                "fill_value": None,
+                "filters": [{"id": "pickle", "protocol": 5}],
+                "order": "C",
+            }
+        )
+    )
+    # A chunk that would run code if unpickled.
+    (path / "0").write_bytes(b"cos\nsystem\n(S'touch /tmp/pwned-by-lazy-zarr'\ntR.")
+    with pytest.raises((UnsafeDataError, MetadataError), match=r"evil\.zarr"):
+        open_zarr_source(path)
+
+
+def test_pickle_filter_on_numeric_dtype_refused(tmp_path: Path) -> None:
+    path = tmp_path / "pickled.zarr"
+    path.mkdir()
+    (path / ".zarray").write_text(
+        json.dumps(
+            {
+                "zarr_format": 2,
+                "shape": [4],
+                "chunks": [4],
+                "dtype": "<u2",
+                "compressor": None,
+                "fill_value": 0,
+                "filters": [{"id": "pickle"}],
+                "order": "C",
+            }
+        )
+    )
+    with pytest.raises(UnsafeDataError, match=r"pickled\.zarr.*'pickle'.*arbitrary code"):
+        open_zarr_source(path)
+
+
+def test_string_dtype_is_unsupported(tmp_path: Path) -> None:
+    array = zarr.create_array(str(tmp_path / "s.zarr"), shape=(3,), dtype=str)
+    array[:] = np.array(["a", "b", "c"])
+    with pytest.raises(UnsupportedDataError, match=r"s\.zarr: dtype .* cannot be shown"):
+        open_zarr_source(tmp_path / "s.zarr")
