@@ -24,16 +24,14 @@ if TYPE_CHECKING:
 
     from napari_lazy_zarr.core import CacheStatistics
 
-_DEMO_SHAPE = (8192, 8192)
 
-
-def _sample_store(directory: Path) -> Path:
-    path = directory / f"demo-{_DEMO_SHAPE[0]}x{_DEMO_SHAPE[1]}-v3-zstd.zarr"
+def _sample_store(directory: Path, size: int) -> Path:
+    path = directory / f"demo-{size}x{size}-v3-zstd.zarr"
     marker = path / ".complete"
     if not marker.exists():
         print(f"generating {path} (once; later runs reuse it) ...", flush=True)
         start = time.perf_counter()
-        write_sample_store(path, shape=_DEMO_SHAPE, chunks=(512, 512))
+        write_sample_store(path, shape=(size, size), chunks=(512, 512))
         marker.touch()
         print(f"  done in {time.perf_counter() - start:.1f} s", flush=True)
     return path
@@ -55,47 +53,56 @@ def _format_statistics(stats: CacheStatistics) -> str:
     )
 
 
-def _check(view: ChunkedArray, data: np.ndarray, y: int, x: int) -> str:
-    expected = synthetic_region(y, x, data.shape)
-    return "matches the generator" if np.array_equal(data, expected) else "WRONG PIXELS"
-
-
-def demo(directory: Path, total_bytes_limit: int, concurrency: int | None) -> int:
-    path = _sample_store(directory)
+def demo(directory: Path, size: int, total_bytes_limit: int, concurrency: int | None) -> int:
+    """Read a few views of the sample store; returns 1 if any pixel differs from the generator."""
+    path = _sample_store(directory, size)
     image = open_array(path, total_bytes_limit=total_bytes_limit, concurrency=concurrency)
     print(f"opened {path}")
     print(f"  shape {image.shape}, dtype {image.dtype}, chunks {image.chunks}")
+    window = min(2048, size // 2)
+    wrong = 0
+
+    def check(view: ChunkedArray, data: np.ndarray, y: int, x: int) -> str:
+        nonlocal wrong
+        if np.array_equal(data, synthetic_region(y, x, data.shape)):
+            return "pixels match the generator"
+        wrong += 1
+        return "WRONG PIXELS"
+
     try:
-        for y, x in [(1000, 2000), (1256, 2000), (5000, 100)]:
+        # Two overlapping views (the second reuses cached chunks), then a distant one.
+        for y, x in [(size // 8, size // 4), (size // 8 + 256, size // 4), (size // 2, 100)]:
             start = time.perf_counter()
-            view = image[y : y + 2048, x : x + 2048]
+            view = image[y : y + window, x : x + window]
             data = view.result(timeout=60)
             elapsed = (time.perf_counter() - start) * 1e3
             print(
-                f"read [{y}:{y + 2048}, {x}:{x + 2048}] blocking in {elapsed:.1f} ms: "
+                f"read [{y}:{y + window}, {x}:{x + window}] blocking in {elapsed:.1f} ms: "
                 f"{len(view.chunk_refs())} chunks, mean {data.mean():.0f}, "
-                f"{_check(view, data, y, x)}"
+                f"{check(view, data, y, x)}"
             )
-        view = image[6000:7024, 6000:7024]
+        y = x = size - window - 100
+        view = image[y : y + window // 2, x : x + window // 2]
         start = time.perf_counter()
         partial = view.read_nonblocking()
         elapsed = (time.perf_counter() - start) * 1e3
         print(
-            f"read [6000:7024, 6000:7024] non-blocking: returned in {elapsed:.2f} ms "
-            f"with {len(partial.missing)} of {len(view.chunk_refs())} chunks missing"
+            f"read [{y}:{y + window // 2}, {x}:{x + window // 2}] non-blocking: returned in "
+            f"{elapsed:.2f} ms with {len(partial.missing)} of {len(view.chunk_refs())} "
+            "chunks missing (shown as the fill value)"
         )
         partial.request.done.result(timeout=60)
         again = view.read_nonblocking()
         print(
             f"  view complete after {(time.perf_counter() - start) * 1e3:.1f} ms: "
-            f"{_check(view, again.data, 6000, 6000)}"
+            f"{check(view, again.data, y, x)}"
         )
         again.request.release()
         print("cache statistics:")
         print(_format_statistics(image.cache.statistics))
     finally:
         image.cache.close()
-    return 0
+    return 1 if wrong else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -112,12 +119,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="where the sample store is generated and kept (default: %(default)s)",
     )
     demo_parser.add_argument(
+        "--size", type=int, default=8192, help="side of the square sample image (pixels)"
+    )
+    demo_parser.add_argument(
         "--total-bytes-limit", type=int, default=256 << 20, help="cache capacity in bytes"
     )
     demo_parser.add_argument("--concurrency", type=int, default=None, help="loader threads")
     args = parser.parse_args(argv)
     if args.command == "demo":
-        return demo(args.directory, args.total_bytes_limit, args.concurrency)
+        return demo(args.directory, args.size, args.total_bytes_limit, args.concurrency)
     return 2  # pragma: no cover - argparse enforces the choices
 
 

@@ -1,0 +1,150 @@
+"""The public Python API: open_array and ChunkedArray as users script it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+
+import napari_lazy_zarr
+from napari_lazy_zarr.core import (
+    ArraySource,
+    ChunkCache,
+    ChunkedArray,
+    ChunkReadError,
+    InlineExecutor,
+)
+from tests.sources import FaultySource
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+    MakeStore = Callable[..., tuple[Path, np.ndarray[Any, Any]]]
+
+
+def test_open_array_surface(make_store: MakeStore) -> None:
+    path, data = make_store(shape=(37, 53), chunks=(8, 16))
+    image = napari_lazy_zarr.open_array(path, total_bytes_limit=1 << 20, concurrency=3)
+    try:
+        assert (image.shape, image.dtype, image.ndim, image.size) == (
+            (37, 53),
+            np.dtype("uint16"),
+            2,
+            37 * 53,
+        )
+        assert image.chunks == (8, 16)
+        assert image.cache.total_bytes_limit == 1 << 20
+        assert image.cache.concurrency == 3
+        view = image[3:30:2, ::-5]
+        assert view.shape == data[3:30:2, ::-5].shape
+        assert image.cache.statistics.loads == 0  # indexing reads nothing
+        np.testing.assert_array_equal(view.result(timeout=30), data[3:30:2, ::-5])
+        np.testing.assert_array_equal(np.asarray(view), data[3:30:2, ::-5])
+        np.testing.assert_array_equal(np.asarray(view, dtype=np.float32), data[3:30:2, ::-5])
+        rows, cols = [5, 1, 1, 36], [52, 0, 17]
+        np.testing.assert_array_equal(image.oindex[rows, cols].result(), data[np.ix_(rows, cols)])
+        np.testing.assert_array_equal(
+            image.vindex[rows, [1, 2, 3, 4]].result(), data[rows, [1, 2, 3, 4]]
+        )
+        scalar = image[36, 52].result()
+        assert scalar.shape == ()
+        assert scalar == data[36, 52]
+        assert len(image) == 37
+    finally:
+        image.cache.close()
+
+
+def test_large_point_gather_uses_the_partition_tables() -> None:
+    data = np.arange(2048 * 2048, dtype=np.uint32).reshape(2048, 2048)
+    rng = np.random.default_rng(0)
+    ys, xs = rng.integers(0, 2048, 10_000), rng.integers(0, 2048, 10_000)
+    with ChunkCache(64 << 20, executor=InlineExecutor()) as cache:
+        image = ChunkedArray(ArraySource(data, chunks=(32, 32)), cache)
+        points = image.vindex[ys, xs]
+        assert points._point_partition() is not None
+        np.testing.assert_array_equal(points.result(), data[ys, xs])
+        # The same gather, non-blocking, once resident.
+        partial = points.read_nonblocking()
+        assert partial.complete
+        np.testing.assert_array_equal(partial.data, data[ys, xs])
+        partial.request.release()
+        # A point gather of a plane of a 3-d array (a scalar index plus points).
+        cube = ChunkedArray(ArraySource(data.reshape(4, 1024, 1024), chunks=(1, 64, 64)), cache)
+        np.testing.assert_array_equal(
+            cube.vindex[2, ys % 1024, xs % 1024].result(),
+            data.reshape(4, 1024, 1024)[2, ys % 1024, xs % 1024],
+        )
+
+
+def test_nonblocking_placeholder_fallback_and_completion() -> None:
+    from napari_lazy_zarr.core import ManualExecutor
+
+    data = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
+    manual = ManualExecutor()
+    with ChunkCache(1 << 20, executor=manual) as cache:
+        image = ChunkedArray(ArraySource(data, chunks=(16, 16)), cache)
+        view = image[8:40, 8:40]
+        first = view.read_nonblocking(placeholder=-1)
+        assert len(first.missing) == 9
+        assert not first.complete
+        assert (first.data == -1).all()
+        called: list[bool] = []
+        first.request.done.add_done_callback(lambda f: called.append(f.cancelled()))
+        manual.run_next()  # the centre chunk loads first
+        fallback = np.full(view.shape, 5.0, dtype=np.float32)
+        second = view.read_nonblocking(fallback=fallback)
+        assert len(second.missing) == 8
+        assert called == [True]  # the first request was superseded by the second
+        centre = data[16:32, 16:32]
+        np.testing.assert_array_equal(second.data[8:24, 8:24], centre)
+        assert (second.data[:8] == 5.0).all()
+        manual.run_all()
+        assert second.request.complete
+        third = view.read_nonblocking()
+        assert third.complete
+        np.testing.assert_array_equal(third.data, data[8:40, 8:40])
+        third.request.release()
+        with pytest.raises(ValueError, match="fallback has shape"):
+            view.read_nonblocking(fallback=np.zeros((2, 2), dtype=np.float32))
+
+
+def test_blocking_read_names_the_failed_chunk() -> None:
+    source = FaultySource(ArraySource(np.zeros((8, 8)), chunks=(4, 4), name="img"), {(1, 0)})
+    with ChunkCache(1 << 20, executor=InlineExecutor()) as cache:
+        image = ChunkedArray(source, cache)  # type: ignore[arg-type]
+        with pytest.raises(ChunkReadError, match=r"img'\)\[4:8, 0:4\] failed.*injected fault"):
+            image.result()
+        np.testing.assert_array_equal(image[:4].result(), np.zeros((4, 8)))
+
+
+def test_blocking_read_timeout() -> None:
+    from napari_lazy_zarr.core import ManualExecutor
+
+    with ChunkCache(1 << 20, executor=ManualExecutor()) as cache:
+        image = ChunkedArray(ArraySource(np.zeros((8, 8)), chunks=(4, 4)), cache)
+        with pytest.raises(TimeoutError):
+            image.result(timeout=0.01)
+
+
+def test_core_imports_no_qt_and_no_napari() -> None:
+    code = (
+        "import sys, napari_lazy_zarr, napari_lazy_zarr.core;"
+        "bad = [m for m in sys.modules if m.split('.')[0] in "
+        "('napari', 'qtpy', 'PyQt5', 'PyQt6', 'PySide2', 'PySide6', 'superqt', 'magicgui')];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_demo_command_reads_the_generated_store(tmp_path: Path) -> None:
+    from napari_lazy_zarr.cli import main
+
+    assert main(["demo", "--directory", str(tmp_path), "--size", "2048"]) == 0
+    assert main(["demo", "--directory", str(tmp_path), "--size", "2048"]) == 0  # reuses it

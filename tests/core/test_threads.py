@@ -1,0 +1,83 @@
+"""Real threads: concurrent viewports against one small cache, bounded in time."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from napari_lazy_zarr.core import ChunkCache, ChunkedArray, ChunkState, open_zarr_source
+from tests.sources import FaultySource
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+    MakeStore = Callable[..., tuple[Path, np.ndarray[Any, Any]]]
+
+READERS = 4
+DURATION = 2.0  # seconds of concurrent reading; the join below bounds the test
+
+
+def test_concurrent_viewports_equal_numpy(make_store: MakeStore) -> None:
+    path, data = make_store(shape=(300, 400), chunks=(32, 48))
+    source = open_zarr_source(path)
+    # Room for ~12 of 130 chunks: constant eviction under concurrent pinning.
+    with ChunkCache(12 * 32 * 48 * 2, concurrency=3) as cache:
+        image = ChunkedArray(source, cache)
+        errors: list[BaseException] = []
+        reads = [0] * READERS
+        stop = time.monotonic() + DURATION
+
+        def reader(index: int) -> None:
+            rng = np.random.default_rng(index)
+            try:
+                while time.monotonic() < stop:
+                    y, x = rng.integers(0, 250), rng.integers(0, 350)
+                    h, w = rng.integers(1, 120), rng.integers(1, 120)
+                    step = int(rng.choice([1, 2, -1]))
+                    selection = (slice(y, y + h), slice(x, x + w, step))
+                    if index % 2:
+                        got = image[selection].result(timeout=30)
+                    else:
+                        partial = image[selection].read_nonblocking(view=("reader", index))
+                        partial.request.done.result(timeout=30)
+                        got = image[selection].result(timeout=30)
+                    np.testing.assert_array_equal(got, data[selection])
+                    reads[index] += 1
+            except BaseException as error:  # reported by the main thread
+                errors.append(error)
+
+        threads = [threading.Thread(target=reader, args=(i,)) for i in range(READERS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=DURATION + 60)
+        assert not any(t.is_alive() for t in threads), "deadlock: a reader never finished"
+        assert not errors, errors[0]
+        assert all(count > 0 for count in reads)
+        stats = cache.statistics
+        assert stats.evictions > 0
+        assert stats.resident_bytes <= stats.total_bytes_limit + stats.pinned_bytes
+        assert stats.states[ChunkState.LOADING] == 0
+
+
+def test_faults_under_threads_fail_only_their_chunks(make_store: MakeStore) -> None:
+    path, data = make_store(shape=(128, 128), chunks=(16, 16))
+    faulty = FaultySource(open_zarr_source(path), failing={(2, 3), (5, 5)})
+    with ChunkCache(1 << 20, concurrency=2) as cache:
+        image = ChunkedArray(faulty, cache)  # type: ignore[arg-type]
+        partial = image.read_nonblocking(placeholder=0)
+        partial.request.done.result(timeout=30)
+        failed = partial.request.failed()
+        assert {k.inclusive_min for k in failed} == {(32, 48), (80, 80)}
+        shown = image.read_nonblocking(placeholder=0).data
+        expected = data.copy()
+        expected[32:48, 48:64] = 0
+        expected[80:96, 80:96] = 0
+        np.testing.assert_array_equal(shown, expected)
+        faulty.failing.clear()
+        assert cache.retry_failed() == 2
+        np.testing.assert_array_equal(image.result(timeout=30), data)
