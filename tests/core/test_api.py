@@ -17,6 +17,7 @@ from napari_lazy_zarr.core import (
     ChunkReadError,
     InlineExecutor,
 )
+from napari_lazy_zarr.core.plans import PointPlan
 from tests.sources import FaultySource
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ def test_large_point_gather_uses_the_partition_tables() -> None:
     with ChunkCache(64 << 20, executor=InlineExecutor()) as cache:
         image = ChunkedArray(ArraySource(data, chunks=(32, 32)), cache)
         points = image.vindex[ys, xs]
-        assert points._point_partition() is not None
+        assert isinstance(points.plan(), PointPlan)
         np.testing.assert_array_equal(points.result(), data[ys, xs])
         # The same gather, non-blocking, once resident.
         partial = points.read_nonblocking()

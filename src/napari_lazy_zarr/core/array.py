@@ -2,33 +2,23 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from zarr_indexing import (
-    ArrayMap,
-    ConstantMap,
-    FixedDimension,
-    GridPartition,
-    LazyArray,
-    Partition,
-    ReadContext,
-    plan_chunks,
-)
+from zarr_indexing import FixedDimension, LazyArray
 
 from napari_lazy_zarr.core.cache import DEFAULT_TOTAL_BYTES_LIMIT, ChunkCache, ChunkRef, Request
 from napari_lazy_zarr.core.errors import ChunkReadError
-from napari_lazy_zarr.core.reader import CacheReader
+from napari_lazy_zarr.core.plans import ReadPlan, plan_read
 from napari_lazy_zarr.core.source import grid_shape
 from napari_lazy_zarr.core.zarr_source import open_zarr_source
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Hashable, Iterable, Sequence
+    from collections.abc import Hashable, Iterable
 
-    from zarr_indexing import IndexTransform, StridedSet
+    from zarr_indexing import IndexTransform
 
     from napari_lazy_zarr.core.source import ChunkSource
     from napari_lazy_zarr.core.state import ChunkKey
@@ -204,31 +194,29 @@ class ChunkedArray:
 
     # -- reading ----------------------------------------------------------
 
+    def plan(self) -> ReadPlan:
+        """Plan this view's read: the chunks it touches and how it is assembled (no I/O)."""
+        return plan_read(self._lazy, self._source)
+
     def chunk_refs(self) -> list[ChunkRef]:
         """The chunks this view touches (planned, not read)."""
-        if self._point_partition() is not None:
-            return self._refs_from_coords(self._plan().partition().chunk_coords())
-        return [self._ref(part.projection.chunk_coords) for part in self._lazy.parts()]
+        return self.plan().refs
 
     def result(self, *, timeout: float | None = None) -> np.ndarray[Any, Any]:
         """Read the view, waiting for its chunks. Raises `ChunkReadError` if one FAILED.
 
         `timeout` (seconds) bounds the wait; `TimeoutError` when it passes.
         """
-        points = self._point_partition()
-        if points is not None:
-            refs = self._refs_from_coords(points.chunk_coords())
-            with self._cache.request(refs, center=self._center()) as request:
-                self._wait(request, timeout)
-                return self._gather_points(points, None, set())
-        reader = CacheReader(self._cache, self._source, blocking=True)
-        bound = self._lazy.with_reader(reader)
-        parts = tuple(bound.parts())
-        refs = [self._ref(part.projection.chunk_coords) for part in parts]
-        with self._cache.request(refs, center=self._center()) as request:
-            self._wait(request, timeout)
-            result: np.ndarray[Any, Any] = _assemble(bound, parts, reader)
-            return result
+        plan = self.plan()
+        with self._cache.request(plan.refs, center=self._center()) as request:
+            request.done.result(timeout=timeout)
+            failed = request.failed()
+            if failed:
+                key, error = next(iter(failed.items()))
+                more = f" (and {len(failed) - 1} more chunks)" if len(failed) > 1 else ""
+                raise ChunkReadError(f"chunk {key} failed{more}: {error}") from error
+            data, _ = plan.assemble(self._cache, blocking=True)
+            return data
 
     def read_nonblocking(
         self,
@@ -258,30 +246,22 @@ class ChunkedArray:
         """
         if fallback is not None and fallback.shape != self.shape:
             raise ValueError(f"fallback has shape {fallback.shape}, the view has {self.shape}")
-        view = self._view if view is None else view
-        points = self._point_partition()
-        missing: set[ChunkKey] = set()
-        if points is not None:
-            refs = self._refs_from_coords(points.chunk_coords())
-            request = self._cache.request(
-                refs, view=view, level=level, center=self._center(), prefetch=prefetch
-            )
-            filler = self._source.fill_value if placeholder is None else placeholder
-            data = self._gather_points(
-                points, fallback if fallback is not None else filler, missing
-            )
-            return PartialRead(data, frozenset(missing), request)
-        reader = CacheReader(
-            self._cache, self._source, blocking=False, placeholder=placeholder, fallback=fallback
+        plan = self.plan()
+        # Copy what is resident *before* queueing the rest: once loads start, the
+        # workers compete for the GIL and would stretch this call (which napari
+        # makes on its main thread) by up to a switch interval. A chunk landing
+        # in between is reported missing and shown on the next read.
+        data, missing = plan.assemble(
+            self._cache, blocking=False, placeholder=placeholder, fallback=fallback
         )
-        bound = self._lazy.with_reader(reader)
-        parts = tuple(bound.parts())
-        refs = [self._ref(part.projection.chunk_coords) for part in parts]
         request = self._cache.request(
-            refs, view=view, level=level, center=self._center(), prefetch=prefetch
+            plan.refs,
+            view=self._view if view is None else view,
+            level=level,
+            center=self._center(),
+            prefetch=prefetch,
         )
-        data = _assemble(bound, parts, reader)
-        return PartialRead(data, frozenset(reader.missing), request)
+        return PartialRead(data, frozenset(missing), request)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray[Any, Any]:
         if copy is False:
@@ -289,120 +269,11 @@ class ChunkedArray:
         data = self.result()
         return data if dtype is None else data.astype(dtype, copy=False)
 
-    # -- internals ----------------------------------------------------------
-
-    def _ref(self, coords: Sequence[int]) -> ChunkRef:
-        return ChunkRef.of(self._source, coords)
-
-    def _refs_from_coords(self, coords: np.ndarray[Any, Any]) -> list[ChunkRef]:
-        unique = np.unique(coords, axis=0) if coords.size else coords
-        return [self._ref(tuple(int(c) for c in row)) for row in unique]
-
     def _center(self) -> tuple[float, ...] | None:
         box = self._lazy.bounding_box()
         if box is None:
             return None
         return tuple((lo + hi) / 2 for lo, hi in box)
-
-    def _wait(self, request: Request, timeout: float | None) -> None:
-        request.done.result(timeout=timeout)
-        failed = request.failed()
-        if failed:
-            key, error = next(iter(failed.items()))
-            more = f" (and {len(failed) - 1} more chunks)" if len(failed) > 1 else ""
-            raise ChunkReadError(f"chunk {key} failed{more}: {error}") from error
-
-    def _plan(self) -> Any:
-        return plan_chunks(self._lazy.transform, self._source.grid)
-
-    def _point_partition(self) -> GridPartition | None:
-        """The plan's tables when this view is a pure point gather, else None.
-
-        A `vindex` over every axis (plus scalar indices) is served straight
-        from the `GridPartition` tables: one vectorized take per touched chunk,
-        no per-part objects (which cost seconds for 10,000 scattered points).
-        """
-        transform = self._lazy.transform
-        if transform.index_array_structure != "general":
-            return None
-        if not all(isinstance(m, ArrayMap | ConstantMap) for m in transform.output):
-            return None
-        partition: GridPartition = self._plan().partition()
-        if len(partition.joint_sets) != 1 or any(
-            axis.input_dimension is not None for axis in partition.sets
-        ):
-            return None
-        joint = partition.joint_sets[0]
-        if joint.broadcast_axes != tuple(range(transform.domain.ndim)):
-            return None
-        return partition
-
-    def _gather_points(
-        self, partition: GridPartition, missing_value: Any, missing: set[ChunkKey]
-    ) -> np.ndarray[Any, Any]:
-        """Assemble a point gather from the partition's tables (see `_point_partition`)."""
-        joint = partition.joint_sets[0]
-        shape = self.shape
-        flat = np.empty(math.prod(shape), dtype=self.dtype)
-        rank = len(self._source.grid)
-        # Constant axes: one chunk and one local coordinate each.
-        constants = [cast("StridedSet", axis) for axis in partition.sets]
-        constant_chunk = {axis.output_dimension: int(axis.chunk[0]) for axis in constants}
-        constant_local = {axis.output_dimension: int(axis.local_start[0]) for axis in constants}
-        fallback_flat = (
-            missing_value.reshape(-1) if isinstance(missing_value, np.ndarray) else None
-        )
-        local = joint.local
-        for row in range(len(joint)):
-            run = joint.run(row)
-            positions = joint.positions[run]
-            coords = [0] * rank
-            for axis, c in constant_chunk.items():
-                coords[axis] = c
-            for column, axis in enumerate(joint.output_dimensions):
-                coords[axis] = int(joint.chunk[row, column])
-            ref = self._ref(coords)
-            data = self._cache.lookup(ref.key)
-            if data is None:
-                if missing_value is None:
-                    raise RuntimeError(f"chunk {ref.key} is not READY during a blocking read")
-                missing.add(ref.key)
-                flat[positions] = (
-                    fallback_flat[positions] if fallback_flat is not None else missing_value
-                )
-                continue
-            selector: list[Any] = [None] * rank
-            for axis, value in constant_local.items():
-                selector[axis] = value
-            for column, axis in enumerate(joint.output_dimensions):
-                selector[axis] = local[run, column]
-            flat[positions] = data[tuple(selector)]
-        return flat.reshape(shape)
-
-
-def _assemble(bound: LazyArray, parts: Sequence[Partition], reader: CacheReader) -> Any:
-    """Fill a fresh buffer from planned parts through `reader`.
-
-    The same walk as `LazyArray.result(parts=...)`, without its re-validation
-    of prepared parts (an output-sized coverage mask): these parts were just
-    produced by `bound.parts()`.
-    """
-    out = np.empty(bound.shape, dtype=bound.dtype)
-    if out.size == 0:
-        return out
-    for part in parts:
-        if all(isinstance(selector, slice) for selector in part.out_selection):
-            destination = out[part.out_selection] if part.out_selection else out
-            reader.read_into(bound.array, _context(part), destination)
-        else:
-            buffer = np.empty(part.view.shape, dtype=bound.dtype)
-            reader.read_into(bound.array, _context(part), buffer)
-            out[part.out_selection] = buffer
-    return out
-
-
-def _context(part: Partition) -> ReadContext:
-    return ReadContext(part.view.transform, part.projection)
 
 
 class _Indexer:
