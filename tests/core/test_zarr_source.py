@@ -220,3 +220,15 @@ def test_string_dtype_is_unsupported(tmp_path: Path) -> None:
     array[:] = np.array(["a", "b", "c"])
     with pytest.raises(UnsupportedDataError, match=r"s\.zarr: dtype .* cannot be shown"):
         open_zarr_source(tmp_path / "s.zarr")
+
+
+def test_sharded_absent_inner_chunks_and_shards_are_fill_value(
+    make_store: MakeStore, inline_cache: ChunkCache
+) -> None:
+    data = np.arange(70 * 90, dtype=np.uint16).reshape(70, 90) % 1000 + 1
+    data[8:16, 10:20] = 5  # one whole inner chunk equal to the fill value: not stored
+    data[32:64, 40:80] = 5  # one whole shard equal to the fill value: no shard object
+    path, _ = make_store(data=data, chunks=(8, 10), shards=(32, 40), fill_value=5)
+    assert not (path / "c" / "1" / "1").exists()
+    assert _all_chunks_equal(path, data) == 81
+    np.testing.assert_array_equal(open_array(path, cache=inline_cache).result(), data)
