@@ -1,0 +1,160 @@
+"""Benchmarks for napari-lazy-zarr (``python -m bench``; ``./dev bench``).
+
+Each benchmark module exposes ``run(quick: bool) -> str``, which measures and
+returns a Markdown section. The full run writes the sections into
+``docs/benchmarks.md`` under a common header; ``--quick`` is a short smoke run
+on small data that only prints.
+
+This package holds the helpers the benchmarks share: where generated data
+lives, interleaved timing, Markdown formatting, and the results file.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import statistics
+import subprocess
+import time
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+
+__all__ = [
+    "DATA_DIR",
+    "RESULTS_FILE",
+    "environment_line",
+    "interleaved",
+    "markdown_table",
+    "median_ms",
+    "write_section",
+]
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(__file__).resolve().parent / ".data"
+"""Generated stores (gitignored); each store is written once and reused."""
+RESULTS_FILE = ROOT / "docs" / "benchmarks.md"
+
+HEADER = """\
+# Benchmarks
+
+Measured on the development machine: **2 cores** (AMD EPYC, KVM guest), shared
+with other work, so absolute numbers are noisy. To keep comparisons fair under
+that noise, every table reports **medians of interleaved runs**: within one run,
+the competing methods are timed alternately on the same inputs (the order rotates
+per input, over several rounds), never one method's batch after another's.
+Compare ratios within a table rather than absolute times across runs.
+
+Reproduce with `./dev bench` (all benchmarks; rewrites this file) or
+`./dev bench engine` (one benchmark). `./dev bench --quick` is a short smoke run on
+small data that prints its tables and leaves this file alone. Generated data is
+kept in `bench/.data/` and reused between runs.
+"""
+
+_SECTION = re.compile(r"<!-- bench:(?P<name>[\w-]+) -->\n.*?<!-- /bench:(?P=name) -->\n", re.S)
+
+
+def median_ms(samples: Sequence[float]) -> float:
+    """The median of `samples` (seconds), in milliseconds."""
+    return statistics.median(samples) * 1e3
+
+
+def interleaved[T](
+    methods: dict[str, Callable[[T], float | list[float]]],
+    cases: Sequence[T],
+    rounds: int,
+    *,
+    on_round: Callable[[int], None] | None = None,
+) -> dict[str, list[float]]:
+    """Time every method on every case, `rounds` times, interleaved.
+
+    Each method callable does its own untimed preparation and returns the
+    seconds its timed part took (or a list of samples, e.g. one per pan step).
+    For each (round, case) the methods run one after another in an order
+    rotated by one position each time, so no method always runs first (cold
+    branch predictors, CPU frequency, a neighbour's load burst) or right after
+    a particular other method.
+    """
+    names = list(methods)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    turn = 0
+    for round_index in range(rounds):
+        for case in cases:
+            shift = turn % len(names)
+            for name in names[shift:] + names[:shift]:
+                measured = methods[name](case)
+                if isinstance(measured, list):
+                    samples[name].extend(measured)
+                else:
+                    samples[name].append(measured)
+            turn += 1
+        if on_round is not None:
+            on_round(round_index)
+    return samples
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A GitHub Markdown table; the first column left-aligned, the rest right-aligned."""
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "| " + " | ".join([":---"] + ["---:"] * (len(header) - 1)) + " |",
+    ]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _version(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "?"
+
+
+def _git_revision() -> str:
+    try:
+        revision = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "src"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return revision + ("+dirty src" if dirty else "")
+
+
+def environment_line(packages: Sequence[str]) -> str:
+    """One line naming the date, revision, machine and package versions of a run."""
+    versions = ", ".join(f"{name} {_version(name)}" for name in packages)
+    return (
+        f"{time.strftime('%Y-%m-%d %H:%M %Z')}; revision {_git_revision()}; "
+        f"{os.cpu_count()} CPUs ({platform.machine()}), Python {platform.python_version()}; "
+        f"{versions}"
+    )
+
+
+def write_section(name: str, body: str, path: Path = RESULTS_FILE) -> None:
+    """Put `body` into the results file as section `name`, keeping the other sections.
+
+    The file is the common header followed by sections delimited by
+    ``<!-- bench:NAME -->`` / ``<!-- /bench:NAME -->`` markers; a section of the
+    same name is replaced in place, a new one is appended.
+    """
+    existing = path.read_text(encoding="utf-8") if path.exists() else ""
+    sections = {m["name"]: m.group(0) for m in _SECTION.finditer(existing)}
+    sections[name] = f"<!-- bench:{name} -->\n{body.rstrip()}\n<!-- /bench:{name} -->\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = HEADER + "".join("\n" + section for section in sections.values())
+    path.write_text(text, encoding="utf-8")

@@ -1,0 +1,60 @@
+"""Run the benchmarks: ``python -m bench [NAME ...] [--quick]``.
+
+With no NAME every benchmark runs. A full run writes its section of
+``docs/benchmarks.md``; ``--quick`` runs on small data with fewer rounds and
+only prints (it is a smoke test, its numbers mean little).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from bench import RESULTS_FILE, write_section
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+
+def _benchmarks() -> dict[str, Callable[[bool], str]]:
+    from bench import engine
+
+    return {"engine": engine.run}
+
+
+def main(argv: list[str] | None = None) -> int:
+    benchmarks = _benchmarks()
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help=f"benchmarks to run (default: all): {', '.join(benchmarks)}",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="short smoke run on small data; prints results, does not write docs/",
+    )
+    args = parser.parse_args(argv)
+    unknown = [name for name in args.names if name not in benchmarks]
+    if unknown:
+        parser.error(f"unknown benchmark {unknown[0]!r} (choose from {', '.join(benchmarks)})")
+    for name in args.names or list(benchmarks):
+        started = time.perf_counter()
+        section = benchmarks[name](args.quick)
+        elapsed = time.perf_counter() - started
+        print(section)
+        print(f"[bench] {name}: {elapsed:.0f} s in all", flush=True)
+        if args.quick:
+            print(f"[bench] --quick: {RESULTS_FILE} left unchanged", flush=True)
+        else:
+            write_section(name, section)
+            print(f"[bench] wrote the {name!r} section of {RESULTS_FILE}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
