@@ -248,6 +248,7 @@ class ChunkCache:
             )
             executor = self._owned_executor
         self._executor: Executor = executor
+        self._one_load_per_task = bool(getattr(executor, "one_load_per_task", False))
         self._lock = threading.Lock()
         self._limit = int(total_bytes_limit)
         self._entries: dict[ChunkKey, _Entry] = {}
@@ -620,37 +621,43 @@ class ChunkCache:
 
     # -- worker side -------------------------------------------------------
 
-    def _load_one(self) -> None:
-        """One worker task: take the most urgent queued chunk, read it outside the lock."""
+    def _work(self) -> None:
+        """One worker task: load the most urgent queued chunks, reading outside the lock.
+
+        The task keeps taking the next chunk (in the same locked section that
+        finishes the previous one) until the queue is empty, instead of
+        submitting a new task per chunk. An executor that sets
+        `one_load_per_task` (`ManualExecutor`) gets one chunk per task, so
+        tests can step loads.
+        """
         outbox = _Outbox()
         with self._lock:
-            entry = None
-            while not self._closed:
-                key = self._queue.pop(self._current_generation)
-                if key is None:
-                    break
-                candidate = self._entries[key]
-                if candidate.state is ChunkState.QUEUED:
-                    entry = candidate
-                    break
-            if entry is None:
-                self._active_tasks -= 1
-            else:
-                self._transition(entry, ChunkState.LOADING, "started", outbox)
-                entry.started = time.perf_counter()
+            entry = self._take_next(outbox)
         self._flush(outbox)
-        if entry is None:
-            return
-        try:
-            data = _checked(entry, entry.source.read_chunk(entry.coords))
-        except Exception as error:
-            self._finish_load(entry, None, error)
-        else:
-            self._finish_load(entry, data, None)
+        while entry is not None:
+            try:
+                data = _checked(entry, entry.source.read_chunk(entry.coords))
+            except Exception as error:
+                entry = self._finish_load(entry, None, error)
+            else:
+                entry = self._finish_load(entry, data, None)
+
+    def _take_next(self, outbox: _Outbox) -> _Entry | None:
+        """Move the most urgent QUEUED chunk to LOADING, or retire this task (lock held)."""
+        if not self._closed and self._active_tasks <= self._concurrency:
+            while (key := self._queue.pop(self._current_generation)) is not None:
+                entry = self._entries[key]
+                if entry.state is ChunkState.QUEUED:
+                    self._transition(entry, ChunkState.LOADING, "started", outbox)
+                    entry.started = time.perf_counter()
+                    return entry
+        self._active_tasks -= 1
+        return None
 
     def _finish_load(
         self, entry: _Entry, data: np.ndarray[Any, Any] | None, error: BaseException | None
-    ) -> None:
+    ) -> _Entry | None:
+        """Record a load's outcome; returns the next chunk for this worker, if it continues."""
         outbox = _Outbox()
         with self._lock:
             self._latencies.append(time.perf_counter() - entry.started)
@@ -673,9 +680,14 @@ class ChunkCache:
                 request._remaining -= 1
                 if request._remaining == 0:
                     outbox.finished.append(request)
-            self._active_tasks -= 1
+            if self._one_load_per_task:
+                self._active_tasks -= 1
+                following = None
+            else:
+                following = self._take_next(outbox)
             self._schedule_starts(outbox)
         self._flush(outbox)
+        return following
 
     def _emit_pending(self) -> None:
         """Emit every unemitted event, in order, from this thread (without the cache lock).
@@ -710,7 +722,7 @@ class ChunkCache:
             if not request.done.done():
                 request.done.set_result(None)
         for _ in range(outbox.starts):
-            self._executor.submit(self._load_one)
+            self._executor.submit(self._work)
 
 
 def _check_concurrency(value: int) -> int:

@@ -80,6 +80,9 @@ class ManualExecutor:
     False
     """
 
+    one_load_per_task = True
+    """Tells `ChunkCache` to give each task one chunk, so `run_next` steps one load."""
+
     def __init__(self) -> None:
         self._tasks: deque[Callable[[], Any]] = deque()
         self._lock = threading.Lock()

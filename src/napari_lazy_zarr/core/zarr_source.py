@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import zarr
-from zarr.abc.store import RangeByteRequest
+from zarr.abc.store import RangeByteRequest, _store_supports_sync_io
 from zarr.codecs.sharding import ShardingCodec
 from zarr.core.array import _get_chunk_spec
 from zarr.core.buffer import default_buffer_prototype
@@ -147,10 +147,15 @@ class ZarrChunkSource:
         outer = array.shards if array.shards is not None else array.chunks
         self._per_outer = tuple(o // i for o, i in zip(outer, array.chunks, strict=True))
         self._sharded = array.shards is not None
-        self._sync = isinstance(self._pipeline, FusedCodecPipeline) and (
-            self._pipeline.sync_transform is not None
+        # The synchronous decode path: zarr's FusedCodecPipeline transform, on a store
+        # with synchronous I/O (local files, memory). Otherwise the async pipeline.
+        sync_io = _store_supports_sync_io(self._store_path.store)
+        self._transform = (
+            self._pipeline.sync_transform
+            if sync_io and isinstance(self._pipeline, FusedCodecPipeline)
+            else None
         )
-        self._shards = _ShardReader.for_pipeline(self._pipeline, self._sync)
+        self._shards = _ShardReader.for_pipeline(self._pipeline, self._transform is not None)
 
     # -- ChunkSource -------------------------------------------------------
 
@@ -196,37 +201,51 @@ class ZarrChunkSource:
             int(g.chunk_offset(o * p))
             for g, o, p in zip(self._grid, outer, self._per_outer, strict=True)
         )
-        chunk_selection = tuple(
-            slice(a - o, b - o) for a, b, o in zip(lo, hi, outer_lo, strict=True)
-        )
-        shape = tuple(b - a for a, b in zip(lo, hi, strict=True))
-        out = self._prototype.nd_buffer.empty(shape=shape, dtype=self._dtype, order="C")
+        selection = tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, outer_lo, strict=True))
         try:
             spec = _get_chunk_spec(
                 self._metadata, self._zarr_grid, outer, self._config, self._prototype
             )
-            batch = [
-                (
-                    self._store_path / key,
-                    spec,
-                    chunk_selection,
-                    (slice(None),) * len(shape),
-                    False,
-                )
-            ]
             if self._shards is not None:
-                self._shards.read_inner(self._store_path / key, spec, chunk_selection, out)
-            elif isinstance(self._pipeline, FusedCodecPipeline) and self._sync:
-                self._pipeline.read_sync(batch, out)
+                data = self._shards.read_inner(self._store_path / key, spec, selection)
+            elif self._transform is not None:
+                data = self._read_whole(key, spec, selection)
             else:
-                sync(self._pipeline.read(batch, out))
+                data = self._read_async(key, spec, selection)
         except Exception as error:
             raise ChunkReadError(
                 f"{self._location}: chunk {key!r} (grid position {tuple(coords)}): "
                 f"{type(error).__name__}: {error}"
             ) from error
-        result: np.ndarray[Any, Any] = np.asarray(out.as_ndarray_like())
-        return result
+        return data if data.dtype == self._dtype else data.astype(self._dtype)
+
+    def _read_whole(
+        self, key: str, spec: Any, selection: tuple[slice, ...]
+    ) -> np.ndarray[Any, Any]:
+        """Fetch one stored chunk and decode it with the pipeline's synchronous transform.
+
+        The decoded array is returned as is (no scatter copy) unless the chunk is
+        clipped at the array's edge.
+        """
+        assert self._transform is not None
+        raw = (self._store_path / key).get_sync(prototype=self._prototype)
+        shape = tuple(sel.stop - sel.start for sel in selection)
+        if raw is None:
+            return np.full(shape, self._fill_value, dtype=self._dtype)
+        decoded = np.asarray(self._transform.decode_chunk(raw, spec).as_ndarray_like())
+        if decoded.shape == shape:
+            return decoded
+        return np.array(decoded[selection], copy=True)
+
+    def _read_async(
+        self, key: str, spec: Any, selection: tuple[slice, ...]
+    ) -> np.ndarray[Any, Any]:
+        """Stores without synchronous I/O: the pipeline's async read on zarr's event loop."""
+        shape = tuple(sel.stop - sel.start for sel in selection)
+        out = self._prototype.nd_buffer.empty(shape=shape, dtype=self._dtype, order="C")
+        batch = [(self._store_path / key, spec, selection, (slice(None),) * len(shape), False)]
+        sync(self._pipeline.read(batch, out))
+        return np.asarray(out.as_ndarray_like())
 
     def __repr__(self) -> str:
         return f"ZarrChunkSource({self._location!r}, shape={self._shape}, dtype={self._dtype})"
@@ -276,9 +295,9 @@ class _ShardReader:
         return index
 
     def read_inner(
-        self, byte_getter: Any, shard_spec: Any, selection: tuple[slice, ...], out: Any
-    ) -> None:
-        """Fill `out` with `selection` (exactly one inner chunk, clipped) of the shard."""
+        self, byte_getter: Any, shard_spec: Any, selection: tuple[slice, ...]
+    ) -> np.ndarray[Any, Any]:
+        """Exactly one inner chunk of the shard, `selection` (shard-local), clipped."""
         codec = self._codec
         inner = tuple(int(c) for c in codec.chunk_shape)
         coords = tuple(sel.start // size for sel, size in zip(selection, inner, strict=True))
@@ -286,12 +305,13 @@ class _ShardReader:
             slice(sel.start - c * size, sel.stop - c * size)
             for sel, c, size in zip(selection, coords, inner, strict=True)
         )
+        shape = tuple(sel.stop - sel.start for sel in selection)
+        dtype = shard_spec.dtype.to_native_dtype()
         chunks_per_shard = codec._get_chunks_per_shard(shard_spec)
         index = self._index(byte_getter, chunks_per_shard)
         chunk_slice = None if index is None else index.get_chunk_slice(coords)
         if chunk_slice is None:  # absent shard or absent inner chunk
-            out[...] = shard_spec.fill_value
-            return
+            return np.full(shape, shard_spec.fill_value, dtype=dtype)
         chunk_spec = codec._get_chunk_spec(shard_spec)
         raw = byte_getter.get_sync(
             prototype=chunk_spec.prototype,
@@ -300,10 +320,12 @@ class _ShardReader:
         if raw is None:  # the shard vanished since its index was read
             with self._lock:
                 self._indexes.pop(str(byte_getter), None)
-            out[...] = shard_spec.fill_value
-            return
-        decoded = codec._get_inner_chunk_transform(shard_spec).decode_chunk(raw, chunk_spec)
-        out[...] = decoded[local]
+            return np.full(shape, shard_spec.fill_value, dtype=dtype)
+        transform = codec._get_inner_chunk_transform(shard_spec)
+        decoded = np.asarray(transform.decode_chunk(raw, chunk_spec).as_ndarray_like())
+        if decoded.shape == shape:
+            return decoded
+        return np.array(decoded[local], copy=True)
 
 
 def _metadata_files(path: str) -> list[str]:
