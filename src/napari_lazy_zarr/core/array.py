@@ -196,7 +196,7 @@ class ChunkedArray:
 
     def plan(self) -> ReadPlan:
         """Plan this view's read: the chunks it touches and how it is assembled (no I/O)."""
-        return plan_read(self._lazy, self._source)
+        return plan_read(self._lazy, self._source, self._cache)
 
     def chunk_refs(self) -> list[ChunkRef]:
         """The chunks this view touches (planned, not read)."""
@@ -208,15 +208,16 @@ class ChunkedArray:
         `timeout` (seconds) bounds the wait; `TimeoutError` when it passes.
         """
         plan = self.plan()
+        out = plan.new_buffer()
         with self._cache.request(plan.refs, center=self._center()) as request:
-            request.done.result(timeout=timeout)
-            failed = request.failed()
-            if failed:
-                key, error = next(iter(failed.items()))
-                more = f" (and {len(failed) - 1} more chunks)" if len(failed) > 1 else ""
-                raise ChunkReadError(f"chunk {key} failed{more}: {error}") from error
-            data, _ = plan.assemble(self._cache, blocking=True)
-            return data
+            # Copy each chunk as it lands, overlapping the copies with the loads.
+            for key in request.landed(timeout):
+                data = self._cache.lookup(key)
+                if data is None:
+                    error = self._cache.error(key)
+                    raise ChunkReadError(f"chunk {key} failed: {error}") from error
+                plan.copy_chunk(out, key, data)
+        return plan.finish(out)
 
     def read_nonblocking(
         self,
@@ -251,9 +252,7 @@ class ChunkedArray:
         # workers compete for the GIL and would stretch this call (which napari
         # makes on its main thread) by up to a switch interval. A chunk landing
         # in between is reported missing and shown on the next read.
-        data, missing = plan.assemble(
-            self._cache, blocking=False, placeholder=placeholder, fallback=fallback
-        )
+        data, missing = plan.assemble(self._cache, placeholder=placeholder, fallback=fallback)
         request = self._cache.request(
             plan.refs,
             view=self._view if view is None else view,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import queue
 import threading
 import time
 from collections import Counter, OrderedDict, deque
@@ -36,7 +37,7 @@ from napari_lazy_zarr.core.state import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Hashable, Iterable, Sequence
+    from collections.abc import Hashable, Iterable, Iterator, Sequence
 
 __all__ = [
     "DEFAULT_TOTAL_BYTES_LIMIT",
@@ -133,7 +134,16 @@ class Request:
     request for the same `view` releases it automatically.
     """
 
-    __slots__ = ("_cache", "_released", "_remaining", "done", "generation", "keys", "view")
+    __slots__ = (
+        "_cache",
+        "_landed",
+        "_released",
+        "_remaining",
+        "done",
+        "generation",
+        "keys",
+        "view",
+    )
 
     def __init__(
         self, cache: ChunkCache, keys: tuple[ChunkKey, ...], view: Hashable, generation: int
@@ -145,6 +155,23 @@ class Request:
         self.done: Future[None] = Future()
         self._remaining = 0
         self._released = False
+        # Each needed key, once, as it is (or already was) READY or FAILED.
+        self._landed: queue.SimpleQueue[ChunkKey] = queue.SimpleQueue()
+
+    def landed(self, timeout: float | None = None) -> Iterator[ChunkKey]:
+        """Yield each needed chunk's key once, as soon as it is READY or FAILED.
+
+        Chunks already finished when the request was made come first. Lets a
+        reader copy chunks while the others still load. Raises `TimeoutError`
+        if the whole iteration takes longer than `timeout` seconds.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for _ in range(len(self.keys)):
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                yield self._landed.get(timeout=wait)
+            except queue.Empty:
+                raise TimeoutError(f"{self!r}: chunks still loading after {timeout} s") from None
 
     @property
     def complete(self) -> bool:
@@ -356,10 +383,13 @@ class ChunkCache:
                 if entry.state is ChunkState.READY:
                     self._hits += 1
                     self._lru.move_to_end(entry.key)
+                    request._landed.put(entry.key)
                     continue
                 self._misses += 1
                 self._enqueue(entry, LoadClass.NEEDED, level, center, view, generation, outbox)
-                if entry.state is not ChunkState.FAILED:
+                if entry.state is ChunkState.FAILED:
+                    request._landed.put(entry.key)
+                else:
                     self._waiting.setdefault(entry.key, []).append(request)
                     request._remaining += 1
             for ref in extra:
@@ -677,6 +707,7 @@ class ChunkCache:
                 self._transition(entry, ChunkState.FAILED, f"failed: {error}", outbox)
                 self._failures += 1
             for request in self._waiting.pop(entry.key, ()):
+                request._landed.put(entry.key)
                 request._remaining -= 1
                 if request._remaining == 0:
                     outbox.finished.append(request)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from zarr_indexing import (
@@ -32,6 +32,7 @@ from zarr_indexing import (
     DimensionMap,
     GridPartition,
     LazyArray,
+    Partition,
     ReadContext,
     StridedSet,
     plan_chunks,
@@ -48,34 +49,75 @@ if TYPE_CHECKING:
 __all__ = ["PartsPlan", "PointPlan", "ReadPlan", "StridedPlan", "plan_read"]
 
 
-class ReadPlan(Protocol):
-    """A planned read: the chunks it needs and how to assemble the view from the cache."""
+class ReadPlan:
+    """A planned read: the chunks it needs and how each chunk's cells reach the view.
 
-    @property
-    def refs(self) -> list[ChunkRef]: ...
+    A plan is immutable once built and may be assembled any number of times.
+    `assemble` copies everything resident at once (non-blocking reads);
+    `new_buffer` + `copy_chunk` per landed chunk + `finish` lets a blocking read
+    copy chunks while the others still load.
+    """
+
+    refs: list[ChunkRef]
+
+    def __init__(self, source: ChunkSource, shape: tuple[int, ...]) -> None:
+        self._source = source
+        self._shape = shape
+
+    def new_buffer(self) -> np.ndarray[Any, Any]:
+        """An uninitialized buffer every chunk of the plan is copied into."""
+        return np.empty(self._shape, dtype=self._source.dtype)
+
+    def finish(self, out: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """The view's array, once every chunk was copied into `out` (or filled)."""
+        return out
+
+    def copy_chunk(
+        self, out: np.ndarray[Any, Any], key: ChunkKey, data: np.ndarray[Any, Any]
+    ) -> None:
+        """Copy the cells chunk `key` (its decoded `data`) contributes to the view."""
+        raise NotImplementedError
+
+    def fill_missing(
+        self,
+        out: np.ndarray[Any, Any],
+        key: ChunkKey,
+        value: Any,
+        fallback: np.ndarray[Any, Any] | None,
+    ) -> None:
+        """Give chunk `key`'s cells the fallback's values, or `value`."""
+        raise NotImplementedError
 
     def assemble(
         self,
         cache: ChunkCache,
         *,
-        blocking: bool,
         placeholder: Any = None,
         fallback: np.ndarray[Any, Any] | None = None,
     ) -> tuple[np.ndarray[Any, Any], set[ChunkKey]]:
-        """A fresh array of the view, and the keys of chunks that were not resident.
+        """A fresh array of the view from what is resident, and the keys that were not.
 
-        With `blocking`, every chunk must be resident (the caller waited for
-        the request); otherwise a missing chunk's cells get the `fallback`'s
-        values if given, else `placeholder` (default: the fill value).
+        Missing chunks' cells get the `fallback`'s values if given, else
+        `placeholder` (default: the source's fill value).
         """
-        ...
+        out = self.new_buffer()
+        missing: set[ChunkKey] = set()
+        value = self._source.fill_value if placeholder is None else placeholder
+        for ref in self.refs:
+            data = cache.lookup(ref.key)
+            if data is not None:
+                self.copy_chunk(out, ref.key, data)
+            else:
+                missing.add(ref.key)
+                self.fill_missing(out, ref.key, value, fallback)
+        return self.finish(out), missing
 
 
-def plan_read(lazy: LazyArray, source: ChunkSource) -> ReadPlan:
+def plan_read(lazy: LazyArray, source: ChunkSource, cache: ChunkCache) -> ReadPlan:
     """Plan `lazy` (a view over `source`'s grid) with the cheapest plan that fits it."""
     transform = lazy.transform
     if math.prod(transform.domain.shape) == 0:
-        return _EmptyPlan(lazy.shape, source.dtype)
+        return _EmptyPlan(source, lazy.shape)
     if transform.index_array_structure == "none" and _strided_maps(transform.output):
         partition = plan_chunks(transform, source.grid).partition()
         if _every_input_axis_bound(partition):
@@ -90,7 +132,7 @@ def plan_read(lazy: LazyArray, source: ChunkSource) -> ReadPlan:
             and partition.joint_sets[0].broadcast_axes == tuple(range(transform.domain.ndim))
         ):
             return PointPlan(partition, source, lazy.shape)
-    return PartsPlan(lazy, source)
+    return PartsPlan(lazy, source, cache)
 
 
 def _strided_maps(outputs: Any) -> bool:
@@ -106,27 +148,12 @@ def _every_input_axis_bound(partition: GridPartition) -> bool:
     return bound == list(range(partition.transform.domain.ndim))
 
 
-def _missing_value(source: ChunkSource, placeholder: Any) -> Any:
-    return source.fill_value if placeholder is None else placeholder
-
-
-class _EmptyPlan:
+class _EmptyPlan(ReadPlan):
     """A view with no cells: nothing to read."""
 
-    def __init__(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> None:
-        self._shape = shape
-        self._dtype = dtype
-        self.refs: list[ChunkRef] = []
-
-    def assemble(
-        self,
-        cache: ChunkCache,
-        *,
-        blocking: bool,
-        placeholder: Any = None,
-        fallback: np.ndarray[Any, Any] | None = None,
-    ) -> tuple[np.ndarray[Any, Any], set[ChunkKey]]:
-        return np.empty(self._shape, dtype=self._dtype), set()
+    def __init__(self, source: ChunkSource, shape: tuple[int, ...]) -> None:
+        super().__init__(source, shape)
+        self.refs = []
 
 
 # One row of one axis: chunk index, chunk start, chunk end, the chunk-local selector, and the
@@ -134,16 +161,14 @@ class _EmptyPlan:
 _AxisRow = tuple[int, int, int, int | slice, slice | None]
 
 
-class StridedPlan:
+class StridedPlan(ReadPlan):
     """A basic-indexing view: per-axis tables, one slice-and-copy per chunk."""
 
     def __init__(
         self, partition: GridPartition, source: ChunkSource, shape: tuple[int, ...]
     ) -> None:
-        self._source = source
-        self._shape = shape
+        super().__init__(source, shape)
         sets = [cast("StridedSet", axis) for axis in partition.sets]
-        identity = source.identity
         rows_per_axis: list[list[_AxisRow]] = []
         for axis in sets:
             rows: list[_AxisRow] = []
@@ -170,53 +195,49 @@ class StridedPlan:
                     )
                 )
             rows_per_axis.append(rows)
-        self._pieces: list[tuple[ChunkRef, tuple[int | slice, ...], tuple[slice, ...]]] = []
+        identity = source.identity
+        self._pieces: dict[ChunkKey, tuple[tuple[int | slice, ...], tuple[slice, ...]]] = {}
+        self.refs = []
         for combo in itertools.product(*rows_per_axis):
             coords = tuple(row[0] for row in combo)
-            key = ChunkKey(
-                identity, tuple(row[1] for row in combo), tuple(row[2] for row in combo)
-            )
+            lo = tuple(row[1] for row in combo)
+            hi = tuple(row[2] for row in combo)
+            key = ChunkKey(identity, lo, hi)
             chunk_selection = tuple(row[3] for row in combo)
             out_selection = tuple(row[4] for row in combo if row[4] is not None)
-            self._pieces.append((ChunkRef(key, source, coords), chunk_selection, out_selection))
-        self.refs = [piece[0] for piece in self._pieces]
+            self._pieces[key] = (chunk_selection, out_selection)
+            self.refs.append(ChunkRef(key, source, coords))
 
-    def assemble(
+    def copy_chunk(
+        self, out: np.ndarray[Any, Any], key: ChunkKey, data: np.ndarray[Any, Any]
+    ) -> None:
+        chunk_selection, out_selection = self._pieces[key]
+        out[out_selection] = data[chunk_selection]
+
+    def fill_missing(
         self,
-        cache: ChunkCache,
-        *,
-        blocking: bool,
-        placeholder: Any = None,
-        fallback: np.ndarray[Any, Any] | None = None,
-    ) -> tuple[np.ndarray[Any, Any], set[ChunkKey]]:
-        out = np.empty(self._shape, dtype=self._source.dtype)
-        missing: set[ChunkKey] = set()
-        value = _missing_value(self._source, placeholder)
-        for ref, chunk_selection, out_selection in self._pieces:
-            data = cache.lookup(ref.key)
-            if data is not None:
-                out[out_selection] = data[chunk_selection]
-            elif blocking:
-                raise RuntimeError(f"chunk {ref.key} is not READY during a blocking read")
-            else:
-                missing.add(ref.key)
-                out[out_selection] = value if fallback is None else fallback[out_selection]
-        return out, missing
+        out: np.ndarray[Any, Any],
+        key: ChunkKey,
+        value: Any,
+        fallback: np.ndarray[Any, Any] | None,
+    ) -> None:
+        _, out_selection = self._pieces[key]
+        out[out_selection] = value if fallback is None else fallback[out_selection]
 
 
-class PointPlan:
+class PointPlan(ReadPlan):
     """A pure point gather: the joint table's points grouped by chunk, one take each."""
 
     def __init__(
         self, partition: GridPartition, source: ChunkSource, shape: tuple[int, ...]
     ) -> None:
-        self._source = source
-        self._shape = shape
+        super().__init__(source, shape)
         joint = partition.joint_sets[0]
         constants = [cast("StridedSet", axis) for axis in partition.sets]
         rank = len(source.grid)
         local = joint.local
-        self._pieces: list[tuple[ChunkRef, tuple[Any, ...], np.ndarray[Any, Any]]] = []
+        self._pieces: dict[ChunkKey, tuple[tuple[Any, ...], np.ndarray[Any, Any]]] = {}
+        self.refs = []
         for row in range(len(joint)):
             run = joint.run(row)
             coords = [0] * rank
@@ -227,57 +248,51 @@ class PointPlan:
             for column, dim in enumerate(joint.output_dimensions):
                 coords[dim] = int(joint.chunk[row, column])
                 selector[dim] = local[run, column]
-            self._pieces.append(
-                (ChunkRef.of(source, coords), tuple(selector), joint.positions[run])
-            )
-        self.refs = [piece[0] for piece in self._pieces]
+            ref = ChunkRef.of(source, coords)
+            self._pieces[ref.key] = (tuple(selector), joint.positions[run])
+            self.refs.append(ref)
 
-    def assemble(
+    def new_buffer(self) -> np.ndarray[Any, Any]:
+        return np.empty(math.prod(self._shape), dtype=self._source.dtype)
+
+    def finish(self, out: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        return out.reshape(self._shape)
+
+    def copy_chunk(
+        self, out: np.ndarray[Any, Any], key: ChunkKey, data: np.ndarray[Any, Any]
+    ) -> None:
+        selector, positions = self._pieces[key]
+        out[positions] = data[selector]
+
+    def fill_missing(
         self,
-        cache: ChunkCache,
-        *,
-        blocking: bool,
-        placeholder: Any = None,
-        fallback: np.ndarray[Any, Any] | None = None,
-    ) -> tuple[np.ndarray[Any, Any], set[ChunkKey]]:
-        flat = np.empty(math.prod(self._shape), dtype=self._source.dtype)
-        missing: set[ChunkKey] = set()
-        value = _missing_value(self._source, placeholder)
-        fallback_flat = None if fallback is None else fallback.reshape(-1)
-        for ref, selector, positions in self._pieces:
-            data = cache.lookup(ref.key)
-            if data is not None:
-                flat[positions] = data[selector]
-            elif blocking:
-                raise RuntimeError(f"chunk {ref.key} is not READY during a blocking read")
-            else:
-                missing.add(ref.key)
-                flat[positions] = value if fallback_flat is None else fallback_flat[positions]
-        return flat.reshape(self._shape), missing
+        out: np.ndarray[Any, Any],
+        key: ChunkKey,
+        value: Any,
+        fallback: np.ndarray[Any, Any] | None,
+    ) -> None:
+        _, positions = self._pieces[key]
+        out[positions] = value if fallback is None else fallback.reshape(-1)[positions]
 
 
-class PartsPlan:
-    """Any other view: `LazyArray.parts()` resolved through `CacheReader`."""
+class PartsPlan(ReadPlan):
+    """Any other view: `LazyArray.parts()`, each part resolved through `CacheReader`."""
 
-    def __init__(self, lazy: LazyArray, source: ChunkSource) -> None:
+    def __init__(self, lazy: LazyArray, source: ChunkSource, cache: ChunkCache) -> None:
+        super().__init__(source, lazy.shape)
         self._lazy = lazy
-        self._source = source
-        self._parts = tuple(lazy.parts())
-        self.refs = [ChunkRef.of(source, p.projection.chunk_coords) for p in self._parts]
+        self._cache = cache
+        self._parts: dict[ChunkKey, list[Partition]] = {}
+        self.refs = []
+        for part in lazy.parts():
+            ref = ChunkRef.of(source, part.projection.chunk_coords)
+            if ref.key not in self._parts:
+                self._parts[ref.key] = []
+                self.refs.append(ref)
+            self._parts[ref.key].append(part)
 
-    def assemble(
-        self,
-        cache: ChunkCache,
-        *,
-        blocking: bool,
-        placeholder: Any = None,
-        fallback: np.ndarray[Any, Any] | None = None,
-    ) -> tuple[np.ndarray[Any, Any], set[ChunkKey]]:
-        reader = CacheReader(
-            cache, self._source, blocking=blocking, placeholder=placeholder, fallback=fallback
-        )
-        out = np.empty(self._lazy.shape, dtype=self._source.dtype)
-        for part in self._parts:
+    def _resolve(self, out: np.ndarray[Any, Any], key: ChunkKey, reader: CacheReader) -> None:
+        for part in self._parts[key]:
             context = ReadContext(part.view.transform, part.projection)
             if all(isinstance(selector, slice) for selector in part.out_selection):
                 # The same walk as `LazyArray.result(parts=...)`, without re-validating
@@ -288,4 +303,21 @@ class PartsPlan:
                 buffer = np.empty(part.view.shape, dtype=self._source.dtype)
                 reader.read_into(self._lazy.array, context, buffer)
                 out[part.out_selection] = buffer
-        return out, reader.missing
+
+    def copy_chunk(
+        self, out: np.ndarray[Any, Any], key: ChunkKey, data: np.ndarray[Any, Any]
+    ) -> None:
+        # `data` is READY and pinned by the caller's request: the reader finds it.
+        self._resolve(out, key, CacheReader(self._cache, self._source, blocking=True))
+
+    def fill_missing(
+        self,
+        out: np.ndarray[Any, Any],
+        key: ChunkKey,
+        value: Any,
+        fallback: np.ndarray[Any, Any] | None,
+    ) -> None:
+        reader = CacheReader(
+            self._cache, self._source, blocking=False, placeholder=value, fallback=fallback
+        )
+        self._resolve(out, key, reader)
