@@ -101,15 +101,17 @@ class ReadPlan:
         `placeholder` (default: the source's fill value).
         """
         out = self.new_buffer()
-        missing: set[ChunkKey] = set()
         value = self._source.fill_value if placeholder is None else placeholder
-        for ref in self.refs:
-            data = cache.lookup(ref.key)
+        resident = [(ref.key, cache.lookup(ref.key)) for ref in self.refs]
+        missing = {key for key, data in resident if data is None}
+        if fallback is None and len(missing) == len(resident):
+            out.fill(value)  # a cold view: one contiguous fill beats one per chunk
+            return self.finish(out), missing
+        for key, data in resident:
             if data is not None:
-                self.copy_chunk(out, ref.key, data)
+                self.copy_chunk(out, key, data)
             else:
-                missing.add(ref.key)
-                self.fill_missing(out, ref.key, value, fallback)
+                self.fill_missing(out, key, value, fallback)
         return self.finish(out), missing
 
 
