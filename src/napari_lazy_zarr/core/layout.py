@@ -1,0 +1,618 @@
+"""What a zarr store holds, as napari layers: images, labels, levels, transforms, channels.
+
+Everything here comes from metadata; no chunk is ever read. OME-Zarr metadata
+(NGFF 0.4 on Zarr v2, 0.5 on Zarr v3) is parsed and validated by
+ome-zarr-models' attribute models; array metadata by zarr-python.
+
+Why the attribute models rather than ome-zarr-models' group-level
+``Image.from_zarr``: ``from_zarr`` opens every level through zarr-python before
+we can look at it, so (1) a level with a pickle codec or an object dtype fails
+inside zarr as an anonymous ``ValueError`` instead of being refused by name
+(zarr_source's raw-metadata checks must see the JSON first), (2) each level's
+metadata would be fetched twice (by ``from_zarr``, then by us for the safety
+and dtype checks) — one extra request per level on remote stores — and (3) its
+failures arrive as a mix of ``ValidationError``, ``ValueError`` and
+``RuntimeError`` chains (labels). Validating the attributes with the same
+models and opening each level once ourselves keeps one parse per document and
+one error class per cause.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zipfile
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+import numpy as np
+import zarr
+import zarr.errors
+import zarr.storage
+
+from napari_lazy_zarr.core.errors import (
+    MetadataError,
+    NotAZarrStoreError,
+    StoreNotFoundError,
+    UnsupportedDataError,
+)
+from napari_lazy_zarr.core.zarr_source import (
+    _METADATA_FILES,
+    _check_local,
+    _check_safe,
+    _is_url,
+    _metadata_files,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ome_zarr_models.common.coordinate_transformations import ValidTransform
+    from ome_zarr_models.common.omero import Omero
+    from ome_zarr_models.v04.axes import Axis as Axis04
+    from ome_zarr_models.v04.multiscales import Multiscale as Multiscale04
+    from ome_zarr_models.v05.axes import Axis as Axis05
+    from ome_zarr_models.v05.multiscales import Multiscale as Multiscale05
+    from pydantic import BaseModel, ValidationError
+
+__all__ = ["ImageSpec", "LevelSpec", "describe_store", "looks_like_zarr"]
+
+# What `looks_like_zarr` accepts: a directory holding one of these files...
+_MARKER_FILES: Final = (*_METADATA_FILES, ".zattrs")
+# ...a zipped store, or a URL with one of these schemes ending in ".zarr".
+_URL_SCHEMES: Final = frozenset({"http", "https", "s3"})
+_SUPPORTED_VERSIONS: Final = ("0.4", "0.5")
+_HEX_COLOR: Final = re.compile(r"#?([0-9a-fA-F]{6})")
+_MAX_PROBLEMS: Final = 4  # validation problems quoted in one error message
+
+
+@dataclass(frozen=True, slots=True)
+class LevelSpec:
+    """One resolution level of an image: a zarr array and its place in world space.
+
+    Attributes
+    ----------
+    path
+        The array's path inside the store (``""`` for an array at the root).
+    shape
+        The array's shape.
+    scale
+        World units per pixel along each axis (1.0 when the metadata gives none).
+    translate
+        World position of the first pixel along each axis (0.0 when none).
+    """
+
+    path: str
+    shape: tuple[int, ...]
+    scale: tuple[float, ...]
+    translate: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ImageSpec:
+    """One napari layer's worth of a store: an image or label image, finest level first.
+
+    Attributes
+    ----------
+    name
+        The layer name: the multiscales ``name``, else the group or array path,
+        else the store's basename (for what sits at the root).
+    kind
+        ``"labels"`` for an OME-Zarr label image, else ``"image"``.
+    levels
+        The resolution levels, finest (level 0) first, as napari expects.
+    axis_names, axis_units
+        Per axis, from the OME ``axes`` (plain arrays: their ``dimension_names``
+        or ``dim_<i>``, no units).
+    channel_axis
+        Index of the axis of type ``"channel"``, else None.
+    channel_names, channel_colors, contrast_limits, channel_visible
+        Per channel (one for an image without a channel axis), from OME
+        ``omero.channels``: ``label`` (``"<name> [<index>]"`` when absent), ``color`` as
+        ``#RRGGBB``, ``window`` start and end, ``active`` (True when absent).
+        None without omero metadata.
+    version
+        The NGFF version (``"0.4"``, ``"0.5"``), or None for plain zarr.
+    """
+
+    name: str
+    kind: Literal["image", "labels"]
+    levels: tuple[LevelSpec, ...]
+    axis_names: tuple[str, ...]
+    axis_units: tuple[str | None, ...]
+    channel_axis: int | None = None
+    channel_names: tuple[str, ...] | None = None
+    channel_colors: tuple[str, ...] | None = None
+    contrast_limits: tuple[tuple[float, float], ...] | None = None
+    channel_visible: tuple[bool, ...] | None = None
+    version: str | None = None
+
+
+def looks_like_zarr(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` looks like a zarr store: a few ``stat`` calls, never raises.
+
+    True for a directory holding ``zarr.json``, ``.zarray``, ``.zgroup`` or
+    ``.zattrs``, for a ``*.zarr.zip`` file, and for an ``http(s)://`` or
+    ``s3://`` URL ending in ``.zarr`` (or ``.zarr/``). Nothing is parsed:
+    `describe_store` gives the reasons a store that looks like zarr is not.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> path = tempfile.mkdtemp() + "/a.zarr"
+    >>> _ = zarr.create_array(path, shape=(4,), dtype="u1")
+    >>> looks_like_zarr(path), looks_like_zarr(tempfile.mkdtemp())
+    (True, False)
+    >>> looks_like_zarr("https://example.org/data/image.zarr/")
+    True
+    """
+    try:
+        location = os.fspath(path)
+        if not location:  # "" would mean the working directory
+            return False
+        if _is_url(location):
+            scheme = location.split("://", 1)[0].lower()
+            return scheme in _URL_SCHEMES and location.rstrip("/").lower().endswith(".zarr")
+        if os.path.isfile(location):
+            return location.lower().endswith(".zarr.zip")
+        # os.path.isfile swallows OSError and ValueError (a NUL byte): never raises.
+        return any(os.path.isfile(os.path.join(location, name)) for name in _MARKER_FILES)
+    except Exception:  # the napari reader hook must get an answer, whatever it is handed
+        return False
+
+
+def describe_store(path_or_url: str | os.PathLike[str]) -> tuple[ImageSpec, ...]:
+    """The images and label images in a zarr store, from its metadata alone.
+
+    - A single array at the root: one single-level image named after the store.
+    - An OME-Zarr image (NGFF 0.4 on Zarr v2, 0.5 on Zarr v3): its levels from
+      ``multiscales[0].datasets`` with their composed scale and translation,
+      axes, channel axis and ``omero`` channels; then one ``"labels"`` image per
+      entry of its ``labels`` group.
+    - Any other group: one single-level image per array directly in it, and the
+      OME-Zarr images among its direct subgroups, in name order.
+
+    No chunk is read. URLs are passed to zarr-python as they are.
+
+    Raises
+    ------
+    StoreNotFoundError
+        The path does not exist.
+    NotAZarrStoreError
+        The path holds no zarr metadata, or a group with no arrays or images.
+    MetadataError
+        Metadata is unreadable, malformed, or invalid OME-Zarr (the message
+        names the path and the validation problems).
+    UnsafeDataError
+        An array uses an object dtype or a pickle codec.
+    UnsupportedDataError
+        An array's dtype cannot be shown as an image, an OME-Zarr version other
+        than 0.4 or 0.5, or transforms stored in arrays.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> path = tempfile.mkdtemp() + "/plain.zarr"
+    >>> group = zarr.create_group(path)
+    >>> _ = group.create_array("raw", shape=(64, 64), dtype="u2")
+    >>> (image,) = describe_store(path)
+    >>> image.name, image.levels[0].shape, image.levels[0].scale
+    ('raw', (64, 64), (1.0, 1.0))
+    """
+    location = os.fspath(path_or_url)
+    store: Any = location
+    local_dir: str | None = None
+    if not _is_url(location):
+        _check_local(location)
+        if os.path.isfile(location):  # _check_local lets only .zip files through
+            # zarr.open takes a string path for a directory, so a zip needs its store.
+            store = zarr.storage.ZipStore(location, mode="r")
+        else:
+            local_dir = location
+    try:
+        root = _open_node(store, "", location)
+        walk = _Walk(location, local_dir, root.store, _basename(location))
+        if isinstance(root, zarr.Array):
+            _check_safe(location, root)
+            return (_plain_image(root, walk.basename),)
+        return walk.group(root)
+    finally:
+        if isinstance(store, zarr.storage.ZipStore):
+            store.close()
+
+
+# -- walking the store ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Walk:
+    """The store being described: how to name, vet and open the nodes inside it."""
+
+    location: str
+    local_dir: str | None  # the store's directory when local: raw metadata is vetted first
+    store: Any  # the zarr Store the root was opened from; nested nodes share it
+    basename: str
+
+    def full(self, path: str) -> str:
+        """`path` inside the store as a user-facing location."""
+        return f"{self.location.rstrip('/')}/{path}" if path else self.location
+
+    def open(self, path: str) -> zarr.Array[Any] | zarr.Group:
+        """The node at `path`, its raw metadata vetted first when the store is local.
+
+        Vetting before zarr-python parses the JSON is what lets a pickle codec be
+        refused by name (zarr 3.4 rejects it with an anonymous ValueError) and a
+        broken document be named by file.
+        """
+        if self.local_dir is not None:
+            _check_local(os.path.join(self.local_dir, path))
+        return _open_node(self.store, path, self.full(path))
+
+    def group(self, group: zarr.Group) -> tuple[ImageSpec, ...]:
+        """An OME-Zarr image group's images, else those of a plain group."""
+        ome = _ome_document(group, self.full(group.path))
+        if ome is not None and "multiscales" in ome[1]:
+            return self.ome_image(group, *ome)
+        return self.plain_group(group)
+
+    def plain_group(self, group: zarr.Group) -> tuple[ImageSpec, ...]:
+        full = self.full(group.path)
+        if self.local_dir is not None:
+            self._vet_children(os.path.join(self.local_dir, group.path), full)
+        try:
+            members = sorted(group.members(), key=lambda member: member[0])
+        except (ValueError, TypeError, KeyError) as error:
+            raise MetadataError(
+                f"{full}: malformed zarr metadata in the group's members: "
+                f"{type(error).__name__}: {error}"
+            ) from error
+        images: list[ImageSpec] = []
+        unsupported: list[UnsupportedDataError] = []
+        for _, node in members:
+            if isinstance(node, zarr.Array):
+                try:
+                    _check_safe(self.full(node.path), node)
+                except UnsupportedDataError as error:
+                    # E.g. a table of strings beside the images: not a layer, not fatal.
+                    unsupported.append(error)
+                    continue
+                images.append(_plain_image(node, node.path))
+                continue
+            ome = _ome_document(node, self.full(node.path))
+            if ome is not None and "multiscales" in ome[1]:
+                images.extend(self.ome_image(node, *ome))
+        if images:
+            return tuple(images)
+        if unsupported:
+            raise unsupported[0]
+        # Over plain HTTP a group's members can only be listed from consolidated metadata.
+        hint = " (or its members cannot be listed over this URL)" if _is_url(full) else ""
+        raise NotAZarrStoreError(
+            f"{full}: zarr group with no arrays (nor OME-Zarr images in its subgroups){hint}"
+        )
+
+    def _vet_children(self, directory: str, full: str) -> None:
+        """Raw-metadata checks of a local group's children before zarr parses them."""
+        try:
+            children = sorted(entry.path for entry in os.scandir(directory) if entry.is_dir())
+        except OSError as error:
+            raise MetadataError(f"{full}: cannot list the group: {error}") from error
+        for child in children:
+            if _metadata_files(child):
+                _check_local(child)
+
+    def ome_image(
+        self, group: zarr.Group, version: str, document: dict[str, Any], *, label: str = ""
+    ) -> tuple[ImageSpec, ...]:
+        """An OME-Zarr image (or, with `label`, label image) and then its label images."""
+        full = self.full(group.path)
+        if version == "0.4":
+            from ome_zarr_models.v04.image import ImageAttrs as ImageAttrs04
+
+            attrs04 = _validate(ImageAttrs04, document, full, "0.4 image")
+            multiscale: Multiscale04 | Multiscale05 = attrs04.multiscales[0]
+            omero = attrs04.omero
+        else:
+            from ome_zarr_models.common.omero import Omero as OmeroModel
+            from ome_zarr_models.v05.image import ImageAttrs as ImageAttrs05
+
+            attrs05 = _validate(ImageAttrs05, document, full, "0.5 image")
+            multiscale = attrs05.multiscales[0]
+            # 0.5 keeps omero beside multiscales but ome-zarr-models does not model it there.
+            raw_omero = document.get("omero")
+            omero = (
+                None if raw_omero is None else _validate(OmeroModel, raw_omero, full, "0.5 omero")
+            )
+        kind: Literal["image", "labels"] = (
+            "labels" if label or "image-label" in document else "image"
+        )
+        levels = self._levels(group, multiscale, full, labels=kind == "labels")
+        axes: Sequence[Axis04 | Axis05] = multiscale.axes
+        channel_axis = next((i for i, a in enumerate(axes) if a.type == "channel"), None)
+        name = multiscale.name if isinstance(multiscale.name, str) else ""
+        layer_name = label or name or group.path or self.basename
+        channels = _Channels()
+        if kind == "image" and omero is not None:
+            n_channels = 1 if channel_axis is None else levels[0].shape[channel_axis]
+            channels = _Channels.from_omero(omero, n_channels, layer_name, full)
+        image = ImageSpec(
+            name=layer_name,
+            kind=kind,
+            levels=levels,
+            axis_names=tuple(str(a.name) for a in axes),
+            axis_units=tuple(None if a.unit is None else str(a.unit) for a in axes),
+            channel_axis=channel_axis,
+            channel_names=channels.names,
+            channel_colors=channels.colors,
+            contrast_limits=channels.limits,
+            channel_visible=channels.visible,
+            version=version,
+        )
+        if label:
+            return (image,)
+        return (image, *self._labels(group, version))
+
+    def _levels(
+        self,
+        group: zarr.Group,
+        multiscale: Multiscale04 | Multiscale05,
+        full: str,
+        *,
+        labels: bool,
+    ) -> tuple[LevelSpec, ...]:
+        ndim = len(multiscale.axes)
+        outer_scale, outer_translate = (1.0,) * ndim, (0.0,) * ndim
+        if multiscale.coordinateTransformations is not None:
+            outer_scale, outer_translate = _transform(
+                multiscale.coordinateTransformations, ndim, full, "multiscales"
+            )
+        levels = []
+        for dataset in multiscale.datasets:
+            path = _join(group.path, dataset.path)
+            where = f"{full}: multiscales dataset {dataset.path!r}"
+            try:
+                node = self.open(path)
+            except (StoreNotFoundError, NotAZarrStoreError) as error:
+                raise MetadataError(f"{where} is missing: {error}") from error
+            if not isinstance(node, zarr.Array):
+                raise MetadataError(f"{where} is a group, not an array")
+            _check_safe(self.full(path), node)
+            if labels and np.dtype(node.dtype).kind not in "iu":
+                # The NGFF labels spec requires integers, and so does napari's Labels layer.
+                raise UnsupportedDataError(
+                    f"{where}: a label image needs an integer dtype, not {np.dtype(node.dtype)}"
+                )
+            shape = tuple(int(s) for s in node.shape)
+            if len(shape) != ndim:
+                raise MetadataError(
+                    f"{where} has {len(shape)} dimensions (shape {shape}) "
+                    f"but the image has {ndim} axes"
+                )
+            scale, translate = _transform(
+                dataset.coordinateTransformations, ndim, full, f"dataset {dataset.path!r}"
+            )
+            # The multiscale's transforms apply after each dataset's own.
+            levels.append(
+                LevelSpec(
+                    path=path,
+                    shape=shape,
+                    scale=tuple(o * s for o, s in zip(outer_scale, scale, strict=True)),
+                    translate=tuple(
+                        o * t + ot
+                        for o, t, ot in zip(outer_scale, translate, outer_translate, strict=True)
+                    ),
+                )
+            )
+        return tuple(levels)
+
+    def _labels(self, image: zarr.Group, version: str) -> tuple[ImageSpec, ...]:
+        """The label images listed by the image's ``labels`` group (none if it has none)."""
+        path = _join(image.path, "labels")
+        full = self.full(path)
+        try:
+            group = self.open(path)
+        except (StoreNotFoundError, NotAZarrStoreError):
+            return ()
+        if not isinstance(group, zarr.Group):
+            raise MetadataError(f"{full}: an OME-Zarr image's 'labels' must be a group")
+        document = group.attrs.asdict()
+        if version == "0.4":
+            from ome_zarr_models.v04.labels import LabelsAttrs as LabelsAttrs04
+
+            names = _validate(LabelsAttrs04, document, full, "0.4 labels").labels
+        else:
+            from ome_zarr_models.v05.labels import LabelsAttrs as LabelsAttrs05
+
+            names = _validate(LabelsAttrs05, document.get("ome"), full, "0.5 labels").labels
+        labels: list[ImageSpec] = []
+        for name in names:
+            label_path = _join(path, name)
+            where = f"{full}: label {name!r}"
+            try:
+                node = self.open(label_path)
+            except (StoreNotFoundError, NotAZarrStoreError) as error:
+                raise MetadataError(f"{where} is missing: {error}") from error
+            ome = None
+            if isinstance(node, zarr.Group):
+                ome = _ome_document(node, self.full(label_path))
+            if ome is None or ome[0] != version or not isinstance(node, zarr.Group):
+                raise MetadataError(f"{where} is not an OME-Zarr {version} image group")
+            labels.extend(self.ome_image(node, *ome, label=name))
+        return tuple(labels)
+
+
+# -- OME metadata -----------------------------------------------------------
+
+
+def _ome_document(group: zarr.Group, full: str) -> tuple[str, dict[str, Any]] | None:
+    """``(version, OME attributes)`` of an OME-Zarr group, else None.
+
+    Only routes on the declared version; the models validate the rest. Zarr v3
+    groups keep OME metadata under ``ome`` (0.5), Zarr v2 groups at the top of
+    ``.zattrs`` (0.4, whose version sits in each multiscale, or in none).
+    """
+    attributes = group.attrs.asdict()
+    if group.metadata.zarr_format == 3:
+        document = attributes.get("ome")
+        if not isinstance(document, dict):
+            return None
+        version = document.get("version")
+    else:
+        multiscales = attributes.get("multiscales")
+        if multiscales is None:
+            return None
+        document = attributes
+        first = multiscales[0] if isinstance(multiscales, list) and multiscales else None
+        version = first.get("version", "0.4") if isinstance(first, dict) else "0.4"
+    zarr_format = group.metadata.zarr_format
+    expected = "0.5" if zarr_format == 3 else "0.4"
+    # A version that is not a string is left to the models to reject.
+    if isinstance(version, str) and version not in _SUPPORTED_VERSIONS:
+        raise UnsupportedDataError(
+            f"{full}: OME-Zarr version {version} is not supported "
+            f"(supported: {', '.join(_SUPPORTED_VERSIONS)})"
+        )
+    if isinstance(version, str) and version != expected:
+        raise MetadataError(
+            f"{full}: OME-Zarr {version} metadata in a Zarr v{zarr_format} group "
+            f"(OME-Zarr {expected} goes with Zarr v{zarr_format})"
+        )
+    return expected, document
+
+
+def _validate[M: BaseModel](model: type[M], document: Any, full: str, what: str) -> M:
+    """`document` parsed by an ome-zarr-models model; MetadataError naming the problems."""
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(document)
+    except ValidationError as error:
+        raise MetadataError(
+            f"{full}: invalid OME-Zarr {what} metadata: {_problems(error)}"
+        ) from error
+
+
+def _problems(error: ValidationError) -> str:
+    """The first few problems of a validation error, one line each, without pydantic's URLs."""
+    problems = [
+        f"{'.'.join(str(part) for part in problem['loc']) or '(document)'}: "
+        # A model's own checks raise ValueError, which pydantic prefixes.
+        + problem["msg"].removeprefix("Value error, ")
+        for problem in error.errors()
+    ]
+    more = len(problems) - _MAX_PROBLEMS
+    return "; ".join(problems[:_MAX_PROBLEMS]) + (f" (and {more} more)" if more > 0 else "")
+
+
+def _transform(
+    transforms: ValidTransform, ndim: int, full: str, where: str
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(scale, translation) of a validated ``coordinateTransformations`` list."""
+    from ome_zarr_models.common.coordinate_transformations import (
+        VectorScale,
+        VectorTranslation,
+    )
+
+    scale, translate = (1.0,) * ndim, (0.0,) * ndim
+    for transform in transforms:
+        if isinstance(transform, VectorScale):
+            scale = tuple(float(v) for v in transform.scale)
+        elif isinstance(transform, VectorTranslation):
+            translate = tuple(float(v) for v in transform.translation)
+        else:  # PathScale, PathTranslation: the vector would have to be read from an array
+            raise UnsupportedDataError(
+                f"{full}: {where}: transforms stored in an array are not supported "
+                "(only inline scale and translation vectors)"
+            )
+    return scale, translate
+
+
+@dataclass(frozen=True, slots=True)
+class _Channels:
+    """Per-channel display settings from ``omero`` (all None without it)."""
+
+    names: tuple[str, ...] | None = None
+    colors: tuple[str, ...] | None = None
+    limits: tuple[tuple[float, float], ...] | None = None
+    visible: tuple[bool, ...] | None = None
+
+    @classmethod
+    def from_omero(cls, omero: Omero, n_channels: int, image: str, full: str) -> _Channels:
+        channels = omero.channels
+        if len(channels) != n_channels:
+            raise MetadataError(
+                f"{full}: omero lists {len(channels)} channels but the image has {n_channels}"
+            )
+        names, colors, visible = [], [], []
+        for index, channel in enumerate(channels):
+            # label and active are not modelled by ome-zarr-models; they arrive as extras.
+            extra = channel.model_extra or {}
+            label = extra.get("label")
+            names.append(f"{image} [{index}]" if label is None else str(label))
+            active = extra.get("active")
+            visible.append(active if isinstance(active, bool) else True)
+            # The model's colour pattern is unanchored; insist on exactly RRGGBB here.
+            match = _HEX_COLOR.fullmatch(channel.color)
+            if match is None:
+                raise MetadataError(
+                    f"{full}: omero channel {index} color {channel.color!r} is not RRGGBB"
+                )
+            colors.append("#" + match.group(1).upper())
+        return cls(
+            names=tuple(names),
+            colors=tuple(colors),
+            limits=tuple((c.window.start, c.window.end) for c in channels),
+            visible=tuple(visible),
+        )
+
+
+# -- plain zarr -------------------------------------------------------------
+
+
+def _plain_image(array: zarr.Array[Any], name: str) -> ImageSpec:
+    """A single-level image of an array without OME metadata: unit scale, no offset."""
+    shape = tuple(int(s) for s in array.shape)
+    ndim = len(shape)
+    # Zarr v3 arrays may name their dimensions; v2 arrays cannot.
+    dimension_names: Sequence[str | None] = getattr(array.metadata, "dimension_names", None) or (
+        (None,) * ndim
+    )
+    axis_names = tuple(
+        axis if isinstance(axis, str) and axis else f"dim_{i}"
+        for i, axis in enumerate(dimension_names)
+    )
+    return ImageSpec(
+        name=name,
+        kind="image",
+        levels=(LevelSpec(array.path, shape, (1.0,) * ndim, (0.0,) * ndim),),
+        axis_names=axis_names,
+        axis_units=(None,) * ndim,
+    )
+
+
+def _open_node(store: Any, path: str, full: str) -> zarr.Array[Any] | zarr.Group:
+    """The array or group at `path` in `store`, zarr's failures mapped to our errors."""
+    try:
+        return zarr.open(store=store, path=path or None, mode="r")
+    except (FileNotFoundError, zarr.errors.NodeNotFoundError) as error:
+        raise NotAZarrStoreError(f"{full}: no zarr array or group found: {error}") from error
+    except ImportError as error:
+        raise NotAZarrStoreError(
+            f"{full}: opening this URL needs a package that is not installed: {error}"
+        ) from error
+    except zipfile.BadZipFile as error:
+        raise NotAZarrStoreError(f"{full}: not a zip archive: {error}") from error
+    except (ValueError, TypeError, KeyError) as error:
+        raise MetadataError(
+            f"{full}: malformed zarr metadata: {type(error).__name__}: {error}"
+        ) from error
+
+
+def _join(parent: str, child: str) -> str:
+    return f"{parent}/{child.strip('/')}" if parent else child.strip("/")
+
+
+def _basename(location: str) -> str:
+    if _is_url(location):
+        return location.rstrip("/").rsplit("/", 1)[-1]
+    return os.path.basename(os.path.abspath(location))
