@@ -10,7 +10,7 @@ from zarr_indexing import FixedDimension, LazyArray
 
 from napari_lazy_zarr.core.cache import DEFAULT_TOTAL_BYTES_LIMIT, ChunkCache, ChunkRef, Request
 from napari_lazy_zarr.core.errors import ChunkReadError
-from napari_lazy_zarr.core.plans import ReadPlan, plan_read
+from napari_lazy_zarr.core.plans import Fallback, ReadPlan, plan_read
 from napari_lazy_zarr.core.source import grid_shape
 from napari_lazy_zarr.core.zarr_source import open_zarr_source
 
@@ -223,7 +223,7 @@ class ChunkedArray:
         self,
         *,
         placeholder: Any = None,
-        fallback: np.ndarray[Any, Any] | None = None,
+        fallback: Fallback = None,
         view: Hashable = None,
         level: int = 0,
         prefetch: Iterable[ChunkRef] = (),
@@ -236,7 +236,8 @@ class ChunkedArray:
             Value for cells whose chunk is not resident (default: fill value).
         fallback
             An array of this view's shape to take missing cells from instead
-            (e.g. resident coarser-level data, upsampled).
+            (e.g. resident coarser-level data, upsampled), or a callable
+            returning one, called only when something is missing.
         view
             Which view this read is for; a newer read of the same view
             supersedes this one's queued work. Defaults to this array.
@@ -245,7 +246,7 @@ class ChunkedArray:
         prefetch
             Extra chunks to load at low priority (not pinned).
         """
-        if fallback is not None and fallback.shape != self.shape:
+        if isinstance(fallback, np.ndarray) and fallback.shape != self.shape:
             raise ValueError(f"fallback has shape {fallback.shape}, the view has {self.shape}")
         plan = self.plan()
         # Copy what is resident *before* queueing the rest: once loads start, the
@@ -267,6 +268,10 @@ class ChunkedArray:
             raise ValueError("a chunked array cannot be converted without copying")
         data = self.result()
         return data if dtype is None else data.astype(dtype, copy=False)
+
+    def bounding_box(self) -> tuple[tuple[int, int], ...] | None:
+        """The `[min, max)` storage interval per source axis the view touches (None if empty)."""
+        return self._lazy.bounding_box()
 
     def _center(self) -> tuple[float, ...] | None:
         box = self._lazy.bounding_box()

@@ -456,6 +456,13 @@ class ChunkCache:
             keys = [k for k, e in self._entries.items() if e.state is ChunkState.FAILED]
         return self._retry(keys)
 
+    def release_view(self, view: Hashable) -> None:
+        """Release the live request of `view`, if any (unpins its chunks; queued ones go stale)."""
+        with self._lock:
+            request = self._views.get(view)
+        if request is not None:
+            request.release()
+
     def evict_unpinned(self) -> int:
         """Evict every READY chunk no live request pins; returns how many."""
         outbox = _Outbox()

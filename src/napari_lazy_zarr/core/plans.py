@@ -43,10 +43,15 @@ from napari_lazy_zarr.core.reader import CacheReader
 from napari_lazy_zarr.core.state import ChunkKey
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from napari_lazy_zarr.core.cache import ChunkCache
     from napari_lazy_zarr.core.source import ChunkSource
 
-__all__ = ["PartsPlan", "PointPlan", "ReadPlan", "StridedPlan", "plan_read"]
+__all__ = ["Fallback", "PartsPlan", "PointPlan", "ReadPlan", "StridedPlan", "plan_read"]
+
+type Fallback = np.ndarray[Any, Any] | Callable[[], np.ndarray[Any, Any]] | None
+"""Values for missing cells: an array of the view's shape, or a callable making one."""
 
 
 class ReadPlan:
@@ -93,30 +98,38 @@ class ReadPlan:
         cache: ChunkCache,
         *,
         placeholder: Any = None,
-        fallback: np.ndarray[Any, Any] | None = None,
+        fallback: Fallback = None,
     ) -> tuple[np.ndarray[Any, Any], set[ChunkKey]]:
         """A fresh array of the view from what is resident, and the keys that were not.
 
-        Missing chunks' cells get the `fallback`'s values if given, else
-        `placeholder` (default: the source's fill value).
+        Missing chunks' cells get the `fallback`'s values if given (an array of
+        the view's shape, or a callable making one, called only if something is
+        missing), else `placeholder` (default: the source's fill value).
         """
         out = self.new_buffer()
         value = self._source.fill_value if placeholder is None else placeholder
         resident = [(ref.key, cache.lookup(ref.key)) for ref in self.refs]
         missing = {key for key, data in resident if data is None}
-        if fallback is None and len(missing) == len(resident):
+        values = fallback() if missing and callable(fallback) else fallback
+        if callable(values):  # nothing is missing: the callable is never needed
+            values = None
+        if values is None and len(missing) == len(resident):
             out.fill(value)  # a cold view: one contiguous fill beats one per chunk
             return self.finish(out), missing
         for key, data in resident:
             if data is not None:
                 self.copy_chunk(out, key, data)
             else:
-                self.fill_missing(out, key, value, fallback)
+                self.fill_missing(out, key, value, values)
         return self.finish(out), missing
 
 
-def plan_read(lazy: LazyArray, source: ChunkSource, cache: ChunkCache) -> ReadPlan:
-    """Plan `lazy` (a view over `source`'s grid) with the cheapest plan that fits it."""
+def plan_read(lazy: LazyArray, source: ChunkSource, cache: ChunkCache | None = None) -> ReadPlan:
+    """Plan `lazy` (a view over `source`'s grid) with the cheapest plan that fits it.
+
+    `cache` serves the parts of a `PartsPlan` (selections that are neither
+    basic nor pure point gathers); planning such a view without one is refused.
+    """
     transform = lazy.transform
     if math.prod(transform.domain.shape) == 0:
         return _EmptyPlan(source, lazy.shape)
@@ -134,6 +147,8 @@ def plan_read(lazy: LazyArray, source: ChunkSource, cache: ChunkCache) -> ReadPl
             and partition.joint_sets[0].broadcast_axes == tuple(range(transform.domain.ndim))
         ):
             return PointPlan(partition, source, lazy.shape)
+    if cache is None:
+        raise ValueError("planning an orthogonal or mixed selection needs the chunk cache")
     return PartsPlan(lazy, source, cache)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -10,7 +11,13 @@ import numpy as np
 import zarr
 from zarr.codecs import BloscCodec, ZstdCodec
 
-__all__ = ["default_cache_dir", "synthetic_region", "write_sample_store"]
+__all__ = [
+    "default_cache_dir",
+    "synthetic_cells",
+    "synthetic_region",
+    "write_sample_ome_zarr",
+    "write_sample_store",
+]
 
 
 def default_cache_dir() -> Path:
@@ -103,3 +110,143 @@ def write_sample_store(
             w = min(unit[1], shape[1] - x0)
             array[y0 : y0 + h, x0 : x0 + w] = synthetic_region(y0, x0, (h, w), seed=seed)
     return array
+
+
+_NOISE_PERIOD = 509  # prime: the noise tile never lines up with chunk edges
+_NOISE = np.random.default_rng(12345).integers(0, 4, size=(_NOISE_PERIOD, _NOISE_PERIOD))
+
+
+def _mix(values: np.ndarray[Any, Any], seed: int) -> np.ndarray[Any, Any]:
+    """A cheap integer hash (splitmix64 finaliser) of each value."""
+    mixed = values.astype(np.uint64)
+    with np.errstate(over="ignore"):
+        mixed = (mixed + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)) * np.uint64(
+            0xBF58476D1CE4E5B9
+        )
+        mixed ^= mixed >> np.uint64(31)
+        mixed *= np.uint64(0x94D049BB133111EB)
+        mixed ^= mixed >> np.uint64(29)
+    return mixed
+
+
+def synthetic_cells(
+    y0: int, x0: int, shape: tuple[int, int], *, step: int = 1, seed: int = 0, cell: int = 256
+) -> np.ndarray[Any, np.dtype[np.uint16]]:
+    """A microscopy-like uint16 image: one bright blob per `cell`² tile on a dark background.
+
+    Pixel `(i, j)` of the result is the image at global coordinates
+    `(y0 + step * i, x0 + step * j)`, so `step = 2^k` yields pyramid level k
+    exactly (nearest-neighbour decimation of level 0).
+
+    Examples
+    --------
+    >>> whole = synthetic_cells(0, 0, (512, 512))
+    >>> bool((synthetic_cells(100, 40, (8, 8)) == whole[100:108, 40:48]).all())
+    True
+    >>> bool((synthetic_cells(0, 0, (256, 256), step=2) == whole[::2, ::2]).all())
+    True
+    """
+    h, w = shape
+    y = y0 + step * np.arange(h, dtype=np.int64)
+    x = x0 + step * np.arange(w, dtype=np.int64)
+    cy, cx = y // cell, x // cell
+    # Blob parameters per tile, computed for the few tiles the region meets.
+    tiles_y = np.arange(cy[0], cy[-1] + 1) if h else np.zeros(0, np.int64)
+    tiles_x = np.arange(cx[0], cx[-1] + 1) if w else np.zeros(0, np.int64)
+    hashed = _mix(tiles_y[:, None] * 1_000_003 + tiles_x[None, :], seed)
+    radius = 24 + (hashed & np.uint64(63)).astype(np.int64)
+    span = np.maximum(cell - 2 * radius, 1)
+    centre_y = radius + (hashed >> np.uint64(8)).astype(np.int64) % span + tiles_y[:, None] * cell
+    centre_x = radius + (hashed >> np.uint64(24)).astype(np.int64) % span + tiles_x[None, :] * cell
+    peak = 2000 + ((hashed >> np.uint64(40)) & np.uint64(0xFFF)).astype(np.int64) * 8
+    iy = (cy - (tiles_y[0] if h else 0))[:, None]
+    ix = (cx - (tiles_x[0] if w else 0))[None, :]
+    dy = (y[:, None] - centre_y[iy, ix]).astype(np.float32)
+    dx = (x[None, :] - centre_x[iy, ix]).astype(np.float32)
+    r = radius[iy, ix].astype(np.float32)
+    r2 = (dy * dy + dx * dx) / (r * r)
+    noise = _NOISE[(y % _NOISE_PERIOD)[:, None], (x % _NOISE_PERIOD)[None, :]]
+    value = np.where(r2 < 1.0, 300 + peak[iy, ix] * (1 - r2) + noise * 4, 100)
+    return value.astype(np.uint16)
+
+
+def write_sample_ome_zarr(
+    path: str | os.PathLike[str],
+    *,
+    size: int = 32768,
+    chunk: int = 512,
+    smallest: int = 512,
+    workers: int = 2,
+) -> list[tuple[int, int]]:
+    """Write the `synthetic_cells` image as an OME-Zarr 0.5 (Zarr v3) pyramid.
+
+    Levels halve the size until it is at most `smallest`; each is written
+    chunk by chunk (memory stays bounded), blosc-zstd with bit-shuffle.
+    Returns the level shapes.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    root = zarr.open_group(os.fspath(path), mode="w", zarr_format=3)
+    shapes: list[tuple[int, int]] = []
+    factor = 1
+    while True:
+        shapes.append((math.ceil(size / factor), math.ceil(size / factor)))
+        if shapes[-1][0] <= smallest:
+            break
+        factor *= 2
+    codec = BloscCodec(cname="zstd", clevel=3, shuffle="bitshuffle")
+    for level, shape in enumerate(shapes):
+        step = 2**level
+        array = root.create_array(
+            str(level),
+            shape=shape,
+            chunks=(chunk, chunk),
+            dtype="uint16",
+            compressors=codec,
+            fill_value=0,
+        )
+
+        def write(
+            origin: tuple[int, int], array: zarr.Array[Any] = array, step: int = step
+        ) -> None:
+            y0, x0 = origin
+            h, w = min(chunk, array.shape[0] - y0), min(chunk, array.shape[1] - x0)
+            array[y0 : y0 + h, x0 : x0 + w] = synthetic_cells(
+                y0 * step, x0 * step, (h, w), step=step
+            )
+
+        origins = [(y, x) for y in range(0, shape[0], chunk) for x in range(0, shape[1], chunk)]
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(write, origins))
+    root.attrs["ome"] = {
+        "version": "0.5",
+        "multiscales": [
+            {
+                "name": "synthetic cells",
+                "axes": [
+                    {"name": "y", "type": "space", "unit": "micrometer"},
+                    {"name": "x", "type": "space", "unit": "micrometer"},
+                ],
+                "datasets": [
+                    {
+                        "path": str(level),
+                        "coordinateTransformations": [
+                            {"type": "scale", "scale": [0.25 * 2**level, 0.25 * 2**level]}
+                        ],
+                    }
+                    for level in range(len(shapes))
+                ],
+            }
+        ],
+        "omero": {
+            "channels": [
+                {
+                    "label": "synthetic cells",
+                    "color": "00FF88",
+                    "active": True,
+                    "window": {"min": 0, "max": 65535, "start": 100, "end": 20000},
+                }
+            ]
+        },
+    }
+    return shapes
