@@ -1,9 +1,11 @@
 """The `napari-lazy-zarr` command.
 
-For now its main job is `napari-lazy-zarr demo`: generate a sample store once
-(kept in the user cache directory), open it through the engine, read a few
-views blocking and non-blocking, and print what was read and the cache
-statistics. The napari viewer takes over this command with the napari glue.
+- `napari-lazy-zarr PATH_OR_URL` opens a store in napari with the plugin's reader;
+  `--screenshot FILE` waits for the view to complete, saves it and exits.
+- `napari-lazy-zarr demo` generates the synthetic OME-Zarr pyramid once (user
+  cache directory) and opens it.
+- `napari-lazy-zarr engine-demo` reads a generated store through the chunk
+  engine alone (no napari) and prints what it read and the cache statistics.
 """
 
 from __future__ import annotations
@@ -105,30 +107,120 @@ def demo(directory: Path, size: int, total_bytes_limit: int, concurrency: int | 
     return 1 if wrong else 0
 
 
+def view(
+    location: str,
+    *,
+    screenshot: Path | None,
+    total_bytes_limit: int | None,
+    concurrency: int | None,
+    prefetch: bool,
+    timeout: float,
+) -> int:
+    """Open `location` in napari with the plugin's reader; optionally screenshot and exit."""
+    import napari
+
+    from napari_lazy_zarr._layer_data import loader_of, wait_until_complete
+    from napari_lazy_zarr._reader import configure, watch_viewer
+
+    configure(total_bytes_limit=total_bytes_limit, concurrency=concurrency)
+    viewer = napari.Viewer(show=True, title=f"napari-lazy-zarr: {location}")
+    watch_viewer(viewer)
+    layers = viewer.open(location, plugin="napari-lazy-zarr")
+    for layer in layers:
+        loader = loader_of(layer)
+        if loader is not None:
+            loader.prefetch = prefetch
+    if screenshot is None:
+        napari.run()
+        return 0
+    complete = wait_until_complete(viewer, timeout)
+    viewer.screenshot(str(screenshot), canvas_only=True, flash=False)
+    viewer.close()
+    if not complete:
+        print(f"napari-lazy-zarr: the view was not complete after {timeout} s", file=sys.stderr)
+        return 1
+    print(f"napari-lazy-zarr: saved {screenshot}")
+    return 0
+
+
+def _common_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--total-bytes-limit", type=int, default=None, help="chunk cache capacity in bytes"
+    )
+    parser.add_argument("--concurrency", type=int, default=None, help="chunk loader threads")
+
+
+def _viewer_options(parser: argparse.ArgumentParser) -> None:
+    _common_options(parser)
+    parser.add_argument(
+        "--screenshot",
+        type=Path,
+        default=None,
+        help="wait until the view is complete, save a screenshot of the canvas, and exit",
+    )
+    parser.add_argument("--timeout", type=float, default=120.0, help="for --screenshot (s)")
+    parser.add_argument(
+        "--no-prefetch", dest="prefetch", action="store_false", help="do not prefetch neighbours"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    command = args_list[0] if args_list else ""
+    description = "View Zarr arrays far larger than memory in napari, lazily, without blocking."
+    if command == "demo":
+        parser = argparse.ArgumentParser(
+            prog="napari-lazy-zarr demo",
+            description="Open the synthetic OME-Zarr pyramid (generated once) in napari.",
+        )
+        parser.add_argument("--size", type=int, default=32768, help="side of the image (px)")
+        parser.add_argument(
+            "--directory", type=Path, default=default_cache_dir(), help="where it is kept"
+        )
+        _viewer_options(parser)
+        args = parser.parse_args(args_list[1:])
+        from napari_lazy_zarr._sample_data import sample_path
+
+        location = str(sample_path(args.size, args.directory))
+        return view(
+            location,
+            screenshot=args.screenshot,
+            total_bytes_limit=args.total_bytes_limit,
+            concurrency=args.concurrency,
+            prefetch=args.prefetch,
+            timeout=args.timeout,
+        )
+    if command == "engine-demo":
+        parser = argparse.ArgumentParser(
+            prog="napari-lazy-zarr engine-demo",
+            description="Read a generated store through the chunk engine, without napari.",
+        )
+        parser.add_argument(
+            "--directory", type=Path, default=default_cache_dir(), help="where it is kept"
+        )
+        parser.add_argument("--size", type=int, default=8192, help="side of the image (px)")
+        _common_options(parser)
+        args = parser.parse_args(args_list[1:])
+        return demo(
+            args.directory, args.size, args.total_bytes_limit or 256 << 20, args.concurrency
+        )
     parser = argparse.ArgumentParser(
         prog="napari-lazy-zarr",
-        description="View Zarr arrays far larger than memory, lazily, without blocking.",
+        description=description,
+        epilog="Also: 'napari-lazy-zarr demo' (the sample pyramid in napari) and "
+        "'napari-lazy-zarr engine-demo' (the chunk engine alone, no napari).",
     )
-    commands = parser.add_subparsers(dest="command", required=True)
-    demo_parser = commands.add_parser("demo", help="read a generated sample store")
-    demo_parser.add_argument(
-        "--directory",
-        type=Path,
-        default=default_cache_dir(),
-        help="where the sample store is generated and kept (default: %(default)s)",
+    parser.add_argument("location", help="a .zarr store: a local path or an http(s):// URL")
+    _viewer_options(parser)
+    args = parser.parse_args(args_list)
+    return view(
+        args.location,
+        screenshot=args.screenshot,
+        total_bytes_limit=args.total_bytes_limit,
+        concurrency=args.concurrency,
+        prefetch=args.prefetch,
+        timeout=args.timeout,
     )
-    demo_parser.add_argument(
-        "--size", type=int, default=8192, help="side of the square sample image (pixels)"
-    )
-    demo_parser.add_argument(
-        "--total-bytes-limit", type=int, default=256 << 20, help="cache capacity in bytes"
-    )
-    demo_parser.add_argument("--concurrency", type=int, default=None, help="loader threads")
-    args = parser.parse_args(argv)
-    if args.command == "demo":
-        return demo(args.directory, args.size, args.total_bytes_limit, args.concurrency)
-    return 2  # pragma: no cover - argparse enforces the choices
 
 
 if __name__ == "__main__":

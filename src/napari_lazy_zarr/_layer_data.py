@@ -1,0 +1,435 @@
+"""The arrays napari holds for a layer, and the loader that keeps napari from ever waiting.
+
+napari slices a multiscale layer by indexing the level it displays
+(`level[corner slices][point]`) and calling `numpy.asarray` on the result, on
+its main thread (or its slicing thread with `NAPARI_ASYNC=1`). `LayerLevel`
+makes both steps lazy and answers `__array__` through `LayerLoader.read`,
+which returns at once: resident chunks copied, missing regions filled from the
+best resident coarser level (upsampled) or the fill value, missing chunks
+queued (coarse levels first, centre out) and neighbours prefetched. As chunks
+land, the loader asks for a layer refresh on the main thread (throttled),
+until the view is complete.
+
+Thread contract: `read` may run on any thread. Worker threads only emit
+`refresh_needed` / `failures_found`; the layer is touched only on the main
+thread, through psygnal's main-thread queue.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from psygnal import Signal
+from zarr_indexing import ConstantMap, DimensionMap
+
+from napari_lazy_zarr.core import ChunkCache, ChunkedArray, ChunkRef, ChunkState
+from napari_lazy_zarr.core.source import grid_shape
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from napari.layers import Layer
+
+    from napari_lazy_zarr.core import ChunkEvent, ChunkKey
+
+__all__ = ["LayerLevel", "LayerLoader", "loader_of", "wait_until_complete"]
+
+_REFRESH_INTERVAL = 1 / 30  # seconds: at most ~30 layer refreshes a second while loading
+
+
+class LayerLevel:
+    """One pyramid level as napari sees it: lazy indexing, non-blocking `__array__`."""
+
+    __slots__ = ("__weakref__", "_array", "_level", "_loader")
+
+    def __init__(self, loader: LayerLoader, level: int, array: ChunkedArray) -> None:
+        self._loader = loader
+        self._level = level
+        self._array = array
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._array.shape
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self._array.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self._array.ndim
+
+    @property
+    def size(self) -> int:
+        return self._array.size
+
+    @property
+    def level(self) -> int:
+        return self._level
+
+    @property
+    def loader(self) -> LayerLoader:
+        return self._loader
+
+    @property
+    def array(self) -> ChunkedArray:
+        """The engine's lazy array behind this level (blocking `result()` available)."""
+        return self._array
+
+    def __len__(self) -> int:
+        return len(self._array)
+
+    def __getitem__(self, key: Any) -> LayerLevel:
+        return LayerLevel(self._loader, self._level, self._array[key])
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray[Any, Any]:
+        data = self._loader.read(self._level, self._array)
+        return data if dtype is None else data.astype(dtype, copy=False)
+
+    def __repr__(self) -> str:
+        return f"LayerLevel(level={self._level}, shape={self.shape}, dtype={self.dtype})"
+
+
+class LayerLoader:
+    """Serves one layer's pyramid to napari without blocking, and refreshes it as chunks land.
+
+    Parameters
+    ----------
+    levels
+        The layer's levels, finest first, all over `cache`.
+    cache
+        The chunk cache the levels read through.
+    name
+        For messages.
+    prefetch
+        Queue the ring of chunks around the view and the neighbouring planes
+        of the non-displayed axes at low priority.
+    blocking
+        Make every read wait for its chunks (scripts, screenshots).
+
+    Signals
+    -------
+    refresh_needed()
+        Chunks of the displayed view landed (throttled); emitted from worker threads.
+    failures_found(tuple[ChunkKey, ...])
+        Chunks of the displayed view failed (each reported once).
+    """
+
+    refresh_needed = Signal()
+    failures_found = Signal(tuple)
+
+    def __init__(
+        self,
+        levels: Sequence[ChunkedArray],
+        cache: ChunkCache,
+        *,
+        name: str = "",
+        prefetch: bool = True,
+        blocking: bool = False,
+    ) -> None:
+        if not levels:
+            raise ValueError("a layer needs at least one level")
+        self._arrays = list(levels)
+        self._cache = cache
+        self.name = name
+        self.prefetch = prefetch
+        self.blocking = blocking
+        self.levels = [LayerLevel(self, i, a) for i, a in enumerate(self._arrays)]
+        self._lock = threading.Lock()
+        self._watched: set[ChunkKey] = set()  # missing chunks of the latest reads
+        self._reported: set[ChunkKey] = set()  # failures already reported
+        self._last_emit = 0.0
+        self._refresh_pending = False
+        self._layer: weakref.ReferenceType[Layer] | None = None
+        self._id = next(_loader_ids)
+        self.reads = 0
+        cache.state_changed.connect(self._on_events)
+
+    @property
+    def cache(self) -> ChunkCache:
+        return self._cache
+
+    @property
+    def complete(self) -> bool:
+        """Whether the latest reads of the layer were complete, or have since become so."""
+        with self._lock:
+            return not self._watched
+
+    # -- reading (any thread) ----------------------------------------------
+
+    def read(self, level: int, view: ChunkedArray) -> np.ndarray[Any, Any]:
+        """The values of `view` (a view of level `level`) now: resident data and placeholders."""
+        self.reads += 1
+        if self.blocking:
+            return view.result()
+        coarsest = len(self._arrays) - 1
+        thumbnail = level == coarsest and _covers_displayed_plane(view)
+        partial = view.read_nonblocking(
+            view=(self._id, "thumbnail" if thumbnail else "view"),
+            level=level,
+            fallback=self._coarser_fallback(level, view),
+            prefetch=self._prefetch_refs(view) if self.prefetch and not thumbnail else (),
+        )
+        if partial.missing:
+            with self._lock:
+                self._watched.update(partial.missing)
+            # A chunk may have landed between the copy and the request: check now.
+            self._forget_finished(partial.missing)
+        return partial.data
+
+    def _forget_finished(self, keys: frozenset[ChunkKey]) -> None:
+        finished = [
+            k for k in keys if self._cache.state(k) in (ChunkState.READY, ChunkState.FAILED)
+        ]
+        if finished:
+            self._landed(
+                finished, [k for k in finished if self._cache.state(k) is ChunkState.FAILED]
+            )
+
+    def _prefetch_refs(self, view: ChunkedArray) -> list[ChunkRef]:
+        """The ring of chunks around a box view, and the neighbouring planes."""
+        box = _box_axes(view)
+        if box is None:
+            return []
+        source = view.source
+        grid = source.grid
+        counts = grid_shape(source)
+        ranges: list[range] = []
+        planes: list[tuple[int, list[int]]] = []
+        for axis, (lo, hi, constant) in enumerate(box):
+            first = int(grid[axis].index_to_chunk(lo))
+            last = int(grid[axis].index_to_chunk(hi - 1))
+            if constant:
+                ranges.append(range(first, last + 1))
+                neighbours = sorted(
+                    {
+                        int(grid[axis].index_to_chunk(c))
+                        for c in (lo - 1, lo + 1)
+                        if 0 <= c < source.shape[axis]
+                    }
+                    - {first}
+                )
+                if neighbours:
+                    planes.append((axis, neighbours))
+            else:
+                ranges.append(range(max(first - 1, 0), min(last + 2, counts[axis])))
+        needed = {tuple(c) for c in _view_chunks(box, grid)}
+        refs = [
+            ChunkRef.of(source, coords)
+            for coords in itertools.product(*ranges)
+            if coords not in needed
+        ]
+        for axis, neighbours in planes:
+            for chunk in neighbours:
+                for coords in needed:
+                    moved = list(coords)
+                    moved[axis] = chunk
+                    refs.append(ChunkRef.of(source, moved))
+        return refs
+
+    def _coarser_fallback(
+        self, level: int, view: ChunkedArray
+    ) -> Callable[[], np.ndarray[Any, Any]] | None:
+        """Build, only if something is missing, the view from resident coarser data."""
+        if level >= len(self._arrays) - 1:
+            return None
+        box = _box_axes(view)
+        if box is None:
+            return None
+        fine_shape = self._arrays[level].shape
+
+        def build() -> np.ndarray[Any, Any]:
+            out = np.full(view.shape, view.fill_value, dtype=view.dtype)
+            filled = np.zeros(view.shape, dtype=bool)
+            for coarse_level in range(level + 1, len(self._arrays)):
+                coarse = self._arrays[coarse_level]
+                selection: list[Any] = []
+                takes: list[np.ndarray[Any, Any]] = []
+                for axis, (lo, hi, constant) in enumerate(box):
+                    ratio = coarse.shape[axis] / fine_shape[axis]
+                    index = np.minimum(
+                        ((np.arange(lo, hi) + 0.5) * ratio).astype(np.intp),
+                        coarse.shape[axis] - 1,
+                    )
+                    if constant:
+                        selection.append(int(index[0]))
+                    else:
+                        start = int(index[0])
+                        selection.append(slice(start, int(index[-1]) + 1))
+                        takes.append(index - start)
+                plan = coarse[tuple(selection)].plan()
+                data, missing = plan.assemble(self._cache)
+                resident = np.ones(data.shape, dtype=bool)
+                for key in missing:
+                    plan.fill_missing(resident, key, False, None)
+                up = data[np.ix_(*takes)] if takes else data
+                up_resident = resident[np.ix_(*takes)] if takes else resident
+                use = up_resident & ~filled
+                out[use] = up[use]
+                filled |= use
+                if filled.all():
+                    break
+            return out
+
+        return build
+
+    # -- chunk events (worker threads) -------------------------------------
+
+    def _on_events(self, events: tuple[ChunkEvent, ...]) -> None:
+        landed = [e.key for e in events if e.current in (ChunkState.READY, ChunkState.FAILED)]
+        if landed:
+            failed = [e.key for e in events if e.current is ChunkState.FAILED]
+            self._landed(landed, failed)
+
+    def _landed(self, landed: Sequence[ChunkKey], failed: Sequence[ChunkKey]) -> None:
+        with self._lock:
+            mine = [k for k in landed if k in self._watched]
+            if not mine:
+                return
+            self._watched.difference_update(mine)
+            new_failures = tuple(k for k in failed if k in mine and k not in self._reported)
+            self._reported.update(new_failures)
+            now = time.monotonic()
+            emit = not self._watched or now - self._last_emit >= _REFRESH_INTERVAL
+            if emit:
+                self._last_emit = now
+        if new_failures:
+            self.failures_found.emit(new_failures)
+        if emit:
+            self._request_refresh()
+
+    def _request_refresh(self) -> None:
+        with self._lock:
+            self._refresh_pending = True
+        self.refresh_needed.emit()
+
+    @property
+    def settled(self) -> bool:
+        """Complete, and the layer refreshed since the last chunk landed: the screen is final."""
+        with self._lock:
+            return not self._watched and not self._refresh_pending
+
+    # -- the napari layer (main thread) ------------------------------------
+
+    @property
+    def layer(self) -> Layer | None:
+        return None if self._layer is None else self._layer()
+
+    def attach(self, layer: Layer) -> None:
+        """Refresh `layer` as chunks land, show its loading state, report failures once."""
+        from psygnal.qt import start_emitting_from_queue
+
+        self._layer = weakref.ref(layer)
+        start_emitting_from_queue(msec=10)
+        self.refresh_needed.connect(self._refresh_layer, thread="main")
+        self.failures_found.connect(self._report_failures, thread="main")
+        # napari sliced the layer before it could be attached; chunks that landed
+        # since then had nobody to refresh for.
+        self._request_refresh()
+
+    def detach(self) -> None:
+        """Stop refreshing the layer and release the views' pinned chunks."""
+        self.refresh_needed.disconnect(self._refresh_layer)
+        self.failures_found.disconnect(self._report_failures)
+        self._cache.state_changed.disconnect(self._on_events)
+        self._layer = None
+        self._cache.release_view((self._id, "view"))
+        self._cache.release_view((self._id, "thumbnail"))
+
+    def _refresh_layer(self) -> None:
+        with self._lock:
+            self._refresh_pending = False
+        layer = self.layer
+        if layer is None:
+            return
+        layer.refresh()
+        _set_loaded(layer, self.complete)
+
+    def _report_failures(self, keys: tuple[ChunkKey, ...]) -> None:
+        from napari.utils.notifications import show_warning
+
+        error = self._cache.error(keys[0])
+        more = f" (and {len(keys) - 1} more)" if len(keys) > 1 else ""
+        show_warning(
+            f"napari-lazy-zarr: layer {self.name!r}: chunk {keys[0]}{more} failed to load: "
+            f"{error}. Failed chunks stay empty until retried (cache.retry_failed())."
+        )
+
+
+_loader_ids = itertools.count()
+
+
+def wait_until_complete(viewer: Any, timeout: float = 60.0) -> bool:
+    """Run napari's event loop until every plugin layer in `viewer` shows its complete view.
+
+    For scripts and screenshots; returns False if `timeout` seconds pass first.
+    Must be called on the main thread.
+    """
+    from napari.qt import get_qapp
+
+    app = get_qapp()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        app.processEvents()
+        loaders = [loader for layer in viewer.layers if (loader := loader_of(layer)) is not None]
+        if all(loader.settled for loader in loaders):
+            app.processEvents()
+            return True
+        time.sleep(0.005)  # the event loop is idle: chunks are loading on worker threads
+    return False
+
+
+def loader_of(layer: Layer) -> LayerLoader | None:
+    """The loader behind a napari layer created from this plugin's data, else None."""
+    data: Any = getattr(layer, "data", None)
+    # napari wraps a multiscale layer's levels in its own sequence type (MultiScaleData).
+    first = data[0] if getattr(layer, "multiscale", False) and len(data) else data
+    return first.loader if isinstance(first, LayerLevel) else None
+
+
+def _set_loaded(layer: Layer, loaded: bool) -> None:
+    """Show the layer as loading (napari's layer-list indicator) until its view completes."""
+    state = getattr(layer, "_slicing_state", None)
+    setter = getattr(state, "_set_loaded", None)
+    if setter is not None:
+        setter(loaded)
+
+
+def _box_axes(view: ChunkedArray) -> list[tuple[int, int, bool]] | None:
+    """Per storage axis `(lo, hi, constant)` for a unit-step box view, else None."""
+    box = view.transform
+    bounds = view.bounding_box()
+    if bounds is None:
+        return None
+    axes: list[tuple[int, int, bool]] = []
+    for output_map, (lo, hi) in zip(box.output, bounds, strict=True):
+        if isinstance(output_map, ConstantMap):
+            axes.append((lo, hi, True))
+        elif isinstance(output_map, DimensionMap) and output_map.stride == 1:
+            axes.append((lo, hi, False))
+        else:
+            return None
+    return axes
+
+
+def _covers_displayed_plane(view: ChunkedArray) -> bool:
+    box = _box_axes(view)
+    if box is None:
+        return False
+    shape = view.source.shape
+    return all(
+        constant or (lo == 0 and hi == shape[a]) for a, (lo, hi, constant) in enumerate(box)
+    )
+
+
+def _view_chunks(box: Sequence[tuple[int, int, bool]], grid: Sequence[Any]) -> list[list[int]]:
+    ranges = [
+        range(int(g.index_to_chunk(lo)), int(g.index_to_chunk(hi - 1)) + 1)
+        for (lo, hi, _), g in zip(box, grid, strict=True)
+    ]
+    return [list(c) for c in itertools.product(*ranges)]
