@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["LayerLevel", "LayerLoader", "loader_of", "wait_until_complete"]
 
 _REFRESH_INTERVAL = 1 / 30  # seconds: at most ~30 layer refreshes a second while loading
+_REREADS = 3  # a read copies again (at most this often) if chunks landed while it ran
 
 
 class LayerLevel:
@@ -169,27 +170,30 @@ class LayerLoader:
             return view.result()
         coarsest = len(self._arrays) - 1
         thumbnail = level == coarsest and _covers_displayed_plane(view)
-        partial = view.read_nonblocking(
-            view=(self._id, "thumbnail" if thumbnail else "view"),
-            level=level,
-            fallback=self._coarser_fallback(level, view),
-            prefetch=self._prefetch_refs(view) if self.prefetch and not thumbnail else (),
-        )
-        if partial.missing:
+        fallback = self._coarser_fallback(level, view)
+        prefetch = self._prefetch_refs(view) if self.prefetch and not thumbnail else []
+        for _ in range(_REREADS):
+            partial = view.read_nonblocking(
+                view=(self._id, "thumbnail" if thumbnail else "view"),
+                level=level,
+                fallback=fallback,
+                prefetch=prefetch,
+            )
+            if not partial.missing:
+                return partial.data
+            # Watch first, then look: a chunk landing after this is seen by `_on_events`;
+            # one that landed before was not, and is found here. FAILED chunks are not
+            # watched: they stay empty until retried, and retrying them is an event too.
             with self._lock:
                 self._watched.update(partial.missing)
-            # A chunk may have landed between the copy and the request: check now.
-            self._forget_finished(partial.missing)
+            states = {key: self._cache.state(key) for key in partial.missing}
+            finished = [k for k, s in states.items() if s in (ChunkState.READY, ChunkState.FAILED)]
+            with self._lock:
+                self._watched.difference_update(finished)
+            if not any(states[k] is ChunkState.READY for k in finished):
+                break
+            prefetch = []  # queued by the first pass
         return partial.data
-
-    def _forget_finished(self, keys: frozenset[ChunkKey]) -> None:
-        finished = [
-            k for k in keys if self._cache.state(k) in (ChunkState.READY, ChunkState.FAILED)
-        ]
-        if finished:
-            self._landed(
-                finished, [k for k in finished if self._cache.state(k) is ChunkState.FAILED]
-            )
 
     def _prefetch_refs(self, view: ChunkedArray) -> list[ChunkRef]:
         """The ring of chunks around a box view, and the neighbouring planes."""

@@ -163,8 +163,39 @@ def test_a_slow_source_never_blocks_slicing(
     shown = np.asarray(layer._slice.image.raw)
     assert (shown == 0).all()  # ... showing the placeholder (the fill value), not wrong pixels
     gate.set()
+    qtbot.waitUntil(lambda: not layer.loaded, timeout=30_000)  # napari shows it loading
     _settle(qtbot, loader)
+    assert layer.loaded
     assert np.asarray(layer._slice.image.raw).any()
+
+
+def test_a_failed_chunk_is_reported_once_and_shown_empty(
+    make_napari_viewer: Callable[..., Any], qtbot: QtBot, cells_store: Path
+) -> None:
+    from napari.utils.notifications import notification_manager
+
+    (cells_store / "0" / "c" / "4" / "4").write_bytes(b"not a blosc frame")
+    viewer = make_napari_viewer(show=True)
+    layer, loader = _open(viewer, cells_store)
+    shown: list[str] = []
+    notification_manager.notification_ready.connect(lambda n: shown.append(str(n.message)))
+    viewer.scene.camera.zoom = 4.0
+    viewer.scene.camera.center = (0, 1150 * 0.25, 1150 * 0.25)  # chunk (4, 4) in the middle
+    _settle(qtbot, loader)
+    qtbot.waitUntil(lambda: len(shown) >= 1, timeout=10_000)
+    for _ in range(3):  # more slices of the same view: no new notification
+        layer.refresh()
+        _settle(qtbot, loader)
+    failures = [m for m in shown if "failed to load" in m]
+    assert len(failures) == 1
+    assert "c/4/4" in failures[0]
+    (y0, x0), _ = layer.corner_pixels
+    raw = np.asarray(layer._slice.image.raw)
+    bad = raw[1024 - y0 : 1280 - y0, 1024 - x0 : 1280 - x0]
+    assert bad.size
+    assert (bad == 0).all()
+    good = raw[: 1024 - y0, : 1024 - x0]
+    np.testing.assert_array_equal(good, synthetic_cells(y0, x0, good.shape))
 
 
 def test_screenshot_pixels_equal_the_data(

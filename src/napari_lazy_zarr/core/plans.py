@@ -40,7 +40,7 @@ from zarr_indexing import (
 
 from napari_lazy_zarr.core.cache import ChunkRef
 from napari_lazy_zarr.core.reader import CacheReader
-from napari_lazy_zarr.core.state import ChunkKey
+from napari_lazy_zarr.core.state import ChunkKey, ChunkState
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -104,7 +104,8 @@ class ReadPlan:
 
         Missing chunks' cells get the `fallback`'s values if given (an array of
         the view's shape, or a callable making one, called only if something is
-        missing), else `placeholder` (default: the source's fill value).
+        missing), else `placeholder` (default: the source's fill value). FAILED
+        chunks always get the placeholder, so a failure is never disguised.
         """
         out = self.new_buffer()
         value = self._source.fill_value if placeholder is None else placeholder
@@ -119,6 +120,9 @@ class ReadPlan:
         for key, data in resident:
             if data is not None:
                 self.copy_chunk(out, key, data)
+            elif values is not None and cache.state(key) is ChunkState.FAILED:
+                # A failed chunk keeps the explicit placeholder: the failure stays visible.
+                self.fill_missing(out, key, value, None)
             else:
                 self.fill_missing(out, key, value, values)
         return self.finish(out), missing
