@@ -232,3 +232,13 @@ def test_sharded_absent_inner_chunks_and_shards_are_fill_value(
     assert not (path / "c" / "1" / "1").exists()
     assert _all_chunks_equal(path, data) == 81
     np.testing.assert_array_equal(open_array(path, cache=inline_cache).result(), data)
+
+
+def test_zipped_store_reads_like_a_directory(make_store: MakeStore, tmp_path: Path) -> None:
+    import shutil
+
+    path, data = make_store()
+    zipped = shutil.make_archive(str(tmp_path / "zipped.zarr"), "zip", root_dir=path)
+    with pytest.raises(NotAZarrStoreError, match="is a file"):
+        open_zarr_source(path / "zarr.json")
+    assert _all_chunks_equal(zipped, data) == 20  # type: ignore[arg-type]

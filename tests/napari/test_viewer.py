@@ -224,3 +224,67 @@ def test_screenshot_pixels_equal_the_data(
     for channel in range(3):
         assert np.abs(shot[..., channel] - expected).max() <= 1
     assert shot[..., 0].std() > 10  # a real image, not a flat placeholder
+
+
+@pytest.fixture
+def async_slicing() -> Any:
+    from napari.settings import get_settings
+
+    settings = get_settings()
+    before = settings.experimental.async_
+    settings.experimental.async_ = True
+    yield
+    settings.experimental.async_ = before
+
+
+def test_async_slicing_completes_with_the_data(
+    async_slicing: None,
+    make_napari_viewer: Callable[..., Any],
+    qtbot: QtBot,
+    cells_store: Path,
+) -> None:
+    viewer = make_napari_viewer(show=True)
+    viewer.window.resize(800, 600)
+    layer, loader = _open(viewer, cells_store, prefetch=True)
+    viewer.scene.camera.zoom = 4.0
+    viewer.scene.camera.center = (0, 1500 * 0.25, 700 * 0.25)
+    viewer.window._qt_viewer.canvas.on_draw(None)
+
+    def shows_the_data() -> bool:
+        if not loader.settled or layer.data_level != 0:
+            return False
+        (y0, x0), (y1, x1) = layer.corner_pixels
+        raw = np.asarray(layer._slice.image.raw)
+        expected = synthetic_cells(int(y0), int(x0), (int(y1 - y0 + 1), int(x1 - x0 + 1)))
+        return raw.shape == expected.shape and bool((raw == expected).all())
+
+    qtbot.waitUntil(shows_the_data, timeout=30_000)
+
+
+def test_3d_view_shows_the_coarsest_level(
+    make_napari_viewer: Callable[..., Any], qtbot: QtBot, tmp_path: Path
+) -> None:
+    from tests.napari.conftest import write_ome_pyramid
+
+    volume = (np.arange(16 * 256 * 256) % 3001).astype(np.uint16).reshape(16, 256, 256)
+    path = tmp_path / "volume.ome.zarr"
+    pyramid = write_ome_pyramid(
+        path,
+        volume,
+        levels=2,
+        chunks=(4, 64, 64),
+        axes=[
+            {"name": "z", "type": "space"},
+            {"name": "y", "type": "space"},
+            {"name": "x", "type": "space"},
+        ],
+        zarr_format=3,
+    )
+    viewer = make_napari_viewer(show=True)
+    layer, loader = _open(viewer, path)
+    viewer.dims.ndisplay = 3
+    _settle(qtbot, loader)
+    assert layer.data_level == 1
+    qtbot.waitUntil(
+        lambda: np.array_equal(np.asarray(layer._slice.image.raw), pyramid[1]), timeout=30_000
+    )

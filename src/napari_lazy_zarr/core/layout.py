@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import re
-import zipfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -42,6 +41,8 @@ from napari_lazy_zarr.core.zarr_source import (
     _check_safe,
     _is_url,
     _metadata_files,
+    open_node,
+    store_for,
 )
 
 if TYPE_CHECKING:
@@ -200,17 +201,9 @@ def describe_store(path_or_url: str | os.PathLike[str]) -> tuple[ImageSpec, ...]
     ('raw', (64, 64), (1.0, 1.0))
     """
     location = os.fspath(path_or_url)
-    store: Any = location
-    local_dir: str | None = None
-    if not _is_url(location):
-        _check_local(location)
-        if os.path.isfile(location):  # _check_local lets only .zip files through
-            # zarr.open takes a string path for a directory, so a zip needs its store.
-            store = zarr.storage.ZipStore(location, mode="r")
-        else:
-            local_dir = location
+    store, local_dir = store_for(location)
     try:
-        root = _open_node(store, "", location)
+        root = open_node(store, "", location)
         walk = _Walk(location, local_dir, root.store, _basename(location))
         if isinstance(root, zarr.Array):
             _check_safe(location, root)
@@ -246,7 +239,7 @@ class _Walk:
         """
         if self.local_dir is not None:
             _check_local(os.path.join(self.local_dir, path))
-        return _open_node(self.store, path, self.full(path))
+        return open_node(self.store, path, self.full(path))
 
     def group(self, group: zarr.Group) -> tuple[ImageSpec, ...]:
         """An OME-Zarr image group's images, else those of a plain group."""
@@ -588,24 +581,6 @@ def _plain_image(array: zarr.Array[Any], name: str) -> ImageSpec:
         axis_names=axis_names,
         axis_units=(None,) * ndim,
     )
-
-
-def _open_node(store: Any, path: str, full: str) -> zarr.Array[Any] | zarr.Group:
-    """The array or group at `path` in `store`, zarr's failures mapped to our errors."""
-    try:
-        return zarr.open(store=store, path=path or None, mode="r")
-    except (FileNotFoundError, zarr.errors.NodeNotFoundError) as error:
-        raise NotAZarrStoreError(f"{full}: no zarr array or group found: {error}") from error
-    except ImportError as error:
-        raise NotAZarrStoreError(
-            f"{full}: opening this URL needs a package that is not installed: {error}"
-        ) from error
-    except zipfile.BadZipFile as error:
-        raise NotAZarrStoreError(f"{full}: not a zip archive: {error}") from error
-    except (ValueError, TypeError, KeyError) as error:
-        raise MetadataError(
-            f"{full}: malformed zarr metadata: {type(error).__name__}: {error}"
-        ) from error
 
 
 def _join(parent: str, child: str) -> str:

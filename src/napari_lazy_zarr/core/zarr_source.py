@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import zipfile
 from collections import OrderedDict
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
@@ -360,6 +361,44 @@ def _check_local(path: str) -> None:
         _check_document(path, document)
 
 
+def store_for(location: str) -> tuple[Any, str | None]:
+    """What zarr-python opens `location` with, and its local directory (None for URLs, zips).
+
+    Local paths are checked first (`StoreNotFoundError`, `NotAZarrStoreError`,
+    `MetadataError`, pickle codecs refused by name). A `.zip` file needs its own
+    store: zarr.open takes a string path as a directory.
+    """
+    if _is_url(location):
+        return location, None
+    _check_local(location)
+    if os.path.isfile(location):  # _check_local lets only .zip files through
+        return zarr.storage.ZipStore(location, mode="r"), None
+    return location, location
+
+
+def open_node(store: Any, path: str, full: str) -> zarr.Array[Any] | zarr.Group:
+    """The array or group at `path` in `store`, zarr-python's failures mapped to ours.
+
+    Arrays are opened with zarr's synchronous `FusedCodecPipeline`, which
+    `ZarrChunkSource` drives from worker threads.
+    """
+    try:
+        with zarr.config.set(_FUSED_PIPELINE):
+            return zarr.open(store=store, path=path or None, mode="r")
+    except (FileNotFoundError, zarr.errors.NodeNotFoundError) as error:
+        raise NotAZarrStoreError(f"{full}: no zarr array or group found: {error}") from error
+    except ImportError as error:
+        raise NotAZarrStoreError(
+            f"{full}: opening this URL needs a package that is not installed: {error}"
+        ) from error
+    except zipfile.BadZipFile as error:
+        raise NotAZarrStoreError(f"{full}: not a zip archive: {error}") from error
+    except (ValueError, TypeError, KeyError) as error:
+        raise MetadataError(
+            f"{full}: malformed zarr metadata: {type(error).__name__}: {error}"
+        ) from error
+
+
 def _group_arrays(group: zarr.Group) -> list[str]:
     return sorted(name for name, _ in group.arrays())
 
@@ -381,24 +420,11 @@ def open_zarr_source(path_or_url: str | os.PathLike[str], *, path: str = "") -> 
         The dtype is not an image dtype.
     """
     location = os.fspath(path_or_url)
-    if not _is_url(location):
-        _check_local(location)
-        if path:
-            _check_local(os.path.join(location, path))
+    store, local_dir = store_for(location)
+    if local_dir is not None and path:
+        _check_local(os.path.join(local_dir, path))
     full = f"{location.rstrip('/')}/{path}" if path else location
-    try:
-        with zarr.config.set(_FUSED_PIPELINE):
-            node = zarr.open(store=location, path=path or None, mode="r")
-    except (FileNotFoundError, zarr.errors.NodeNotFoundError) as error:
-        raise NotAZarrStoreError(f"{full}: no zarr array or group found: {error}") from error
-    except ImportError as error:
-        raise NotAZarrStoreError(
-            f"{full}: opening this URL needs a package that is not installed: {error}"
-        ) from error
-    except (ValueError, TypeError, KeyError) as error:
-        raise MetadataError(
-            f"{full}: malformed zarr metadata: {type(error).__name__}: {error}"
-        ) from error
+    node = open_node(store, path, full)
     if isinstance(node, zarr.Group):
         arrays = _group_arrays(node)
         hint = (
