@@ -175,12 +175,12 @@ def _image_kwargs(spec: ImageSpec, channel: int | None, loader: LayerLoader) -> 
         kwargs["contrast_limits"] = spec.contrast_limits[index]
     else:
         kwargs["contrast_limits"] = _sample_contrast_limits(loader)
+    if spec.channel_colors and index < len(spec.channel_colors):
+        kwargs["colormap"] = _colormap(spec.channel_colors[index])
+    if spec.channel_visible and index < len(spec.channel_visible):
+        kwargs["visible"] = spec.channel_visible[index]
     if channel is not None:
         kwargs["blending"] = "additive"
-        if spec.channel_colors and index < len(spec.channel_colors):
-            kwargs["colormap"] = _colormap(spec.channel_colors[index])
-        if spec.channel_visible and index < len(spec.channel_visible):
-            kwargs["visible"] = spec.channel_visible[index]
     return kwargs
 
 

@@ -16,8 +16,8 @@ SAMPLE_SIZE = 32768
 
 
 def sample_path(size: int = SAMPLE_SIZE, directory: Path | None = None) -> Path:
-    """The sample OME-Zarr pyramid of `size`², written on first use (about 2 minutes and
-    ~380 MB for 32768²) into the user cache directory and reused afterwards."""
+    """The sample OME-Zarr pyramid of `size`², written on first use (about a minute and
+    360 MB for 32768² on 2 cores) into the user cache directory and reused afterwards."""
     directory = default_cache_dir() if directory is None else directory
     path = directory / f"cells-{size}.ome.zarr"
     marker = path / ".complete"

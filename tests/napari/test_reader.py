@@ -153,3 +153,31 @@ def test_broken_store_raises_a_clear_error(tmp_path: Path) -> None:
     zarr.open_group(str(bad_ome), mode="w", zarr_format=2).attrs["multiscales"] = [{"datasets": 5}]
     with pytest.raises(MetadataError, match=r"bad\.ome\.zarr"):
         read_zarr(str(bad_ome))
+
+
+def test_manifest_is_valid_and_its_commands_import() -> None:
+    from npe2 import PluginManifest
+
+    manifest = PluginManifest.from_distribution("napari-lazy-zarr")
+    manifest.validate_imports()
+    assert {c.id for c in manifest.contributions.commands or []} >= {
+        "napari-lazy-zarr.get_reader",
+        "napari-lazy-zarr.sample",
+    }
+    (reader,) = manifest.contributions.readers or []
+    assert "*.zarr" in reader.filename_patterns
+    assert reader.accepts_directories
+
+
+def test_sample_data_is_generated_once_and_read_lazily(tmp_path: Path) -> None:
+    from napari_lazy_zarr._sample_data import sample_path
+
+    path = sample_path(1024, tmp_path)
+    assert (path / ".complete").exists()
+    marker_time = (path / ".complete").stat().st_mtime_ns
+    assert sample_path(1024, tmp_path) == path  # reused, not rewritten
+    assert (path / ".complete").stat().st_mtime_ns == marker_time
+    ((levels, kwargs, layer_type),) = read_zarr(str(path))
+    assert layer_type == "image"
+    assert [level.shape for level in levels] == [(1024, 1024), (512, 512)]
+    assert kwargs["contrast_limits"] == (100, 20000)  # from the omero window
