@@ -149,6 +149,9 @@ class LayerLoader:
         self._layer: weakref.ReferenceType[Layer] | None = None
         self._id = next(_loader_ids)
         self.reads = 0
+        # The latest displayed view (not the thumbnail): its level and the chunks it touches.
+        self.view_level = 0
+        self.view_keys: frozenset[ChunkKey] = frozenset()
         cache.state_changed.connect(self._on_events)
 
     @property
@@ -179,6 +182,9 @@ class LayerLoader:
                 fallback=fallback,
                 prefetch=prefetch,
             )
+            if not thumbnail:
+                self.view_level = level
+                self.view_keys = frozenset(partial.request.keys)
             if not partial.missing:
                 return partial.data
             # Watch first, then look: a chunk landing after this is seen by `_on_events`;

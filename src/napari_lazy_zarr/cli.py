@@ -124,6 +124,7 @@ def view(
     configure(total_bytes_limit=total_bytes_limit, concurrency=concurrency)
     viewer = napari.Viewer(show=True, title=f"napari-lazy-zarr: {location}")
     watch_viewer(viewer)
+    viewer.window.add_plugin_dock_widget("napari-lazy-zarr", "Chunk inspector")
     layers = viewer.open(location, plugin="napari-lazy-zarr")
     for layer in layers:
         loader = loader_of(layer)
