@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import napari
+from napari.qt import get_qapp
 from napari_lazy_zarr._layer_data import loader_of, wait_until_complete
 from napari_lazy_zarr._reader import watch_viewer
 from napari_lazy_zarr._sample_data import sample_path
@@ -30,6 +31,18 @@ def main() -> None:
     if not wait_until_complete(viewer, 120):
         raise SystemExit("the view did not complete")
     viewer.screenshot(str(IMAGES / "viewer.png"), canvas_only=False, flash=False)
+    # The same view with the chunk inspector docked beside it.
+    viewer.window.resize(1700, 1000)
+    _, inspector = viewer.window.add_plugin_dock_widget("napari-lazy-zarr", "Chunk inspector")
+    viewer.window._qt_viewer.canvas.on_draw(None)
+    if not wait_until_complete(viewer, 120):
+        raise SystemExit("the view did not complete")
+    app = get_qapp()
+    ticks = inspector.ticks
+    while inspector.ticks < ticks + 3:  # let the inspector's timer apply and paint
+        app.processEvents()
+    viewer.screenshot(str(IMAGES / "inspector.png"), canvas_only=False, flash=False)
+    inspector.close()
     viewer.close()
 
 
