@@ -7,9 +7,11 @@ from __future__ import annotations
 
 __all__ = [
     "ChunkReadError",
+    "IncompatibleSourcesError",
     "LazyZarrError",
     "MetadataError",
     "NotAZarrStoreError",
+    "ReadOnlyError",
     "StoreNotFoundError",
     "UnsafeDataError",
     "UnsupportedDataError",
@@ -42,3 +44,11 @@ class UnsafeDataError(LazyZarrError, ValueError):
 
 class ChunkReadError(LazyZarrError, OSError):
     """A chunk could not be read or decoded; the message names the chunk key and cause."""
+
+
+class IncompatibleSourcesError(LazyZarrError, ValueError):
+    """Sources cannot be combined: their ranks, dtypes or extents disagree, or a bad axis."""
+
+
+class ReadOnlyError(LazyZarrError, NotImplementedError):
+    """A write was attempted through a source or store that can only be read."""
