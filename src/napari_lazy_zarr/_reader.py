@@ -1,5 +1,9 @@
 """The napari reader: Zarr stores (plain arrays, groups, OME-Zarr) as non-blocking layers.
 
+Also kerchunk reference files (an array whose chunks live in other files) and
+stack files (``*.zstack.json``: zarr arrays concatenated or stacked into one
+layer); see `core.manifest`.
+
 `napari_get_reader` is cheap (a few `stat` calls), never raises, and returns
 `None` for what it cannot read. The reader function describes the store from
 metadata only, opens each level as a chunk source over the plugin's shared
@@ -19,9 +23,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from napari_lazy_zarr._layer_data import LayerLoader, loader_of
-from napari_lazy_zarr.core import ChunkCache, ChunkedArray, open_zarr_source
+from napari_lazy_zarr.core import ChunkCache, ChunkedArray
 from napari_lazy_zarr.core.cache import DEFAULT_TOTAL_BYTES_LIMIT
-from napari_lazy_zarr.core.layout import ImageSpec, describe_store, looks_like_zarr
+from napari_lazy_zarr.core.layout import ImageSpec, describe_store, looks_like_zarr, open_source
+from napari_lazy_zarr.core.manifest import reference_file_kind
 from napari_lazy_zarr.core.pyramid import virtual_levels
 
 if TYPE_CHECKING:
@@ -70,11 +75,16 @@ def configure(
 
 
 def napari_get_reader(path: PathOrPaths) -> Callable[[Any], list[LayerDataTuple]] | None:
-    """The npe2 reader hook: `read_zarr` for a Zarr store, else None. Cheap; never raises."""
+    """The npe2 reader hook: `read_zarr` for a Zarr store or reference file, else None.
+
+    Cheap; never raises.
+    """
     try:
         if isinstance(path, list | tuple) and len(path) != 1:
             return None
-        return read_zarr if looks_like_zarr(_single(path)) else None
+        location = _single(path)
+        readable = looks_like_zarr(location) or reference_file_kind(location) is not None
+        return read_zarr if readable else None
     except Exception:  # the hook must never raise, whatever it is handed
         return None
 
@@ -103,9 +113,7 @@ def layer_data(
     location: str, spec: ImageSpec, cache: ChunkCache, *, prefetch: bool = True
 ) -> list[LayerDataTuple]:
     """The layer data tuples of one image (one per channel if it has a channel axis)."""
-    sources: list[ChunkSource] = [
-        open_zarr_source(location, path=level.path) for level in spec.levels
-    ]
+    sources: list[ChunkSource] = [open_source(location, path=level.path) for level in spec.levels]
     scale = spec.levels[0].scale
     translate = spec.levels[0].translate
     if len(sources) == 1:

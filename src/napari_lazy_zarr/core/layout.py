@@ -35,6 +35,14 @@ from napari_lazy_zarr.core.errors import (
     StoreNotFoundError,
     UnsupportedDataError,
 )
+from napari_lazy_zarr.core.manifest import (
+    STACK_SUFFIX,
+    ManifestSource,
+    ManifestStore,
+    open_stack,
+    read_stack_file,
+    reference_file_kind,
+)
 from napari_lazy_zarr.core.zarr_source import (
     _METADATA_FILES,
     _check_local,
@@ -42,6 +50,7 @@ from napari_lazy_zarr.core.zarr_source import (
     _is_url,
     _metadata_files,
     open_node,
+    open_zarr_source,
     store_for,
 )
 
@@ -56,7 +65,9 @@ if TYPE_CHECKING:
     from ome_zarr_models.v05.multiscales import Multiscale as Multiscale05
     from pydantic import BaseModel, ValidationError
 
-__all__ = ["ImageSpec", "LevelSpec", "describe_store", "looks_like_zarr"]
+    from napari_lazy_zarr.core.source import ChunkSource
+
+__all__ = ["ImageSpec", "LevelSpec", "describe_store", "looks_like_zarr", "open_source"]
 
 # What `looks_like_zarr` accepts: a directory holding one of these files...
 _MARKER_FILES: Final = (*_METADATA_FILES, ".zattrs")
@@ -172,6 +183,10 @@ def describe_store(path_or_url: str | os.PathLike[str]) -> tuple[ImageSpec, ...]
       entry of its ``labels`` group.
     - Any other group: one single-level image per array directly in it, and the
       OME-Zarr images among its direct subgroups, in name order.
+    - A kerchunk reference file: what the store it describes holds, as above
+      (named after the file, without ``.json``).
+    - A stack file (``*.zstack.json``): one single-level image, the composite
+      of the arrays it lists (see `core.manifest.StackFile`).
 
     No chunk is read. URLs are passed to zarr-python as they are.
 
@@ -201,10 +216,18 @@ def describe_store(path_or_url: str | os.PathLike[str]) -> tuple[ImageSpec, ...]
     ('raw', (64, 64), (1.0, 1.0))
     """
     location = os.fspath(path_or_url)
-    store, local_dir = store_for(location)
+    kind = reference_file_kind(location)
+    if kind == "stack":
+        return (_stack_image(location),)
+    basename = _basename(location)
+    if kind == "kerchunk":
+        store, local_dir = ManifestStore(location), None
+        basename = basename.removesuffix(".json")
+    else:
+        store, local_dir = store_for(location)
     try:
         root = open_node(store, "", location)
-        walk = _Walk(location, local_dir, root.store, _basename(location))
+        walk = _Walk(location, local_dir, root.store, basename)
         if isinstance(root, zarr.Array):
             _check_safe(location, root)
             return (_plain_image(root, walk.basename),)
@@ -591,3 +614,40 @@ def _basename(location: str) -> str:
     if _is_url(location):
         return location.rstrip("/").rsplit("/", 1)[-1]
     return os.path.basename(os.path.abspath(location))
+
+
+# -- reference and stack files (core/manifest.py) ------------------------------
+
+
+def open_source(location: str | os.PathLike[str], *, path: str = "") -> ChunkSource:
+    """The chunk source of an array `describe_store` listed (a level's `path` in `location`).
+
+    A zarr array; an array described by a kerchunk reference file; or, for a
+    stack file, the composite source it describes (`path` is then unused).
+    """
+    location = os.fspath(location)
+    kind = reference_file_kind(location)
+    if kind == "stack":
+        return open_stack(location)
+    if kind == "kerchunk":
+        return ManifestSource(location, path=path)
+    return open_zarr_source(location, path=path)
+
+
+def _stack_image(location: str) -> ImageSpec:
+    """The one image a stack file describes: its composite, at unit scale."""
+    stack = read_stack_file(location)
+    shape = stack.open().shape
+    ndim = len(shape)
+    names = stack.axis_names or tuple(f"dim_{i}" for i in range(ndim))
+    if len(names) != ndim:
+        raise MetadataError(
+            f"{location}: 'axis_names' has {len(names)} names for the stack's {ndim} axes"
+        )
+    return ImageSpec(
+        name=stack.name or os.path.basename(location)[: -len(STACK_SUFFIX)],
+        kind="image",
+        levels=(LevelSpec("", shape, (1.0,) * ndim, (0.0,) * ndim),),
+        axis_names=names,
+        axis_units=(None,) * ndim,
+    )
