@@ -6,6 +6,9 @@ The public Python API::
     image = napari_lazy_zarr.open_array("image.zarr", total_bytes_limit=512 << 20)
     tile = image[0:2048, 0:2048].result()      # blocks until the chunks are resident
     image.cache.statistics                     # hits, misses, loads, resident bytes, ...
+
+Composite sources (concatenation, stacks, constants, functions, casts, kerchunk
+references) are described in docs/composite-sources.md.
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -13,6 +16,7 @@ from importlib.metadata import PackageNotFoundError, version
 from napari_lazy_zarr.core import (
     ArraySource,
     CacheStatistics,
+    CastSource,
     ChunkCache,
     ChunkedArray,
     ChunkEvent,
@@ -20,15 +24,23 @@ from napari_lazy_zarr.core import (
     ChunkReadError,
     ChunkSource,
     ChunkState,
+    ConcatSource,
+    ConstantSource,
+    FunctionSource,
+    IncompatibleSourcesError,
     LazyZarrError,
+    ManifestSource,
     MetadataError,
     NotAZarrStoreError,
     PartialRead,
+    ReadOnlyError,
+    StackSource,
     StoreNotFoundError,
     UnsafeDataError,
     UnsupportedDataError,
     ZarrChunkSource,
     open_array,
+    open_stack,
 )
 
 try:
@@ -39,6 +51,7 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
 __all__ = [
     "ArraySource",
     "CacheStatistics",
+    "CastSource",
     "ChunkCache",
     "ChunkEvent",
     "ChunkKey",
@@ -46,14 +59,22 @@ __all__ = [
     "ChunkSource",
     "ChunkState",
     "ChunkedArray",
+    "ConcatSource",
+    "ConstantSource",
+    "FunctionSource",
+    "IncompatibleSourcesError",
     "LazyZarrError",
+    "ManifestSource",
     "MetadataError",
     "NotAZarrStoreError",
     "PartialRead",
+    "ReadOnlyError",
+    "StackSource",
     "StoreNotFoundError",
     "UnsafeDataError",
     "UnsupportedDataError",
     "ZarrChunkSource",
     "__version__",
     "open_array",
+    "open_stack",
 ]

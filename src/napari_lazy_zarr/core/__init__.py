@@ -12,16 +12,27 @@ from napari_lazy_zarr.core.cache import (
     Request,
     default_concurrency,
 )
+from napari_lazy_zarr.core.composite import (
+    CastSource,
+    CompositeIdentity,
+    ConcatSource,
+    ConstantSource,
+    FunctionSource,
+    StackSource,
+)
 from napari_lazy_zarr.core.errors import (
     ChunkReadError,
+    IncompatibleSourcesError,
     LazyZarrError,
     MetadataError,
     NotAZarrStoreError,
+    ReadOnlyError,
     StoreNotFoundError,
     UnsafeDataError,
     UnsupportedDataError,
 )
 from napari_lazy_zarr.core.loader import InlineExecutor, ManualExecutor
+from napari_lazy_zarr.core.manifest import ManifestSource, ManifestStore, StackFile, open_stack
 from napari_lazy_zarr.core.reader import CacheReader
 from napari_lazy_zarr.core.source import ArraySource, ChunkSource
 from napari_lazy_zarr.core.state import (
@@ -39,6 +50,7 @@ __all__ = [
     "ArraySource",
     "CacheReader",
     "CacheStatistics",
+    "CastSource",
     "ChunkCache",
     "ChunkEvent",
     "ChunkKey",
@@ -47,19 +59,30 @@ __all__ = [
     "ChunkSource",
     "ChunkState",
     "ChunkedArray",
+    "CompositeIdentity",
+    "ConcatSource",
+    "ConstantSource",
+    "FunctionSource",
     "IllegalTransitionError",
+    "IncompatibleSourcesError",
     "InlineExecutor",
     "LazyZarrError",
+    "ManifestSource",
+    "ManifestStore",
     "ManualExecutor",
     "MetadataError",
     "NotAZarrStoreError",
     "PartialRead",
+    "ReadOnlyError",
     "Request",
+    "StackFile",
+    "StackSource",
     "StoreNotFoundError",
     "UnsafeDataError",
     "UnsupportedDataError",
     "ZarrChunkSource",
     "default_concurrency",
     "open_array",
+    "open_stack",
     "open_zarr_source",
 ]
