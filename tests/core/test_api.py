@@ -149,3 +149,22 @@ def test_demo_command_reads_the_generated_store(tmp_path: Path) -> None:
 
     assert main(["engine-demo", "--directory", str(tmp_path), "--size", "2048"]) == 0
     assert main(["engine-demo", "--directory", str(tmp_path), "--size", "2048"]) == 0  # reuses
+
+
+def test_mixed_regular_and_irregular_axes_partition_exactly() -> None:
+    """A grid with a fixed axis (clipped last chunk) beside an irregular one."""
+    from zarr_indexing import FixedDimension, VaryingDimension
+
+    data = np.arange(37 * 10).reshape(37, 10)
+
+    source = ArraySource(data, chunks=(8, 10))
+    source._grid = (
+        FixedDimension(size=8, extent=37),
+        VaryingDimension(edges=(3, 3, 4), extent=10),
+    )
+    with ChunkCache(1 << 20, executor=InlineExecutor()) as cache:
+        image = ChunkedArray(source, cache)
+        np.testing.assert_array_equal(
+            image.oindex[[36, 0], [9, 1, 4]].result(), data[np.ix_([36, 0], [9, 1, 4])]
+        )
+        np.testing.assert_array_equal(image[30:, ::-1].result(), data[30:, ::-1])

@@ -141,13 +141,49 @@ def test_newer_request_supersedes_queued_work(
     assert new.generation == old.generation + 1
     manual.run_all()
     order = loaded_order(cache)
-    # The new view's chunks load before the old view's leftovers, which are demoted, not lost.
-    assert order[1:3] == [(12, 12), (12, 8)] or order[1:3] == [(12, 8), (12, 12)]
-    assert set(order[3:]) == {(0, 0), (0, 8)}
+    # Only the new view's chunks load; the old view's leftovers are not fetched ...
+    assert sorted(order[1:]) == [(12, 8), (12, 12)]
     assert new.complete
-    # The superseded request's pins were released.
-    assert not cache.is_pinned(ChunkRef.of(source, (0, 0)).key)
+    leftovers = [ChunkRef.of(source, c).key for c in ((0, 0), (0, 2))]
+    # ... they stay QUEUED, parked, and nothing pins them any more.
+    assert [cache.state(k) for k in leftovers] == [ChunkState.QUEUED] * 2
+    assert cache.statistics.parked == 2
+    assert cache.statistics.queued == 0
+    assert not any(cache.is_pinned(k) for k in leftovers)
+    # A view that wants one of them again gets it loaded.
+    back = cache.request(refs(source, (0, 0)), view="layer")
+    assert cache.statistics.parked == 1
+    manual.run_all()
+    assert back.complete
+    assert cache.state(leftovers[0]) is ChunkState.READY
+    back.release()
     new.release()
+
+
+def test_superseded_work_can_be_fetched_after_current_work(
+    manual: ManualExecutor, source: ArraySource
+) -> None:
+    with ChunkCache(1 << 20, concurrency=1, executor=manual, fetch_superseded=True) as cache:
+        cache.request(refs(source, (0, 0), (0, 1), (0, 2)), view="layer")
+        manual.run_next()
+        new = cache.request(refs(source, (3, 3), (3, 2)), view="layer")
+        manual.run_all()
+        order = loaded_order(cache)
+        assert sorted(order[1:3]) == [(12, 8), (12, 12)]  # current work first ...
+        assert sorted(order[3:]) == [(0, 0), (0, 8)]  # ... then the left view's leftovers
+        assert cache.statistics.parked == 0
+        new.release()
+
+
+def test_releasing_a_view_drops_its_queued_work(
+    cache: ChunkCache, manual: ManualExecutor, source: ArraySource
+) -> None:
+    request = cache.request(refs(source, (1, 1), (1, 2)), view="layer")
+    cache.release_view("layer")
+    assert request.done.cancelled()
+    manual.run_all()
+    assert loaded_order(cache) == []
+    assert cache.statistics.parked == 2
 
 
 def test_failure_is_kept_and_not_retried_until_asked(source: ArraySource) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 from zarr_indexing import FixedDimension, LazyArray
@@ -12,7 +12,7 @@ from napari_lazy_zarr.core.cache import DEFAULT_TOTAL_BYTES_LIMIT, ChunkCache, C
 from napari_lazy_zarr.core.errors import ChunkReadError
 from napari_lazy_zarr.core.plans import Fallback, ReadPlan, plan_read
 from napari_lazy_zarr.core.source import grid_shape
-from napari_lazy_zarr.core.zarr_source import open_zarr_source
+from napari_lazy_zarr.core.zarr_source import is_remote, open_zarr_source
 
 if TYPE_CHECKING:
     import os
@@ -23,7 +23,10 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.source import ChunkSource
     from napari_lazy_zarr.core.state import ChunkKey
 
-__all__ = ["ChunkedArray", "PartialRead", "open_array"]
+__all__ = ["REMOTE_CONCURRENCY", "ChunkedArray", "PartialRead", "open_array"]
+
+REMOTE_CONCURRENCY: Final = 32
+"""Default chunk loads in flight for remote stores (TensorStore's HTTP concurrency)."""
 
 
 class _GridAdapter:
@@ -45,8 +48,12 @@ def _lazy_for(source: ChunkSource) -> LazyArray:
     grid = source.grid
     if all(isinstance(g, FixedDimension) for g in grid):
         return lazy.with_parts(tuple(int(g.size) for g in grid if isinstance(g, FixedDimension)))
-    counts = grid_shape(source)
-    sizes = [[int(g.chunk_size(i)) for i in range(n)] for g, n in zip(grid, counts, strict=True)]
+    # Per-axis sizes must tile the extent exactly: clip each axis's last chunk (a
+    # FixedDimension declares its full size even where the array ends).
+    sizes = [
+        [min(int(g.chunk_size(i)), extent - int(g.chunk_offset(i))) for i in range(n)]
+        for g, n, extent in zip(grid, grid_shape(source), source.shape, strict=True)
+    ]
     return lazy.with_parts_per_axis(sizes)
 
 
@@ -237,7 +244,8 @@ class ChunkedArray:
         fallback
             An array of this view's shape to take missing cells from instead
             (e.g. resident coarser-level data, upsampled), or a callable
-            returning one, called only when something is missing.
+            returning one, called only when something is missing, with the
+            missing chunks' keys (it need only fill the cells they cover).
         view
             Which view this read is for; a newer read of the same view
             supersedes this one's queued work. Defaults to this array.
@@ -310,7 +318,8 @@ def open_array(
     total_bytes_limit
         Capacity of the chunk cache in bytes of decoded data (default 1 GiB).
     concurrency
-        Chunks loaded at once by worker threads (default: one per core, >= 2).
+        Chunks loaded at once by worker threads (default: one per core, at least 2,
+        for local stores; 32 for URLs, as TensorStore keeps 32 HTTP requests in flight).
     path
         The array's path inside the store, for arrays inside a group.
     cache
@@ -339,5 +348,8 @@ def open_array(
     """
     source = open_zarr_source(path_or_url, path=path)
     if cache is None:
+        if concurrency is None and is_remote(path_or_url):
+            # Remote chunks are latency-bound: keep many requests in flight.
+            concurrency = REMOTE_CONCURRENCY
         cache = ChunkCache(total_bytes_limit, concurrency=concurrency)
     return ChunkedArray(source, cache)

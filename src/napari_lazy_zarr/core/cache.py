@@ -96,6 +96,9 @@ class CacheStatistics:
     total_bytes_limit: int
     in_flight: int
     queued: int
+    """QUEUED chunks waiting for a worker (parked ones excluded)."""
+    parked: int
+    """QUEUED chunks dropped from the queue because their view moved on (not fetched)."""
     load_latency_mean: float
     """Seconds, over the last loads (NaN before the first)."""
     load_latency_p95: float
@@ -111,7 +114,18 @@ class CacheStatistics:
 class _Entry:
     """Mutable per-chunk record; every field is guarded by the cache lock."""
 
-    __slots__ = ("coords", "data", "error", "key", "nbytes", "pins", "source", "started", "state")
+    __slots__ = (
+        "coords",
+        "data",
+        "error",
+        "key",
+        "nbytes",
+        "pins",
+        "queue_items",
+        "source",
+        "started",
+        "state",
+    )
 
     def __init__(self, ref: ChunkRef) -> None:
         self.key = ref.key
@@ -122,6 +136,7 @@ class _Entry:
         self.error: BaseException | None = None
         self.nbytes = 0
         self.pins = 0
+        self.queue_items = 0  # items in the load queue naming this chunk
         self.started = 0.0
 
 
@@ -227,6 +242,11 @@ class ChunkCache:
         step loads by hand in tests.
     event_log_size
         How many recent `ChunkEvent`s the log keeps.
+    fetch_superseded
+        Whether chunks queued for a view the user has left still load (after
+        all current work). By default they are dropped when they reach the
+        front of the queue: they stay QUEUED, *parked*, and load only if a view
+        asks for them again — nothing is downloaded for views nobody looks at.
 
     Signals
     -------
@@ -261,6 +281,7 @@ class ChunkCache:
         concurrency: int | None = None,
         executor: Executor | None = None,
         event_log_size: int = 10_000,
+        fetch_superseded: bool = False,
     ) -> None:
         if total_bytes_limit < 0:
             raise ValueError(f"total_bytes_limit must be >= 0, got {total_bytes_limit}")
@@ -281,6 +302,8 @@ class ChunkCache:
         self._entries: dict[ChunkKey, _Entry] = {}
         self._lru: OrderedDict[ChunkKey, None] = OrderedDict()  # READY keys, oldest first
         self._queue = PriorityQueue()
+        self._fetch_superseded = fetch_superseded
+        self._parked: set[ChunkKey] = set()  # QUEUED chunks dropped from the queue
         self._waiting: dict[ChunkKey, list[Request]] = {}
         self._views: dict[Hashable, Request] = {}
         self._generations: dict[Hashable, int] = {}
@@ -535,6 +558,7 @@ class ChunkCache:
             self._transition(entry, ChunkState.QUEUED, reason, outbox)
         elif entry.state is not ChunkState.QUEUED:
             return  # LOADING, READY, or FAILED (no retry storms)
+        self._push(entry)
         self._queue.push(
             entry.key,
             load_class=load_class,
@@ -565,6 +589,8 @@ class ChunkCache:
                     del self._waiting[key]
         if self._views.get(request.view) is request:
             del self._views[request.view]
+            # Released, not replaced: its queued chunks are superseded too.
+            self._generations[request.view] = self._generations.get(request.view, 0) + 1
         self._evict_over_limit(outbox)
 
     def _release(self, request: Request) -> None:
@@ -615,6 +641,7 @@ class ChunkCache:
                     continue
                 entry.error = None
                 self._transition(entry, ChunkState.QUEUED, "retry", outbox)
+                self._push(entry)
                 self._queue.push(
                     key,
                     load_class=LoadClass.NEEDED,
@@ -649,7 +676,8 @@ class ChunkCache:
             pinned_bytes=self._pinned,
             total_bytes_limit=self._limit,
             in_flight=self._state_counts[ChunkState.LOADING],
-            queued=self._state_counts[ChunkState.QUEUED],
+            queued=self._state_counts[ChunkState.QUEUED] - len(self._parked),
+            parked=len(self._parked),
             load_latency_mean=float(latencies.mean()) if latencies.size else math.nan,
             load_latency_p95=float(np.percentile(latencies, 95)) if latencies.size else math.nan,
             states={state: self._state_counts[state] for state in ChunkState},
@@ -679,15 +707,29 @@ class ChunkCache:
             else:
                 entry = self._finish_load(entry, data, None)
 
+    def _push(self, entry: _Entry) -> None:
+        """Account for one more queue item naming `entry` (the caller pushes it)."""
+        entry.queue_items += 1
+        self._parked.discard(entry.key)
+
     def _take_next(self, outbox: _Outbox) -> _Entry | None:
         """Move the most urgent QUEUED chunk to LOADING, or retire this task (lock held)."""
         if not self._closed and self._active_tasks <= self._concurrency:
-            while (key := self._queue.pop(self._current_generation)) is not None:
-                entry = self._entries[key]
-                if entry.state is ChunkState.QUEUED:
-                    self._transition(entry, ChunkState.LOADING, "started", outbox)
-                    entry.started = time.perf_counter()
-                    return entry
+            while (item := self._queue.pop()) is not None:
+                entry = self._entries[item.key]
+                entry.queue_items -= 1
+                if entry.state is not ChunkState.QUEUED:
+                    continue
+                if self._queue.is_stale(item, self._current_generation):
+                    if self._fetch_superseded:
+                        entry.queue_items += 1
+                        self._queue.push_demoted(item)
+                    elif entry.queue_items == 0:
+                        self._parked.add(entry.key)  # no view wants it any more
+                    continue
+                self._transition(entry, ChunkState.LOADING, "started", outbox)
+                entry.started = time.perf_counter()
+                return entry
         self._active_tasks -= 1
         return None
 

@@ -19,7 +19,14 @@ if TYPE_CHECKING:
 
     from napari_lazy_zarr.core.state import ChunkKey
 
-__all__ = ["Executor", "InlineExecutor", "LoadClass", "ManualExecutor", "PriorityQueue"]
+__all__ = [
+    "Executor",
+    "InlineExecutor",
+    "LoadClass",
+    "ManualExecutor",
+    "PriorityQueue",
+    "QueueItem",
+]
 
 
 class Executor(Protocol):
@@ -124,7 +131,7 @@ class LoadClass(IntEnum):
 
 
 @dataclass(frozen=True, slots=True, order=True)
-class _QueueItem:
+class QueueItem:
     load_class: int
     level_rank: int
     distance: float
@@ -137,14 +144,14 @@ class _QueueItem:
 class PriorityQueue:
     """Queued chunk loads ordered by (class, coarser level first, distance from view centre).
 
-    Superseding is lazy: an item whose view has moved on to a newer
-    generation is demoted to `LoadClass.STALE` when it reaches the front,
-    so it loads only after all current work. Duplicates are allowed; the
-    cache skips items whose chunk is no longer QUEUED.
+    Superseding is lazy: when an item whose view has moved on to a newer
+    generation reaches the front, the cache drops it (or, if it fetches
+    superseded work, demotes it below all current work). Duplicates are
+    allowed; the cache skips items whose chunk is no longer QUEUED.
     """
 
     def __init__(self) -> None:
-        self._heap: list[_QueueItem] = []
+        self._heap: list[QueueItem] = []
         self._sequence = itertools.count()
 
     def __len__(self) -> int:
@@ -162,33 +169,41 @@ class PriorityQueue:
     ) -> None:
         heapq.heappush(
             self._heap,
-            _QueueItem(
+            QueueItem(
                 int(load_class), -level, distance, next(self._sequence), key, view, generation
             ),
         )
 
-    def pop(self, current_generation: Callable[[Hashable], int | None]) -> ChunkKey | None:
-        """The most urgent key, demoting superseded items on the way; None when empty."""
-        while self._heap:
-            item = heapq.heappop(self._heap)
-            if item.load_class < LoadClass.STALE and item.view is not None:
-                current = current_generation(item.view)
-                if current is not None and current != item.generation:
-                    heapq.heappush(
-                        self._heap,
-                        _QueueItem(
-                            int(LoadClass.STALE),
-                            item.level_rank,
-                            item.distance,
-                            item.sequence,
-                            item.key,
-                            item.view,
-                            item.generation,
-                        ),
-                    )
-                    continue
-            return item.key
-        return None
+    def pop(self) -> QueueItem | None:
+        """The most urgent item, or None when the queue is empty."""
+        return heapq.heappop(self._heap) if self._heap else None
+
+    @staticmethod
+    def is_stale(item: QueueItem, current_generation: Callable[[Hashable], int | None]) -> bool:
+        """Whether `item` was queued for a view that has since moved on to a newer generation.
+
+        An item already demoted to `LoadClass.STALE` is not stale again: it waited its
+        turn below all current work and loads now.
+        """
+        if item.load_class >= LoadClass.STALE or item.view is None:
+            return False
+        current = current_generation(item.view)
+        return current is not None and current != item.generation
+
+    def push_demoted(self, item: QueueItem) -> None:
+        """Queue `item` again below all current work."""
+        heapq.heappush(
+            self._heap,
+            QueueItem(
+                int(LoadClass.STALE),
+                item.level_rank,
+                item.distance,
+                item.sequence,
+                item.key,
+                item.view,
+                item.generation,
+            ),
+        )
 
     def clear(self) -> None:
         self._heap.clear()

@@ -1,0 +1,131 @@
+"""Retrying transient storage failures: exponential backoff with jitter, a bounded number of times.
+
+Remote storage misbehaves in passing (connection resets, timeouts, HTTP 429
+and 5xx, truncated bodies); those are retried. Refusals are not: HTTP
+401/403 fail at once with a clear message, and data that does not decode
+fails at once too (the bytes would be the same next time). A missing key
+(HTTP 404) is not an error at all: zarr-python reads it as the fill value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, TypeVar
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["RetryPolicy", "classify"]
+
+T = TypeVar("T")
+
+type Verdict = Literal["transient", "denied", "permanent"]
+
+_TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+_DENIED_STATUS = frozenset({401, 403})
+
+
+def _status(error: BaseException) -> int | None:
+    for name in ("status", "status_code", "code"):
+        value = getattr(error, name, None)
+        if isinstance(value, int) and 100 <= value < 600:
+            return value
+    return None
+
+
+def classify(error: BaseException) -> Verdict:
+    """Whether a storage error is worth retrying.
+
+    Examples
+    --------
+    >>> classify(ConnectionResetError())
+    'transient'
+    >>> classify(PermissionError("403 Forbidden"))
+    'denied'
+    >>> classify(ValueError("bad zstd frame"))
+    'permanent'
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:  # look through wrapping errors
+        seen.add(id(current))
+        status = _status(current)
+        if status in _DENIED_STATUS or isinstance(current, PermissionError):
+            return "denied"
+        if status in _TRANSIENT_STATUS:
+            return "transient"
+        if isinstance(current, ConnectionError | TimeoutError | asyncio.TimeoutError):
+            return "transient"
+        name = type(current).__name__
+        # aiohttp's connection, disconnect and payload (truncated body) errors, by name so
+        # that the engine does not import aiohttp.
+        if name in {
+            "ClientConnectionError",
+            "ClientConnectorError",
+            "ServerDisconnectedError",
+            "ClientPayloadError",
+            "ContentLengthError",
+            "ServerTimeoutError",
+            "ClientOSError",
+        }:
+            return "transient"
+        current = current.__cause__ or current.__context__
+    return "permanent"
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often and how patiently a chunk read is retried.
+
+    Attempt `n` (from 1) that fails transiently waits
+    `min(max_delay, base_delay * 2**(n-1))` times a random factor in
+    `[0.5, 1.0]` (jitter, so many chunks failing together do not retry in
+    lockstep), then tries again, up to `attempts` tries in all.
+
+    Examples
+    --------
+    >>> calls = []
+    >>> def flaky():
+    ...     calls.append(1)
+    ...     if len(calls) < 3:
+    ...         raise ConnectionResetError("reset by peer")
+    ...     return "data"
+    >>> RetryPolicy(attempts=4, base_delay=0.0).call(flaky)
+    'data'
+    >>> len(calls)
+    3
+    """
+
+    attempts: int = 4
+    base_delay: float = 0.1
+    max_delay: float = 2.0
+
+    def delay(self, attempt: int) -> float:
+        backoff: float = min(self.max_delay, self.base_delay * 2.0 ** (attempt - 1))
+        return backoff * random.uniform(0.5, 1.0)
+
+    def call(
+        self,
+        fn: Callable[[], T],
+        *,
+        on_retry: Callable[[int, BaseException], None] | None = None,
+    ) -> T:
+        """`fn()`, retried on transient errors; the last error propagates."""
+        attempt = 1
+        while True:
+            try:
+                return fn()
+            except Exception as error:
+                if attempt >= self.attempts or classify(error) != "transient":
+                    raise
+                if on_retry is not None:
+                    on_retry(attempt, error)
+                time.sleep(self.delay(attempt))
+                attempt += 1
+
+
+NO_RETRY = RetryPolicy(attempts=1)
+"""Fail on the first error."""
