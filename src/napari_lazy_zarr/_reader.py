@@ -25,9 +25,10 @@ import numpy as np
 from napari_lazy_zarr._layer_data import LayerLoader, loader_of
 from napari_lazy_zarr.core import ChunkCache, ChunkedArray
 from napari_lazy_zarr.core.cache import DEFAULT_TOTAL_BYTES_LIMIT
+from napari_lazy_zarr.core.errors import LazyZarrError
 from napari_lazy_zarr.core.layout import ImageSpec, describe_store, looks_like_zarr, open_source
 from napari_lazy_zarr.core.manifest import reference_file_kind
-from napari_lazy_zarr.core.pyramid import virtual_levels
+from napari_lazy_zarr.core.pyramid import DecimatedSource, virtual_levels
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -42,6 +43,7 @@ type PathOrPaths = str | os.PathLike[str] | list[str] | tuple[str, ...]
 _cache_lock = threading.Lock()
 _shared_cache: ChunkCache | None = None
 _CONTRAST_SAMPLE = 1024  # pixels per displayed axis read (blocking) for contrast limits
+_CONTRAST_TIMEOUT = 10.0  # seconds the contrast sample may wait for storage
 
 
 def shared_cache() -> ChunkCache:
@@ -193,29 +195,47 @@ def _image_kwargs(spec: ImageSpec, channel: int | None, loader: LayerLoader) -> 
 
 
 def _sample_contrast_limits(loader: LayerLoader) -> tuple[float, float]:
-    """Min and max of a central region of the coarsest level (a blocking, bounded read).
+    """Min and max of a central region of the coarsest *stored* level (blocking, bounded).
 
     napari would otherwise compute them from the coarsest level through the
-    non-blocking path, i.e. from placeholders.
+    non-blocking path, i.e. from placeholders. Virtual levels are skipped: their
+    chunks are built from many stored chunks, which a quick sample must not read.
+    Storage that does not answer in time, or data with no finite value, gives the
+    dtype's range instead.
     """
-    level = loader.levels[-1].array
+    stored = [lvl for lvl in loader.levels if not isinstance(lvl.array.source, DecimatedSource)]
+    level = stored[-1].array
     index: list[int | slice] = []
     spatial = set(range(level.ndim)[-2:])
+    grid = level.source.grid
     for axis, extent in enumerate(level.shape):
         if axis in spatial:
-            half = min(extent, _CONTRAST_SAMPLE) // 2
+            # At most 4 x 4 chunks: tiny chunks must not make the sample a huge request.
+            chunk = int(grid[axis].chunk_size(0)) if extent else 1
+            half = min(extent, _CONTRAST_SAMPLE, 4 * chunk) // 2
             centre = extent // 2
             index.append(slice(centre - half, centre - half + max(1, 2 * half)))
         else:
             index.append(extent // 2)
-    sample = level[tuple(index)].result()
+    try:
+        sample = level[tuple(index)].result(timeout=_CONTRAST_TIMEOUT)
+    except (TimeoutError, LazyZarrError):
+        sample = np.zeros(0, dtype=level.dtype)
+    if sample.dtype.kind == "f":
+        sample = sample[np.isfinite(sample)]
     if sample.size == 0 or sample.dtype == bool:
-        return (0.0, 1.0)
-    low, high = float(np.nanmin(sample)), float(np.nanmax(sample))
+        return _dtype_range(level.dtype)
+    low, high = float(sample.min()), float(sample.max())
     if not low < high:
-        info = np.iinfo(sample.dtype) if sample.dtype.kind in "iu" else None
-        return (low, low + 1.0) if info is None else (float(info.min), float(info.max))
+        return _dtype_range(level.dtype) if sample.dtype.kind in "iu" else (low, low + 1.0)
     return (low, high)
+
+
+def _dtype_range(dtype: np.dtype[Any]) -> tuple[float, float]:
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return (float(info.min), float(info.max))
+    return (0.0, 1.0)
 
 
 def _colormap(color: str) -> Any:

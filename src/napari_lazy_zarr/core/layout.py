@@ -19,6 +19,7 @@ one error class per cause.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -76,6 +77,7 @@ _URL_SCHEMES: Final = frozenset({"http", "https", "s3"})
 _SUPPORTED_VERSIONS: Final = ("0.4", "0.5")
 _HEX_COLOR: Final = re.compile(r"#?([0-9a-fA-F]{6})")
 _MAX_PROBLEMS: Final = 4  # validation problems quoted in one error message
+MAX_LEVELS: Final = 64  # pyramid levels: 2**64 pixels would need no more
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,6 +324,7 @@ class _Walk:
     ) -> tuple[ImageSpec, ...]:
         """An OME-Zarr image (or, with `label`, label image) and then its label images."""
         full = self.full(group.path)
+        _check_transform_values(document, full)
         if version == "0.4":
             from ome_zarr_models.v04.image import ImageAttrs as ImageAttrs04
 
@@ -382,6 +385,13 @@ class _Walk:
             outer_scale, outer_translate = _transform(
                 multiscale.coordinateTransformations, ndim, full, "multiscales"
             )
+        paths = [dataset.path for dataset in multiscale.datasets]
+        if len(paths) > MAX_LEVELS:
+            raise MetadataError(
+                f"{full}: multiscales lists {len(paths)} datasets (at most {MAX_LEVELS})"
+            )
+        if len(set(paths)) != len(paths):
+            raise MetadataError(f"{full}: multiscales lists a dataset path twice: {paths[:8]}")
         levels = []
         for dataset in multiscale.datasets:
             path = _join(group.path, dataset.path)
@@ -532,15 +542,56 @@ def _transform(
     scale, translate = (1.0,) * ndim, (0.0,) * ndim
     for transform in transforms:
         if isinstance(transform, VectorScale):
-            scale = tuple(float(v) for v in transform.scale)
+            scale = _numbers(transform.scale, full, where, "scale")
+            if any(v == 0 for v in scale):
+                raise MetadataError(f"{full}: {where}: a scale of 0 ({list(scale)})")
         elif isinstance(transform, VectorTranslation):
-            translate = tuple(float(v) for v in transform.translation)
+            translate = _numbers(transform.translation, full, where, "translation")
         else:  # PathScale, PathTranslation: the vector would have to be read from an array
             raise UnsupportedDataError(
                 f"{full}: {where}: transforms stored in an array are not supported "
                 "(only inline scale and translation vectors)"
             )
     return scale, translate
+
+
+def _check_transform_values(document: dict[str, Any], full: str) -> None:
+    """Refuse non-number transform vectors in the raw document, before validation.
+
+    ome-zarr-models coerces ``"0.5"`` to 0.5; a string where the spec wants a
+    number is invalid metadata and is named as such.
+    """
+    multiscales = document.get("multiscales")
+    if not isinstance(multiscales, list):
+        return
+
+    def listed(value: Any) -> list[Any]:
+        return value if isinstance(value, list) else []  # malformed: validation names it
+
+    for multiscale in listed(multiscales):
+        if not isinstance(multiscale, dict):
+            continue
+        holders = [multiscale, *listed(multiscale.get("datasets"))]
+        for holder in holders:
+            if not isinstance(holder, dict):
+                continue
+            for transform in listed(holder.get("coordinateTransformations")):
+                if not isinstance(transform, dict):
+                    continue
+                for what in ("scale", "translation"):
+                    values = transform.get(what)
+                    if isinstance(values, list):
+                        _numbers(values, full, "multiscales", what)
+
+
+def _numbers(values: Any, full: str, where: str, what: str) -> tuple[float, ...]:
+    """Finite JSON numbers (ome-zarr-models would quietly accept "0.5" or NaN)."""
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        raise MetadataError(f"{full}: {where}: {what} must be numbers, got {list(values)!r}")
+    numbers = tuple(float(v) for v in values)
+    if not all(math.isfinite(v) for v in numbers):
+        raise MetadataError(f"{full}: {where}: {what} must be finite, got {list(numbers)}")
+    return numbers
 
 
 @dataclass(frozen=True, slots=True)
@@ -574,10 +625,14 @@ class _Channels:
                     f"{full}: omero channel {index} color {channel.color!r} is not RRGGBB"
                 )
             colors.append("#" + match.group(1).upper())
+        windows = tuple((float(c.window.start), float(c.window.end)) for c in channels)
+        # A window napari cannot use (start >= end, or not finite) is a display hint, not
+        # data: without it the limits are sampled from the data instead.
+        usable = all(math.isfinite(lo) and math.isfinite(hi) and lo < hi for lo, hi in windows)
         return cls(
             names=tuple(names),
             colors=tuple(colors),
-            limits=tuple((c.window.start, c.window.end) for c in channels),
+            limits=windows if usable else None,
             visible=tuple(visible),
         )
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from zarr_indexing import FixedDimension, IndexDomain
 
 from napari_lazy_zarr.core.array import _lazy_for
+from napari_lazy_zarr.core.errors import ChunkReadError
 from napari_lazy_zarr.core.plans import plan_read
 from napari_lazy_zarr.core.source import chunk_bounds
 
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
 __all__ = ["DecimatedSource", "virtual_levels"]
 
 _MIN_LEVEL_CHUNK = 128
+MAX_BASE_CHUNKS = 65_536
+"""Stored chunks one virtual-level chunk may read (beyond that it FAILS, visibly)."""
 
 
 class DecimatedSource:
@@ -129,6 +132,13 @@ class DecimatedSource:
         # The strided plan over the base grid names the base chunks this level chunk
         # samples and where each lands; they are read directly, not cached.
         plan = plan_read(self._base_view[selection], self._base)
+        if len(plan.refs) > MAX_BASE_CHUNKS:
+            raise ChunkReadError(
+                f"chunk {coords} of the virtual level 1/{self._factor} of "
+                f"{self._base.identity}: it samples {len(plan.refs):,} stored chunks (at most "
+                f"{MAX_BASE_CHUNKS:,}); this array has no pyramid and chunks too small for "
+                "an overview"
+            )
         out = plan.new_buffer()
         for ref in plan.refs:
             plan.copy_chunk(out, ref.key, self._base.read_chunk(ref.coords))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import threading
 import zipfile
 from collections import OrderedDict
@@ -33,6 +34,7 @@ from napari_lazy_zarr.core.errors import (
     UnsafeDataError,
     UnsupportedDataError,
 )
+from napari_lazy_zarr.core.retry import RetryPolicy, classify
 from napari_lazy_zarr.core.source import chunk_bounds
 
 if TYPE_CHECKING:
@@ -47,10 +49,16 @@ _CODE_EXECUTING_CODECS: Final = frozenset({"pickle", "numcodecs.pickle"})
 _IMAGE_KINDS: Final = frozenset("biufc")
 _FUSED_PIPELINE: Final = {"codec_pipeline.path": "zarr.core.codec_pipeline.FusedCodecPipeline"}
 _SHARD_INDEXES_KEPT: Final = 4096  # ~1 KiB each for 8 x 8 inner chunks
+DEFAULT_RETRY: Final = RetryPolicy()
 
 
 def _is_url(path: str) -> bool:
     return "://" in path
+
+
+def is_remote(location: str | os.PathLike[str]) -> bool:
+    """Whether `location` is a URL (http, https, s3, ...) rather than a local path."""
+    return _is_url(os.fspath(location))
 
 
 def _grid_from_sizes(sizes: Sequence[int], extent: int) -> DimensionGridLike:
@@ -63,18 +71,46 @@ def _grid_from_sizes(sizes: Sequence[int], extent: int) -> DimensionGridLike:
     return VaryingDimension(edges=tuple(int(s) for s in sizes), extent=extent)
 
 
+MAX_RANK: Final = 32  # NumPy's limit on an array's dimensions is 64; real images have < 8
+
+
+def _read_grid(array: zarr.Array[Any], shape: tuple[int, ...]) -> tuple[DimensionGridLike, ...]:
+    """The read grid, without listing every chunk of a regular grid (shapes may be huge)."""
+    chunks = tuple(int(c) for c in array.chunks)
+    if array.metadata.zarr_format == 2 or _regular(array):
+        if any(c <= 0 for c in chunks):
+            raise MetadataError(f"{array.store_path}: chunk shape {chunks} has empty chunks")
+        return tuple(
+            FixedDimension(size=min(c, max(extent, 1)), extent=extent)
+            for c, extent in zip(chunks, shape, strict=True)
+        )
+    return tuple(
+        _grid_from_sizes(sizes, extent)
+        for sizes, extent in zip(array.read_chunk_sizes, shape, strict=True)
+    )
+
+
+def _regular(array: zarr.Array[Any]) -> bool:
+    grid = array._async_array._chunk_grid
+    return bool(getattr(grid, "is_regular", False))
+
+
 def _codec_names(metadata: Any) -> Iterator[str]:
-    """Every codec/filter/compressor name in a metadata document, nested ones included."""
-    if isinstance(metadata, dict):
-        for field in ("id", "name"):
-            value = metadata.get(field)
-            if isinstance(value, str):
-                yield value
-        for value in metadata.values():
-            yield from _codec_names(value)
-    elif isinstance(metadata, list | tuple):
-        for value in metadata:
-            yield from _codec_names(value)
+    """Every codec/filter/compressor name in a metadata document, nested ones included.
+
+    Iterative: a hostile document nested thousands deep must not exhaust the stack.
+    """
+    pending = [metadata]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            for field in ("id", "name"):
+                value = node.get(field)
+                if isinstance(value, str):
+                    yield value
+            pending.extend(node.values())
+        elif isinstance(node, list | tuple):
+            pending.extend(node)
 
 
 def _check_document(location: str, document: Any, *, object_dtype: bool = False) -> None:
@@ -123,8 +159,15 @@ class ZarrChunkSource:
     array([[28, 29]], dtype=uint16)
     """
 
-    def __init__(self, array: zarr.Array[Any], *, location: str | None = None) -> None:
+    def __init__(
+        self,
+        array: zarr.Array[Any],
+        *,
+        location: str | None = None,
+        retry: RetryPolicy = DEFAULT_RETRY,
+    ) -> None:
         self._location = location if location is not None else str(array.store_path)
+        self._retry = retry
         _check_safe(self._location, array)
         self._array = array
         async_array = array._async_array
@@ -140,10 +183,17 @@ class ZarrChunkSource:
         self._shape = tuple(int(s) for s in array.shape)
         self._dtype = np.dtype(array.dtype)
         self._fill_value = array.fill_value
-        self._grid = tuple(
-            _grid_from_sizes(sizes, extent)
-            for sizes, extent in zip(array.read_chunk_sizes, self._shape, strict=True)
-        )
+        if len(self._shape) > MAX_RANK:
+            raise UnsupportedDataError(
+                f"{self._location}: {len(self._shape)} dimensions (at most {MAX_RANK})"
+            )
+        if any(extent >= 2**63 for extent in self._shape):
+            raise UnsupportedDataError(
+                f"{self._location}: shape {self._shape} has an extent of 2**63 or more"
+            )
+        self._grid = _read_grid(array, self._shape)
+        stored = array.shards if array.shards is not None else array.chunks
+        self._max_stored_bytes = 2 * int(np.prod(stored)) * self._dtype.itemsize + (1 << 20)
         # Inner chunks per outer (stored) chunk along each axis; 1 when unsharded.
         outer = array.shards if array.shards is not None else array.chunks
         self._per_outer = tuple(o // i for o, i in zip(outer, array.chunks, strict=True))
@@ -203,20 +253,38 @@ class ZarrChunkSource:
             for g, o, p in zip(self._grid, outer, self._per_outer, strict=True)
         )
         selection = tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, outer_lo, strict=True))
-        try:
+        attempts = 1
+
+        def read() -> np.ndarray[Any, Any]:
             spec = _get_chunk_spec(
                 self._metadata, self._zarr_grid, outer, self._config, self._prototype
             )
             if self._shards is not None:
-                data = self._shards.read_inner(self._store_path / key, spec, selection)
-            elif self._transform is not None:
-                data = self._read_whole(key, spec, selection)
-            else:
-                data = self._read_async(key, spec, selection)
+                return self._shards.read_inner(self._store_path / key, spec, selection)
+            if self._transform is not None:
+                return self._read_whole(key, spec, selection)
+            return self._read_async(key, spec, selection)
+
+        def count(attempt: int, error: BaseException) -> None:
+            nonlocal attempts
+            attempts = attempt + 1
+
+        try:
+            data = self._retry.call(read, on_retry=count)
         except Exception as error:
+            verdict = classify(error)
+            how = (
+                "access denied, not retried"
+                if verdict == "denied"
+                else f"after {attempts} attempts"
+                if attempts > 1
+                else "not retryable"
+                if verdict == "permanent"
+                else "1 attempt"
+            )
             raise ChunkReadError(
                 f"{self._location}: chunk {key!r} (grid position {tuple(coords)}): "
-                f"{type(error).__name__}: {error}"
+                f"{type(error).__name__}: {error} ({how})"
             ) from error
         return data if data.dtype == self._dtype else data.astype(self._dtype)
 
@@ -229,6 +297,7 @@ class ZarrChunkSource:
         clipped at the array's edge.
         """
         assert self._transform is not None
+        self._vet_local_file(key)
         raw = (self._store_path / key).get_sync(prototype=self._prototype)
         shape = tuple(sel.stop - sel.start for sel in selection)
         if raw is None:
@@ -237,6 +306,28 @@ class ZarrChunkSource:
         if decoded.shape == shape:
             return decoded
         return np.array(decoded[selection], copy=True)
+
+    def _vet_local_file(self, key: str) -> None:
+        """Refuse a local chunk file that is not a regular file or is implausibly large.
+
+        A chunk symlinked to /dev/zero or replaced by a FIFO would otherwise be read
+        without end; a real compressed chunk is at most a little larger than its data.
+        """
+        store = self._store_path.store
+        if not isinstance(store, zarr.storage.LocalStore):
+            return
+        path = os.path.join(str(store.root), self._store_path.path, key)
+        try:
+            status = os.stat(path)
+        except FileNotFoundError:
+            return  # absent: the fill value
+        if not stat.S_ISREG(status.st_mode):
+            raise ChunkReadError(f"{path}: chunk is not a regular file")
+        if status.st_size > self._max_stored_bytes:
+            raise ChunkReadError(
+                f"{path}: chunk of {status.st_size:,} bytes is larger than any encoding of "
+                f"its data could be ({self._max_stored_bytes:,})"
+            )
 
     def _read_async(
         self, key: str, spec: Any, selection: tuple[slice, ...]
@@ -333,6 +424,36 @@ def _metadata_files(path: str) -> list[str]:
     return [name for name in _METADATA_FILES if os.path.isfile(os.path.join(path, name))]
 
 
+_ATTRIBUTE_FILES: Final = (".zattrs", ".zmetadata")
+MAX_METADATA_BYTES: Final = 64 << 20
+"""Metadata files larger than this are refused (a real one is kilobytes; OME plates megabytes)."""
+
+
+def _attribute_files(path: str) -> list[str]:
+    return [name for name in _ATTRIBUTE_FILES if os.path.lexists(os.path.join(path, name))]
+
+
+def _read_metadata(metadata_path: str) -> Any:
+    """A metadata file's JSON, refusing devices, FIFOs, huge files and absurd nesting."""
+    try:
+        status = os.stat(metadata_path)
+        if not stat.S_ISREG(status.st_mode):
+            raise MetadataError(f"{metadata_path}: metadata is not a regular file")
+        if status.st_size > MAX_METADATA_BYTES:
+            raise MetadataError(
+                f"{metadata_path}: metadata of {status.st_size:,} bytes is implausibly large "
+                f"(limit {MAX_METADATA_BYTES:,})"
+            )
+        with open(metadata_path, "rb") as handle:
+            return json.loads(handle.read(MAX_METADATA_BYTES + 1))
+    except OSError as error:
+        raise MetadataError(f"{metadata_path}: cannot read metadata: {error}") from error
+    except RecursionError as error:
+        raise MetadataError(f"{metadata_path}: metadata nested too deeply") from error
+    except ValueError as error:
+        raise MetadataError(f"{metadata_path}: malformed JSON: {error}") from error
+
+
 def _check_local(path: str) -> None:
     """Cheap checks with specific messages before zarr-python sees the path."""
     if not os.path.exists(path):
@@ -346,15 +467,11 @@ def _check_local(path: str) -> None:
         raise NotAZarrStoreError(
             f"{path}: not a zarr store: no zarr metadata ({', '.join(_METADATA_FILES)})"
         )
-    for name in found:
+    for name in (*found, *_attribute_files(path)):
         metadata_path = os.path.join(path, name)
-        try:
-            with open(metadata_path, "rb") as handle:
-                document = json.loads(handle.read())
-        except OSError as error:
-            raise MetadataError(f"{metadata_path}: cannot read metadata: {error}") from error
-        except ValueError as error:
-            raise MetadataError(f"{metadata_path}: malformed JSON: {error}") from error
+        document = _read_metadata(metadata_path)
+        if name in _ATTRIBUTE_FILES:
+            continue  # attributes are zarr's to parse; they were only vetted as a file
         if not isinstance(document, dict):
             raise MetadataError(f"{metadata_path}: metadata is not a JSON object")
         # Before zarr-python parses it: a pickle codec is refused by name, whatever else.
@@ -389,11 +506,12 @@ def open_node(store: Any, path: str, full: str) -> zarr.Array[Any] | zarr.Group:
         raise NotAZarrStoreError(f"{full}: no zarr array or group found: {error}") from error
     except ImportError as error:
         raise NotAZarrStoreError(
-            f"{full}: opening this URL needs a package that is not installed: {error}"
+            f"{full}: opening this URL needs a package that is not installed ({error}); "
+            "install napari-lazy-zarr[remote]"
         ) from error
     except zipfile.BadZipFile as error:
         raise NotAZarrStoreError(f"{full}: not a zip archive: {error}") from error
-    except (ValueError, TypeError, KeyError) as error:
+    except (ValueError, TypeError, KeyError, ArithmeticError, RecursionError) as error:
         raise MetadataError(
             f"{full}: malformed zarr metadata: {type(error).__name__}: {error}"
         ) from error
@@ -403,8 +521,13 @@ def _group_arrays(group: zarr.Group) -> list[str]:
     return sorted(name for name, _ in group.arrays())
 
 
-def open_zarr_source(path_or_url: str | os.PathLike[str], *, path: str = "") -> ZarrChunkSource:
+def open_zarr_source(
+    path_or_url: str | os.PathLike[str], *, path: str = "", retry: RetryPolicy = DEFAULT_RETRY
+) -> ZarrChunkSource:
     """Open the zarr array at `path_or_url` (optionally `path` inside it) as a chunk source.
+
+    `retry` says how transient read failures (connection resets, timeouts,
+    HTTP 429/5xx, truncated bodies) are retried before a chunk fails.
 
     Raises
     ------
@@ -433,4 +556,4 @@ def open_zarr_source(path_or_url: str | os.PathLike[str], *, path: str = "") -> 
             else " with no arrays"
         )
         raise NotAZarrStoreError(f"{full}: is a zarr group, not an array{hint}")
-    return ZarrChunkSource(node, location=full)
+    return ZarrChunkSource(node, location=full, retry=retry)
