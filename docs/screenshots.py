@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import napari
 from napari.qt import get_qapp
 
-import napari
 from napari_lazy_zarr._layer_data import loader_of, wait_until_complete
 from napari_lazy_zarr._reader import watch_viewer
 from napari_lazy_zarr._sample_data import sample_path

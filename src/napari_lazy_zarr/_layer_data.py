@@ -31,7 +31,7 @@ from napari_lazy_zarr.core import ChunkCache, ChunkedArray, ChunkRef, ChunkState
 from napari_lazy_zarr.core.source import grid_shape
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Collection, Sequence
 
     from napari.layers import Layer
 
@@ -39,7 +39,9 @@ if TYPE_CHECKING:
 
 __all__ = ["LayerLevel", "LayerLoader", "loader_of", "wait_until_complete"]
 
-_REFRESH_INTERVAL = 1 / 30  # seconds: at most ~30 layer refreshes a second while loading
+# While a view loads, the layer refreshes when it is complete, and in between at most this
+# often (seconds): a view that loads fast is re-sliced once, a slow one fills in progressively.
+_REFRESH_INTERVAL = 1 / 15
 _REREADS = 3  # a read copies again (at most this often) if chunks landed while it ran
 
 
@@ -142,7 +144,12 @@ class LayerLoader:
         self.blocking = blocking
         self.levels = [LayerLevel(self, i, a) for i, a in enumerate(self._arrays)]
         self._lock = threading.Lock()
-        self._watched: set[ChunkKey] = set()  # missing chunks of the latest reads
+        # Missing chunks of the latest read of each view ("view", "thumbnail"): a newer read
+        # of a view replaces its set, so chunks of views napari has left are not waited for.
+        self._watched: dict[str, set[ChunkKey]] = {"view": set(), "thumbnail": set()}
+        # napari keeps the first read of a 2D layer's coarsest level (its thumbnail) in a
+        # cache of its own; when that read had placeholders, the cache must be cleared.
+        self._stale_thumbnail = False
         self._reported: set[ChunkKey] = set()  # failures already reported
         self._last_emit = 0.0
         self._refresh_pending = False
@@ -162,7 +169,7 @@ class LayerLoader:
     def complete(self) -> bool:
         """Whether the latest reads of the layer were complete, or have since become so."""
         with self._lock:
-            return not self._watched
+            return not any(self._watched.values())
 
     # -- reading (any thread) ----------------------------------------------
 
@@ -171,13 +178,15 @@ class LayerLoader:
         self.reads += 1
         if self.blocking:
             return view.result()
-        coarsest = len(self._arrays) - 1
-        thumbnail = level == coarsest and _covers_displayed_plane(view)
+        # napari reads the coarsest level whole for the thumbnail on every slice: that read
+        # is its own view, so it never supersedes (nor is superseded by) the displayed one.
+        thumbnail = level == len(self._arrays) - 1
         fallback = self._coarser_fallback(level, view)
         prefetch = self._prefetch_refs(view) if self.prefetch and not thumbnail else []
+        kind = "thumbnail" if thumbnail else "view"
         for _ in range(_REREADS):
             partial = view.read_nonblocking(
-                view=(self._id, "thumbnail" if thumbnail else "view"),
+                view=(self._id, kind),
                 level=level,
                 fallback=fallback,
                 prefetch=prefetch,
@@ -185,17 +194,21 @@ class LayerLoader:
             if not thumbnail:
                 self.view_level = level
                 self.view_keys = frozenset(partial.request.keys)
-            if not partial.missing:
-                return partial.data
             # Watch first, then look: a chunk landing after this is seen by `_on_events`;
             # one that landed before was not, and is found here. FAILED chunks are not
             # watched: they stay empty until retried, and retrying them is an event too.
             with self._lock:
-                self._watched.update(partial.missing)
+                if partial.missing and not any(self._watched.values()):
+                    self._last_emit = time.monotonic()  # the progressive clock starts now
+                self._watched[kind] = set(partial.missing)
+                if thumbnail:
+                    self._stale_thumbnail = bool(partial.missing)
+            if not partial.missing:
+                return partial.data
             states = {key: self._cache.state(key) for key in partial.missing}
             finished = [k for k, s in states.items() if s in (ChunkState.READY, ChunkState.FAILED)]
             with self._lock:
-                self._watched.difference_update(finished)
+                self._watched[kind].difference_update(finished)
             if not any(states[k] is ChunkState.READY for k in finished):
                 break
             prefetch = []  # queued by the first pass
@@ -211,10 +224,13 @@ class LayerLoader:
         counts = grid_shape(source)
         ranges: list[range] = []
         planes: list[tuple[int, list[int]]] = []
+        rank = len(box)
         for axis, (lo, hi, constant) in enumerate(box):
             first = int(grid[axis].index_to_chunk(lo))
             last = int(grid[axis].index_to_chunk(hi - 1))
-            if constant:
+            # A plane of a non-displayed axis: an integer index, or a one-wide slice of a
+            # leading axis (napari slices both ways).
+            if constant or (hi - lo == 1 and axis < rank - 2):
                 ranges.append(range(first, last + 1))
                 neighbours = sorted(
                     {
@@ -244,8 +260,13 @@ class LayerLoader:
 
     def _coarser_fallback(
         self, level: int, view: ChunkedArray
-    ) -> Callable[[], np.ndarray[Any, Any]] | None:
-        """Build, only if something is missing, the view from resident coarser data."""
+    ) -> Callable[[Collection[ChunkKey]], np.ndarray[Any, Any]] | None:
+        """Build, only if something is missing, stand-ins from resident coarser levels.
+
+        Called with the missing chunks' keys; only the box they cover in the view
+        is filled (the rest of the returned array is never read). Levels with no
+        resident chunk in that box are skipped; the nearest level with data wins.
+        """
         if level >= len(self._arrays) - 1:
             return None
         box = _box_axes(view)
@@ -253,36 +274,59 @@ class LayerLoader:
             return None
         fine_shape = self._arrays[level].shape
 
-        def build() -> np.ndarray[Any, Any]:
-            out = np.full(view.shape, view.fill_value, dtype=view.dtype)
-            filled = np.zeros(view.shape, dtype=bool)
+        def build(missing: Collection[ChunkKey]) -> np.ndarray[Any, Any]:
+            out = np.empty(view.shape, dtype=view.dtype)
+            # The missing chunks' hull, per displayed axis, in view coordinates.
+            region: list[slice] = []
+            for axis, (lo, hi, constant) in enumerate(box):
+                if constant:
+                    continue
+                a = max(lo, min(k.inclusive_min[axis] for k in missing))
+                b = min(hi, max(k.exclusive_max[axis] for k in missing))
+                region.append(slice(a - lo, max(a, b) - lo))
+            target = out[tuple(region)]
+            target[...] = view.fill_value
+            filled = np.zeros(target.shape, dtype=bool)
             for coarse_level in range(level + 1, len(self._arrays)):
                 coarse = self._arrays[coarse_level]
                 selection: list[Any] = []
                 takes: list[np.ndarray[Any, Any]] = []
-                for axis, (lo, hi, constant) in enumerate(box):
+                displayed = iter(region)
+                for axis, (lo, _, constant) in enumerate(box):
                     ratio = coarse.shape[axis] / fine_shape[axis]
+                    if constant:
+                        selection.append(min(int((lo + 0.5) * ratio), coarse.shape[axis] - 1))
+                        continue
+                    part = next(displayed)
                     index = np.minimum(
-                        ((np.arange(lo, hi) + 0.5) * ratio).astype(np.intp),
+                        ((np.arange(lo + part.start, lo + part.stop) + 0.5) * ratio).astype(
+                            np.intp
+                        ),
                         coarse.shape[axis] - 1,
                     )
-                    if constant:
-                        selection.append(int(index[0]))
-                    else:
-                        start = int(index[0])
-                        selection.append(slice(start, int(index[-1]) + 1))
-                        takes.append(index - start)
+                    start = int(index[0])
+                    selection.append(slice(start, int(index[-1]) + 1))
+                    takes.append(index - start)
                 plan = coarse[tuple(selection)].plan()
-                data, missing = plan.assemble(self._cache)
-                resident = np.ones(data.shape, dtype=bool)
-                for key in missing:
-                    plan.fill_missing(resident, key, False, None)
-                up = data[np.ix_(*takes)] if takes else data
-                up_resident = resident[np.ix_(*takes)] if takes else resident
-                use = up_resident & ~filled
-                out[use] = up[use]
-                filled |= use
-                if filled.all():
+                if not any(self._cache.lookup(ref.key) is not None for ref in plan.refs):
+                    continue  # nothing resident at this level: nothing to upsample
+                data, absent = plan.assemble(self._cache)
+                up = data
+                for axis, index in enumerate(takes):
+                    up = np.take(up, index, axis=axis)
+                if absent:
+                    resident = np.ones(data.shape, dtype=bool)
+                    for key in absent:
+                        plan.fill_missing(resident, key, False, None)
+                    for axis, index in enumerate(takes):
+                        resident = np.take(resident, index, axis=axis)
+                    use = resident & ~filled
+                    target[use] = up[use]
+                    filled |= use
+                    if filled.all():
+                        break
+                else:
+                    np.copyto(target, up, where=~filled)
                     break
             return out
 
@@ -298,14 +342,20 @@ class LayerLoader:
 
     def _landed(self, landed: Sequence[ChunkKey], failed: Sequence[ChunkKey]) -> None:
         with self._lock:
-            mine = [k for k in landed if k in self._watched]
+            mine = [k for k in landed if any(k in keys for keys in self._watched.values())]
             if not mine:
                 return
-            self._watched.difference_update(mine)
+            for keys in self._watched.values():
+                keys.difference_update(mine)
+            waiting = any(self._watched.values())
             new_failures = tuple(k for k in failed if k in mine and k not in self._reported)
             self._reported.update(new_failures)
             now = time.monotonic()
-            emit = not self._watched or now - self._last_emit >= _REFRESH_INTERVAL
+            # The view's last chunk always asks for a refresh (a pending one may have
+            # read before it landed); progress in between is throttled and coalesced.
+            emit = not waiting or (
+                not self._refresh_pending and now - self._last_emit >= _REFRESH_INTERVAL
+            )
             if emit:
                 self._last_emit = now
         if new_failures:
@@ -322,7 +372,7 @@ class LayerLoader:
     def settled(self) -> bool:
         """Complete, and the layer refreshed since the last chunk landed: the screen is final."""
         with self._lock:
-            return not self._watched and not self._refresh_pending
+            return not any(self._watched.values()) and not self._refresh_pending
 
     # -- the napari layer (main thread) ------------------------------------
 
@@ -338,6 +388,7 @@ class LayerLoader:
         start_emitting_from_queue(msec=10)
         self.refresh_needed.connect(self._refresh_layer, thread="main")
         self.failures_found.connect(self._report_failures, thread="main")
+        layer.events.set_data.connect(self._on_slice_applied)
         # napari sliced the layer before it could be attached; chunks that landed
         # since then had nobody to refresh for.
         self._request_refresh()
@@ -346,19 +397,39 @@ class LayerLoader:
         """Stop refreshing the layer and release the views' pinned chunks."""
         self.refresh_needed.disconnect(self._refresh_layer)
         self.failures_found.disconnect(self._report_failures)
+        layer = self.layer
+        if layer is not None:
+            layer.events.set_data.disconnect(self._on_slice_applied)
         self._cache.state_changed.disconnect(self._on_events)
         self._layer = None
         self._cache.release_view((self._id, "view"))
         self._cache.release_view((self._id, "thumbnail"))
 
     def _refresh_layer(self) -> None:
+        layer = self.layer
+        if layer is None or not layer.visible:
+            with self._lock:
+                self._refresh_pending = False  # nothing will be sliced
+            return
+        with self._lock:
+            thumbnail_ready = self._stale_thumbnail and not self._watched["thumbnail"]
+        if thumbnail_ready:
+            cached = getattr(layer, "_level_materializer", None)
+            if cached is not None and hasattr(cached, "cache_clear"):
+                cached.cache_clear()  # napari's copy holds the placeholders
+        # Sync slicing applies the new slice inside this call; async slicing later. Either
+        # way `_on_slice_applied` clears the pending refresh once napari shows the data.
+        layer.refresh()
+
+    def _on_slice_applied(self, event: Any = None) -> None:
+        """napari applied a slice of the layer (main thread): it now shows what was read."""
         with self._lock:
             self._refresh_pending = False
+            complete = not any(self._watched.values())
         layer = self.layer
-        if layer is None:
-            return
-        layer.refresh()
-        _set_loaded(layer, self.complete)
+        if layer is not None:
+            # After napari's own bookkeeping (async slicing marks every applied slice loaded).
+            _set_loaded(layer, complete)
 
     def _report_failures(self, keys: tuple[ChunkKey, ...]) -> None:
         from napari.utils.notifications import show_warning
@@ -425,16 +496,6 @@ def _box_axes(view: ChunkedArray) -> list[tuple[int, int, bool]] | None:
         else:
             return None
     return axes
-
-
-def _covers_displayed_plane(view: ChunkedArray) -> bool:
-    box = _box_axes(view)
-    if box is None:
-        return False
-    shape = view.source.shape
-    return all(
-        constant or (lo == 0 and hi == shape[a]) for a, (lo, hi, constant) in enumerate(box)
-    )
 
 
 def _view_chunks(box: Sequence[tuple[int, int, bool]], grid: Sequence[Any]) -> list[list[int]]:

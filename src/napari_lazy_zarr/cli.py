@@ -118,6 +118,7 @@ def view(
 ) -> int:
     """Open `location` in napari with the plugin's reader; optionally screenshot and exit."""
     import napari
+
     from napari_lazy_zarr._layer_data import loader_of, wait_until_complete
     from napari_lazy_zarr._reader import configure, watch_viewer
 

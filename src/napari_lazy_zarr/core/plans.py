@@ -43,15 +43,18 @@ from napari_lazy_zarr.core.reader import CacheReader
 from napari_lazy_zarr.core.state import ChunkKey, ChunkState
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Collection
 
     from napari_lazy_zarr.core.cache import ChunkCache
     from napari_lazy_zarr.core.source import ChunkSource
 
 __all__ = ["Fallback", "PartsPlan", "PointPlan", "ReadPlan", "StridedPlan", "plan_read"]
 
-type Fallback = np.ndarray[Any, Any] | Callable[[], np.ndarray[Any, Any]] | None
-"""Values for missing cells: an array of the view's shape, or a callable making one."""
+type Fallback = (
+    np.ndarray[Any, Any] | Callable[[Collection[ChunkKey]], np.ndarray[Any, Any]] | None
+)
+"""Values for missing cells: an array of the view's shape, or a callable making one from
+the missing chunks' keys (it need only fill the cells those chunks cover)."""
 
 
 class ReadPlan:
@@ -104,14 +107,15 @@ class ReadPlan:
 
         Missing chunks' cells get the `fallback`'s values if given (an array of
         the view's shape, or a callable making one, called only if something is
-        missing), else `placeholder` (default: the source's fill value). FAILED
+        missing, with the missing keys), else `placeholder` (default: the source's
+        fill value). FAILED
         chunks always get the placeholder, so a failure is never disguised.
         """
         out = self.new_buffer()
         value = self._source.fill_value if placeholder is None else placeholder
         resident = [(ref.key, cache.lookup(ref.key)) for ref in self.refs]
         missing = {key for key, data in resident if data is None}
-        values = fallback() if missing and callable(fallback) else fallback
+        values = fallback(missing) if missing and callable(fallback) else fallback
         if callable(values):  # nothing is missing: the callable is never needed
             values = None
         if values is None and len(missing) == len(resident):
