@@ -42,7 +42,9 @@ __all__ = ["LayerLevel", "LayerLoader", "loader_of", "wait_until_complete"]
 # While a view loads, the layer refreshes when it is complete, and in between at most this
 # often (seconds): a view that loads fast is re-sliced once, a slow one fills in progressively.
 _REFRESH_INTERVAL = 1 / 15
-_REREADS = 3  # a read copies again (at most this often) if chunks landed while it ran
+# A read copies again while chunks land during it (each pass shows at least one more chunk);
+# past this many passes it returns and a refresh shows the rest.
+_REREADS = 64
 
 
 class LayerLevel:
@@ -153,6 +155,7 @@ class LayerLoader:
         self._reported: set[ChunkKey] = set()  # failures already reported
         self._last_emit = 0.0
         self._refresh_pending = False
+        self._refresh_asked_at = 0  # `reads` when the pending refresh was asked for
         self._layer: weakref.ReferenceType[Layer] | None = None
         self._id = next(_loader_ids)
         self.reads = 0
@@ -210,8 +213,12 @@ class LayerLoader:
             with self._lock:
                 self._watched[kind].difference_update(finished)
             if not any(states[k] is ChunkState.READY for k in finished):
-                break
+                return partial.data
             prefetch = []  # queued by the first pass
+        # Still landing after every pass: those chunks are READY but not in this copy, and
+        # no event will name them again. Ask for a refresh from another thread (psygnal
+        # would run the slot right here on the main thread, inside napari's slice call).
+        threading.Thread(target=self._request_refresh, daemon=True).start()
         return partial.data
 
     def _prefetch_refs(self, view: ChunkedArray) -> list[ChunkRef]:
@@ -366,6 +373,7 @@ class LayerLoader:
     def _request_refresh(self) -> None:
         with self._lock:
             self._refresh_pending = True
+            self._refresh_asked_at = self.reads
         self.refresh_needed.emit()
 
     @property
@@ -422,9 +430,14 @@ class LayerLoader:
         layer.refresh()
 
     def _on_slice_applied(self, event: Any = None) -> None:
-        """napari applied a slice of the layer (main thread): it now shows what was read."""
+        """napari applied a slice of the layer (main thread): it now shows what was read.
+
+        Only a slice read after the refresh was asked for shows the landed chunks; one
+        whose read ran before (chunks landing while napari sliced) leaves it pending.
+        """
         with self._lock:
-            self._refresh_pending = False
+            if self.reads > self._refresh_asked_at:
+                self._refresh_pending = False
             complete = not any(self._watched.values())
         layer = self.layer
         if layer is not None:
