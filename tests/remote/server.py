@@ -132,6 +132,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # Many requests arrive at once (32 in flight): the default backlog of 5 overflows and
+    # the kernel makes dropped connections wait a second to retry.
+    request_queue_size = 128
     faults: Faults
     root: str
 

@@ -12,6 +12,7 @@ it is released, so a slot may call back into the cache.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import queue
@@ -712,6 +713,12 @@ class ChunkCache:
         entry.queue_items += 1
         self._parked.discard(entry.key)
 
+    def _spawn_then_work(self, others: int) -> None:
+        """A worker task that first submits `others` more worker tasks, then works."""
+        for _ in range(others):
+            self._executor.submit(self._work)
+        self._work()
+
     def _take_next(self, outbox: _Outbox) -> _Entry | None:
         """Move the most urgent QUEUED chunk to LOADING, or retire this task (lock held)."""
         if not self._closed and self._active_tasks <= self._concurrency:
@@ -801,8 +808,12 @@ class ChunkCache:
         for request in outbox.finished:
             if not request.done.done():
                 request.done.set_result(None)
-        for _ in range(outbox.starts):
+        if outbox.starts == 1:
             self._executor.submit(self._work)
+        elif outbox.starts > 1:
+            # Starting a pool thread costs ~1 ms; 32 of them would stall the requesting
+            # thread (napari's main thread). The first worker starts the others.
+            self._executor.submit(functools.partial(self._spawn_then_work, outbox.starts - 1))
 
 
 def _check_concurrency(value: int) -> int:
