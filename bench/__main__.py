@@ -19,9 +19,9 @@ if TYPE_CHECKING:
 
 
 def _benchmarks() -> dict[str, Callable[[bool], str]]:
-    from bench import engine
+    from bench import engine, napari_pan, remote
 
-    return {"engine": engine.run}
+    return {"engine": engine.run, "napari": napari_pan.run, "remote": remote.run}
 
 
 def main(argv: list[str] | None = None) -> int:
