@@ -350,7 +350,10 @@ class LayerLoader:
     def _landed(self, landed: Sequence[ChunkKey], failed: Sequence[ChunkKey]) -> None:
         with self._lock:
             mine = [k for k in landed if any(k in keys for keys in self._watched.values())]
-            if not mine:
+            # A chunk of the displayed view that nobody waited for landed: a FAILED chunk
+            # retried by the user. It needs a refresh too.
+            retried = [k for k in landed if k in self.view_keys and k not in mine]
+            if not mine and not retried:
                 return
             for keys in self._watched.values():
                 keys.difference_update(mine)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import zarr
 
+from tests.napari.conftest import fresh_shared_cache, pytest_collection_modifyitems
 from tests.remote.server import FaultyServer
 
 if TYPE_CHECKING:
@@ -30,3 +31,6 @@ def served(tmp_path: Path) -> Iterator[tuple[FaultyServer, np.ndarray[Any, Any]]
     make_store(tmp_path, "s.zarr", shards=(128, 160))
     with FaultyServer(tmp_path) as server:
         yield server, data
+
+
+__all__ = ["fresh_shared_cache", "make_store", "pytest_collection_modifyitems", "served"]
