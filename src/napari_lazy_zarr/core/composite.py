@@ -41,7 +41,7 @@ from napari_lazy_zarr.core.errors import (
     ReadOnlyError,
     UnsupportedDataError,
 )
-from napari_lazy_zarr.core.source import chunk_bounds
+from napari_lazy_zarr.core.source import SourceFields, chunk_bounds
 from napari_lazy_zarr.core.zarr_source import _grid_from_sizes
 
 if TYPE_CHECKING:
@@ -190,7 +190,7 @@ def _describe(sources: Sequence[ChunkSource]) -> str:
     return f"[{shown}{more}]"
 
 
-class ConcatSource(_ReadOnly):
+class ConcatSource(SourceFields, _ReadOnly):
     """Its members laid end to end along `axis` (TensorStore's ``ts.concat``).
 
     Members must have the same rank and dtype and agree on every extent but
@@ -280,30 +280,6 @@ class ConcatSource(_ReadOnly):
         )
 
     # -- ChunkSource -------------------------------------------------------
-
-    @property
-    def identity(self) -> Hashable:
-        return self._identity
-
-    @property
-    def domain(self) -> IndexDomain:
-        return IndexDomain.from_shape(self._shape)
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self._shape
-
-    @property
-    def dtype(self) -> np.dtype[Any]:
-        return self._dtype
-
-    @property
-    def fill_value(self) -> Any:
-        return self._fill_value
-
-    @property
-    def grid(self) -> tuple[DimensionGridLike, ...]:
-        return self._grid
 
     @property
     def axis(self) -> int:
@@ -407,7 +383,7 @@ class StackSource(ConcatSource):
         return f"StackSource({_describe(self._stacked)}, axis={self.axis})"
 
 
-class _NewAxisSource:
+class _NewAxisSource(SourceFields):
     """A member of a stack: `base` with a length-1 axis inserted at `axis`."""
 
     def __init__(self, base: ChunkSource, axis: int) -> None:
@@ -418,28 +394,12 @@ class _NewAxisSource:
         self._identity = CompositeIdentity("new-axis", (("axis", axis),), (base.identity,))
 
     @property
-    def identity(self) -> Hashable:
-        return self._identity
-
-    @property
-    def domain(self) -> IndexDomain:
-        return IndexDomain.from_shape(self._shape)
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self._shape
-
-    @property
     def dtype(self) -> np.dtype[Any]:
         return self._base.dtype
 
     @property
     def fill_value(self) -> Any:
         return self._base.fill_value
-
-    @property
-    def grid(self) -> tuple[DimensionGridLike, ...]:
-        return self._grid
 
     def read_chunk(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any]:
         inner = (*coords[: self._axis], *coords[self._axis + 1 :])
@@ -449,7 +409,7 @@ class _NewAxisSource:
         return repr(self._base)
 
 
-class ConstantSource(_ReadOnly):
+class ConstantSource(SourceFields, _ReadOnly):
     """One `value` everywhere over `shape`: padding, missing tiles, a blank plane.
 
     Its fill value is `value`. Chunks are made on demand (``numpy.full``).
@@ -515,28 +475,12 @@ class ConstantSource(_ReadOnly):
         )
 
     @property
-    def identity(self) -> Hashable:
-        return self._identity
-
-    @property
-    def domain(self) -> IndexDomain:
-        return IndexDomain.from_shape(self._shape)
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self._shape
-
-    @property
     def dtype(self) -> np.dtype[Any]:
         return self._value.dtype
 
     @property
     def fill_value(self) -> Any:
         return self._value[()]
-
-    @property
-    def grid(self) -> tuple[DimensionGridLike, ...]:
-        return self._grid
 
     @property
     def value(self) -> Any:
@@ -562,7 +506,7 @@ class _ValueText:
         return self.text
 
 
-class FunctionSource(_ReadOnly):
+class FunctionSource(SourceFields, _ReadOnly):
     """``function(box)`` over a declared grid: procedural or computed data, cached like any other.
 
     TensorStore's ``ts.virtual_chunked``. `function` is called from worker
@@ -635,30 +579,6 @@ class FunctionSource(_ReadOnly):
             ),
         )
 
-    @property
-    def identity(self) -> Hashable:
-        return self._identity
-
-    @property
-    def domain(self) -> IndexDomain:
-        return IndexDomain.from_shape(self._shape)
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self._shape
-
-    @property
-    def dtype(self) -> np.dtype[Any]:
-        return self._dtype
-
-    @property
-    def fill_value(self) -> Any:
-        return self._fill_value
-
-    @property
-    def grid(self) -> tuple[DimensionGridLike, ...]:
-        return self._grid
-
     def read_chunk(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any]:
         lo, hi = chunk_bounds(self._grid, coords, self._shape)
         box = IndexDomain(inclusive_min=lo, exclusive_max=hi)
@@ -690,7 +610,7 @@ def _box_text(lo: Sequence[int], hi: Sequence[int]) -> str:
     return "[" + ", ".join(f"{a}:{b}" for a, b in zip(lo, hi, strict=True)) + "]"
 
 
-class CastSource(_ReadOnly):
+class CastSource(SourceFields, _ReadOnly):
     """`base`'s values converted to `dtype` (TensorStore's ``ts.cast``).
 
     Conversion is NumPy's ``astype``, so a lossy cast (narrowing integers,
@@ -746,24 +666,12 @@ class CastSource(_ReadOnly):
         )
 
     @property
-    def identity(self) -> Hashable:
-        return self._identity
-
-    @property
     def domain(self) -> IndexDomain:
         return self._base.domain
 
     @property
     def shape(self) -> tuple[int, ...]:
         return tuple(self._base.shape)
-
-    @property
-    def dtype(self) -> np.dtype[Any]:
-        return self._dtype
-
-    @property
-    def fill_value(self) -> Any:
-        return self._fill_value
 
     @property
     def grid(self) -> tuple[DimensionGridLike, ...]:

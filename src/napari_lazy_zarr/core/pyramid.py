@@ -20,12 +20,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from zarr_indexing import FixedDimension, IndexDomain
+from zarr_indexing import FixedDimension
 
 from napari_lazy_zarr.core.array import _lazy_for
 from napari_lazy_zarr.core.errors import ChunkReadError
 from napari_lazy_zarr.core.plans import plan_read
-from napari_lazy_zarr.core.source import chunk_bounds
+from napari_lazy_zarr.core.source import SourceFields, chunk_bounds
 
 if TYPE_CHECKING:
     from collections.abc import Hashable
@@ -42,7 +42,7 @@ MAX_BASE_CHUNKS = 65_536
 """Stored chunks one virtual-level chunk may read (beyond that it FAILS, visibly)."""
 
 
-class DecimatedSource:
+class DecimatedSource(SourceFields):
     """`base` sampled every `factor` pixels along `axes`: one virtual pyramid level.
 
     Parameters
@@ -98,24 +98,12 @@ class DecimatedSource:
         return (self._base.identity, "decimated", self._factor, self._axes)
 
     @property
-    def domain(self) -> IndexDomain:
-        return IndexDomain.from_shape(self._shape)
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self._shape
-
-    @property
     def dtype(self) -> np.dtype[Any]:
         return self._base.dtype
 
     @property
     def fill_value(self) -> Any:
         return self._base.fill_value
-
-    @property
-    def grid(self) -> tuple[DimensionGridLike, ...]:
-        return self._grid
 
     @property
     def factor(self) -> int:

@@ -13,7 +13,15 @@ if TYPE_CHECKING:
 
     from zarr_indexing import DimensionGridLike, IndexDomain
 
-__all__ = ["ArraySource", "ChunkSource", "chunk_bounds", "chunk_key", "fill_chunk", "grid_shape"]
+__all__ = [
+    "ArraySource",
+    "ChunkSource",
+    "SourceFields",
+    "chunk_bounds",
+    "chunk_key",
+    "fill_chunk",
+    "grid_shape",
+]
 
 
 class ChunkSource(Protocol):
@@ -102,7 +110,44 @@ def fill_chunk(source: ChunkSource, shape: tuple[int, ...]) -> np.ndarray[Any, A
     return np.full(shape, source.fill_value, dtype=source.dtype)
 
 
-class ArraySource:
+class SourceFields:
+    """The `ChunkSource` attributes, read from `_identity`, `_shape`, `_dtype`, `_fill_value`
+    and `_grid` (set by the subclass's constructor)."""
+
+    _identity: Hashable
+    _shape: tuple[int, ...]
+    _dtype: np.dtype[Any]
+    _fill_value: Any
+    _grid: tuple[DimensionGridLike, ...]
+
+    @property
+    def identity(self) -> Hashable:
+        return self._identity
+
+    @property
+    def domain(self) -> IndexDomain:
+        from zarr_indexing import IndexDomain
+
+        return IndexDomain.from_shape(self._shape)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self._dtype
+
+    @property
+    def fill_value(self) -> Any:
+        return self._fill_value
+
+    @property
+    def grid(self) -> tuple[DimensionGridLike, ...]:
+        return self._grid
+
+
+class ArraySource(SourceFields):
     """A `ChunkSource` over an in-memory array, split on a chosen grid.
 
     For tests, examples and computed data that already sits in memory. Each
@@ -127,37 +172,11 @@ class ArraySource:
         from zarr_indexing import dimension_grids_from_chunks
 
         self._array = np.asarray(array)
-        self._grid: tuple[DimensionGridLike, ...] = dimension_grids_from_chunks(
-            chunks, self._array.shape
-        )
-        self._identity: Hashable = name if name is not None else f"array-{id(self):x}"
+        self._grid = dimension_grids_from_chunks(chunks, self._array.shape)
+        self._identity = name if name is not None else f"array-{id(self):x}"
         self._fill_value = fill_value
-
-    @property
-    def identity(self) -> Hashable:
-        return self._identity
-
-    @property
-    def domain(self) -> IndexDomain:
-        from zarr_indexing import IndexDomain
-
-        return IndexDomain.from_shape(self._array.shape)
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(int(s) for s in self._array.shape)
-
-    @property
-    def dtype(self) -> np.dtype[Any]:
-        return np.dtype(self._array.dtype)
-
-    @property
-    def fill_value(self) -> Any:
-        return self._fill_value
-
-    @property
-    def grid(self) -> tuple[DimensionGridLike, ...]:
-        return self._grid
+        self._shape = tuple(int(n) for n in self._array.shape)
+        self._dtype = np.dtype(self._array.dtype)
 
     def read_chunk(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any]:
         lo, hi = chunk_bounds(self._grid, coords, self.shape)

@@ -22,7 +22,6 @@ from zarr.core.sync import sync
 from zarr_indexing import (
     DimensionGridLike,
     FixedDimension,
-    IndexDomain,
     VaryingDimension,
 )
 
@@ -35,7 +34,7 @@ from napari_lazy_zarr.core.errors import (
     UnsupportedDataError,
 )
 from napari_lazy_zarr.core.retry import RetryPolicy, classify
-from napari_lazy_zarr.core.source import chunk_bounds
+from napari_lazy_zarr.core.source import SourceFields, chunk_bounds
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -137,7 +136,7 @@ def _check_safe(location: str, array: zarr.Array[Any]) -> None:
         )
 
 
-class ZarrChunkSource:
+class ZarrChunkSource(SourceFields):
     """A `ChunkSource` over a zarr-python array (Zarr v2 or v3).
 
     Chunks are read on the *read* grid: the inner chunks of a sharded array
@@ -167,6 +166,7 @@ class ZarrChunkSource:
         retry: RetryPolicy = DEFAULT_RETRY,
     ) -> None:
         self._location = location if location is not None else str(array.store_path)
+        self._identity = self._location
         self._retry = retry
         _check_safe(self._location, array)
         self._array = array
@@ -209,30 +209,6 @@ class ZarrChunkSource:
         self._shards = _ShardReader.for_pipeline(self._pipeline, self._transform is not None)
 
     # -- ChunkSource -------------------------------------------------------
-
-    @property
-    def identity(self) -> str:
-        return self._location
-
-    @property
-    def domain(self) -> IndexDomain:
-        return IndexDomain.from_shape(self._shape)
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self._shape
-
-    @property
-    def dtype(self) -> np.dtype[Any]:
-        return self._dtype
-
-    @property
-    def fill_value(self) -> Any:
-        return self._fill_value
-
-    @property
-    def grid(self) -> tuple[DimensionGridLike, ...]:
-        return self._grid
 
     @property
     def array(self) -> zarr.Array[Any]:
