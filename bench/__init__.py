@@ -11,12 +11,15 @@ lives, interleaved timing, Markdown formatting, and the results file.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
+import shutil
 import statistics
 import subprocess
 import time
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,6 +59,57 @@ kept in `bench/.data/` and reused between runs.
 """
 
 _SECTION = re.compile(r"<!-- bench:(?P<name>[\w-]+) -->\n.*?<!-- /bench:(?P=name) -->\n", re.S)
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A viewport rectangle in (level-0) pixel coordinates."""
+
+    y0: int
+    x0: int
+    h: int
+    w: int
+
+    @property
+    def slices(self) -> tuple[slice, slice]:
+        return slice(self.y0, self.y0 + self.h), slice(self.x0, self.x0 + self.w)
+
+    def chunks(self, chunk: int) -> set[tuple[int, int]]:
+        """The (row, column) grid positions of the chunks the window touches."""
+        return {
+            (cy, cx)
+            for cy in range(self.y0 // chunk, (self.y0 + self.h - 1) // chunk + 1)
+            for cx in range(self.x0 // chunk, (self.x0 + self.w - 1) // chunk + 1)
+        }
+
+
+def generated_store(
+    path: Path, params: dict[str, Any], write: Callable[[], object], label: str
+) -> Path:
+    """`path`, written by `write()` on first use only; returns it.
+
+    A marker file beside it holding `params` is written once the store is
+    complete; a store without a matching marker (interrupted, or written with
+    other parameters) is deleted and written again.
+    """
+    marker = path.with_suffix(".complete")
+    if marker.exists() and path.is_dir() and json.loads(marker.read_text()) == params:
+        return path
+    marker.unlink(missing_ok=True)
+    if path.exists():
+        shutil.rmtree(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    print(f"[{label}] generating {path} ...", flush=True)
+    started = time.perf_counter()
+    write()
+    marker.write_text(json.dumps(params) + "\n")
+    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    print(
+        f"[{label}] generated {path} ({size / 2**20:.0f} MiB) in "
+        f"{time.perf_counter() - started:.1f} s",
+        flush=True,
+    )
+    return path
 
 
 def median_ms(samples: Sequence[float]) -> float:

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -51,7 +50,15 @@ import tensorstore
 import zarr
 
 import napari_lazy_zarr
-from bench import DATA_DIR, environment_line, interleaved, markdown_table, median_ms
+from bench import (
+    DATA_DIR,
+    Window,
+    environment_line,
+    generated_store,
+    interleaved,
+    markdown_table,
+    median_ms,
+)
 from napari_lazy_zarr.core.sample import synthetic_region, write_sample_store
 
 if TYPE_CHECKING:
@@ -131,20 +138,6 @@ DATASETS: Final = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Window:
-    """A viewport rectangle in pixel coordinates."""
-
-    y0: int
-    x0: int
-    h: int
-    w: int
-
-    @property
-    def slices(self) -> tuple[slice, slice]:
-        return slice(self.y0, self.y0 + self.h), slice(self.x0, self.x0 + self.w)
-
-
 def _unaligned(rng: np.random.Generator, high: int, chunk: int) -> int:
     while True:
         value = int(rng.integers(0, high + 1))
@@ -189,9 +182,6 @@ def ensure_store(config: Config, dataset: Dataset) -> Path:
     complete; a store without a matching marker (interrupted, or other
     parameters) is deleted and written again.
     """
-    directory = DATA_DIR / config.mode
-    path = directory / f"{dataset.slug}.zarr"
-    marker = directory / f"{dataset.slug}.complete"
     params = {
         "shape": [config.size, config.size],
         "chunks": [config.chunk, config.chunk],
@@ -200,27 +190,19 @@ def ensure_store(config: Config, dataset: Dataset) -> Path:
         "codec": dataset.codec,
         "seed": 0,
     }
-    if marker.exists() and path.is_dir() and json.loads(marker.read_text()) == params:
-        return path
-    marker.unlink(missing_ok=True)
-    if path.exists():
-        shutil.rmtree(path)
-    directory.mkdir(parents=True, exist_ok=True)
-    print(f"[engine] generating {path} ...", flush=True)
-    started = time.perf_counter()
-    write_sample_store(
-        path,
-        shape=(config.size, config.size),
-        chunks=(config.chunk, config.chunk),
-        shards=(config.shard, config.shard) if dataset.sharded else None,
-        zarr_format=dataset.zarr_format,
-        codec=dataset.codec,
-    )
-    elapsed = time.perf_counter() - started
-    marker.write_text(json.dumps(params) + "\n")
-    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-    print(f"[engine] generated {path} ({size / 2**30:.2f} GiB) in {elapsed:.1f} s", flush=True)
-    return path
+    path = DATA_DIR / config.mode / f"{dataset.slug}.zarr"
+
+    def write() -> None:
+        write_sample_store(
+            path,
+            shape=(config.size, config.size),
+            chunks=(config.chunk, config.chunk),
+            shards=(config.shard, config.shard) if dataset.sharded else None,
+            zarr_format=dataset.zarr_format,
+            codec=dataset.codec,
+        )
+
+    return generated_store(path, params, write, "engine")
 
 
 # -- the raw limit -----------------------------------------------------------------

@@ -55,7 +55,6 @@ import itertools
 import json
 import math
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -65,7 +64,14 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from bench import DATA_DIR, ROOT, environment_line, interleaved, markdown_table
+from bench import (
+    DATA_DIR,
+    ROOT,
+    environment_line,
+    generated_store,
+    interleaved,
+    markdown_table,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -140,9 +146,6 @@ def ensure_store(config: Config) -> Path:
     """
     from napari_lazy_zarr.core.sample import write_sample_ome_zarr
 
-    directory = DATA_DIR / config.mode
-    path = directory / "cells-ome-0.5.zarr"
-    marker = directory / "cells-ome-0.5.complete"
     params = {
         "generator": "write_sample_ome_zarr",
         "size": config.size,
@@ -150,22 +153,12 @@ def ensure_store(config: Config) -> Path:
         "ome": "0.5",
         "zarr_format": 3,
     }
-    if marker.exists() and path.is_dir() and json.loads(marker.read_text()) == params:
-        return path
-    marker.unlink(missing_ok=True)
-    if path.exists():
-        shutil.rmtree(path)
-    directory.mkdir(parents=True, exist_ok=True)
-    print(f"[napari] generating {path} ...", flush=True)
-    started = time.perf_counter()
-    write_sample_ome_zarr(path, size=config.size, chunk=config.chunk)
-    marker.write_text(json.dumps(params) + "\n")
-    print(
-        f"[napari] generated {path} ({_store_bytes(path) / 2**20:.0f} MiB) in "
-        f"{time.perf_counter() - started:.1f} s",
-        flush=True,
-    )
-    return path
+    path = DATA_DIR / config.mode / "cells-ome-0.5.zarr"
+
+    def write() -> None:
+        write_sample_ome_zarr(path, size=config.size, chunk=config.chunk)
+
+    return generated_store(path, params, write, "napari")
 
 
 def _store_bytes(path: Path) -> int:

@@ -51,9 +51,7 @@ listen-overflow count over the run.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import shutil
 import statistics
 import threading
 import time
@@ -62,7 +60,15 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import numpy as np
 
-from bench import DATA_DIR, environment_line, interleaved, markdown_table, median_ms
+from bench import (
+    DATA_DIR,
+    Window,
+    environment_line,
+    generated_store,
+    interleaved,
+    markdown_table,
+    median_ms,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -106,28 +112,6 @@ FULL: Final = Config("full", size=8192, window=2048, pan_steps=10, rounds=3, sta
 QUICK: Final = Config("quick", size=2048, window=1024, pan_steps=3, rounds=1, start=(300, 100))
 
 
-@dataclass(frozen=True, slots=True)
-class Window:
-    """A viewport rectangle in level-0 pixel coordinates."""
-
-    y0: int
-    x0: int
-    h: int
-    w: int
-
-    @property
-    def slices(self) -> tuple[slice, slice]:
-        return slice(self.y0, self.y0 + self.h), slice(self.x0, self.x0 + self.w)
-
-    def chunks(self, chunk: int) -> set[tuple[int, int]]:
-        """The (row, column) grid positions of the chunks the window touches."""
-        return {
-            (cy, cx)
-            for cy in range(self.y0 // chunk, (self.y0 + self.h - 1) // chunk + 1)
-            for cx in range(self.x0 // chunk, (self.x0 + self.w - 1) // chunk + 1)
-        }
-
-
 def pan_views(config: Config) -> list[Window]:
     """The start view, then one view per step."""
     y0, x0 = config.start
@@ -163,9 +147,6 @@ def ensure_store(config: Config) -> Path:
     """
     from napari_lazy_zarr.core.sample import write_sample_ome_zarr
 
-    directory = DATA_DIR / "remote"
-    path = directory / f"cells-{config.size}.ome.zarr"
-    marker = directory / f"cells-{config.size}.complete"
     params = {
         "generator": "write_sample_ome_zarr",
         "size": config.size,
@@ -173,18 +154,12 @@ def ensure_store(config: Config) -> Path:
         "ome": "0.5",
         "zarr_format": 3,
     }
-    if marker.exists() and path.is_dir() and json.loads(marker.read_text()) == params:
-        return path
-    marker.unlink(missing_ok=True)
-    if path.exists():
-        shutil.rmtree(path)
-    directory.mkdir(parents=True, exist_ok=True)
-    print(f"[remote] generating {path} ...", flush=True)
-    started = time.perf_counter()
-    write_sample_ome_zarr(path, size=config.size, chunk=config.chunk)
-    marker.write_text(json.dumps(params) + "\n")
-    print(f"[remote] generated {path} in {time.perf_counter() - started:.1f} s", flush=True)
-    return path
+    path = DATA_DIR / "remote" / f"cells-{config.size}.ome.zarr"
+
+    def write() -> None:
+        write_sample_ome_zarr(path, size=config.size, chunk=config.chunk)
+
+    return generated_store(path, params, write, "remote")
 
 
 def warm_page_cache(path: Path) -> None:
