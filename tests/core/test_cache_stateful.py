@@ -1,10 +1,17 @@
 """A stateful Hypothesis test of ChunkCache under random requests, loads, faults and capacity.
 
+The chunks come from a stored source and two virtual levels derived from it
+(level 1 from the stored chunks, level 2 from level 1; their chunks share
+inputs), so derived chunks wait for, share, fail through and park with their
+inputs.
+
 Invariants after every step: only legal moves happen and each chunk's events
 chain; replaying the event log gives the cache's states; resident bytes never
 exceed the limit plus the pinned working set, and both are what the states
-say; READY data equals the source; a live request whose chunks all finished is
-complete; and once the workers drain, nothing is left QUEUED or LOADING.
+say; READY data equals the source (a derived chunk: the sampled stored data);
+a live request whose chunks all finished is complete; and once the workers
+drain, nothing is left QUEUED or LOADING but parked chunks, and no derived
+chunk's bookkeeping is left behind.
 """
 
 from __future__ import annotations
@@ -22,21 +29,35 @@ from napari_lazy_zarr.core import (
     ChunkCache,
     ChunkKey,
     ChunkRef,
+    ChunkSource,
     ChunkState,
     ManualExecutor,
     Request,
 )
+from napari_lazy_zarr.core.loader import LoadClass
+from napari_lazy_zarr.core.pyramid import DecimatedSource
+from napari_lazy_zarr.core.source import grid_shape
 from tests.sources import FaultySource
 
 _DATA = np.arange(12 * 12, dtype=np.int32).reshape(12, 12)
 _COORDS = [(r, c) for r in range(3) for c in range(3)]  # 4 x 4 chunks of 64 bytes
 _CHUNK_BYTES = 4 * 4 * 4
+_ITEMSIZE = _DATA.itemsize
+# (level, coords): level 0 is stored; level 1 (6 x 6 in 3 x 3 chunks, each sampling
+# 2 x 2 stored chunks) and level 2 (3 x 3 in 2 x 2 chunks, from level 1) are derived.
+_LEVEL_CHUNKS = {0: _COORDS, 1: [(r, c) for r in range(2) for c in range(2)]}
+_LEVEL_CHUNKS[2] = _LEVEL_CHUNKS[1]
+_CHUNKS = [(level, c) for level, coords in _LEVEL_CHUNKS.items() for c in coords]
 
 
 class CacheMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.source = FaultySource(ArraySource(_DATA, chunks=(4, 4), name="m"))
+        level1 = DecimatedSource(self.source, 2, chunk_size=3)
+        level2 = DecimatedSource(self.source, 4, parent=level1, chunk_size=2)
+        self.levels: list[ChunkSource] = [self.source, level1, level2]
+        assert [grid_shape(level) for level in self.levels] == [(3, 3), (2, 2), (2, 2)]
         self.executor = ManualExecutor()
         self.cache = ChunkCache(
             4 * _CHUNK_BYTES, concurrency=2, executor=self.executor, event_log_size=1_000_000
@@ -45,21 +66,31 @@ class CacheMachine(RuleBasedStateMachine):
         self.replayed: dict[ChunkKey, ChunkState] = {}
         self.seen = 0
 
-    def ref(self, coords: tuple[int, int]) -> ChunkRef:
-        return ChunkRef.of(self.source, coords)  # type: ignore[arg-type]
+    def ref(self, chunk: tuple[int, tuple[int, int]]) -> ChunkRef:
+        level, coords = chunk
+        return ChunkRef.of(self.levels[level], coords)
 
     @rule(
         view=st.sampled_from(["a", "b", None]),
-        needed=st.lists(st.sampled_from(_COORDS), max_size=5),
-        prefetch=st.lists(st.sampled_from(_COORDS), max_size=3),
+        needed=st.lists(st.sampled_from(_CHUNKS), max_size=5),
+        prefetch=st.lists(st.sampled_from(_CHUNKS), max_size=3),
         level=st.integers(0, 2),
+        load_class=st.sampled_from([LoadClass.NEEDED, LoadClass.OVERVIEW]),
     )
-    def request(self, view: Any, needed: list[Any], prefetch: list[Any], level: int) -> None:
+    def request(
+        self,
+        view: Any,
+        needed: list[Any],
+        prefetch: list[Any],
+        level: int,
+        load_class: LoadClass,
+    ) -> None:
         request = self.cache.request(
             [self.ref(c) for c in needed],
             view=view,
             level=level,
             prefetch=[self.ref(c) for c in prefetch],
+            load_class=load_class,
         )
         if view is not None:
             # The newer request for a view supersedes (and unpins) the older one.
@@ -87,9 +118,9 @@ class CacheMachine(RuleBasedStateMachine):
         else:
             self.source.failing.discard(coords)
 
-    @rule(coords=st.sampled_from(_COORDS))
-    def retry(self, coords: tuple[int, int]) -> None:
-        key = self.ref(coords).key
+    @rule(chunk=st.sampled_from(_CHUNKS))
+    def retry(self, chunk: tuple[int, tuple[int, int]]) -> None:
+        key = self.ref(chunk).key
         was_failed = self.cache.state(key) is ChunkState.FAILED
         assert self.cache.retry(key) == was_failed
 
@@ -113,7 +144,10 @@ class CacheMachine(RuleBasedStateMachine):
         # Nothing a live view needs is left behind: what stays QUEUED was parked because
         # the view that wanted it moved on.
         queued = {k for k, s in states.items() if s is ChunkState.QUEUED}
-        assert len(queued) == self.cache.statistics.parked, "a queued chunk was lost"
+        stats = self.cache.statistics
+        assert len(queued) == stats.parked, "a queued chunk was lost"
+        assert stats.deferred == 0, "a derived chunk still waits for inputs nobody loads"
+        assert not self.cache._dependents, "bookkeeping of derived chunks leaked"
         needed = {k for r in self.live if not r.done.cancelled() for k in r.keys}
         assert not queued & needed, "a chunk a live request needs was not loaded"
 
@@ -134,21 +168,46 @@ class CacheMachine(RuleBasedStateMachine):
     def bytes_are_bounded_and_accounted(self) -> None:
         stats = self.cache.statistics
         states = self.cache.states()
-        ready = [k for k, s in states.items() if s is ChunkState.READY]
+        ready = {
+            k: int(np.prod(k.shape)) * _ITEMSIZE
+            for k, s in states.items()
+            if s is ChunkState.READY
+        }
         pinned = {k for r in self.live for k in r.keys}
-        assert stats.resident_bytes == len(ready) * _CHUNK_BYTES
-        assert stats.pinned_bytes == len([k for k in ready if k in pinned]) * _CHUNK_BYTES
+        assert stats.resident_bytes == sum(ready.values())
+        assert stats.pinned_bytes == sum(n for k, n in ready.items() if k in pinned)
         assert stats.resident_bytes <= stats.total_bytes_limit + stats.pinned_bytes
         assert all(self.cache.is_pinned(k) == (k in pinned) for k in states)
         assert stats.states == {s: list(states.values()).count(s) for s in ChunkState}
 
     @invariant()
+    def derived_chunks_wait_only_for_inputs_that_will_load(self) -> None:
+        cache = self.cache
+        with cache._lock:
+            for key, record in cache._deferred.items():
+                assert cache._entries[key].state is ChunkState.QUEUED
+                assert key not in cache._parked
+                for missing in record.missing:
+                    assert key in cache._dependents.get(missing, {}), (key, missing)
+                    assert cache._entries[missing].state in (ChunkState.QUEUED, ChunkState.LOADING)
+                    assert missing not in cache._parked, f"{key} waits for parked {missing}"
+            for missing, waiting in cache._dependents.items():
+                assert waiting, missing
+                for key in waiting:
+                    assert missing in cache._deferred[key].missing
+
+    @invariant()
     def ready_data_is_the_source(self) -> None:
-        for coords in _COORDS:
-            key = self.ref(coords).key
+        for level, coords in _CHUNKS:
+            key = self.ref((level, coords)).key
+            if self.cache.state(key) is not ChunkState.READY:
+                continue  # `lookup` would mark it used: the check must not change the LRU
             data = self.cache.lookup(key)
-            if data is not None:
-                np.testing.assert_array_equal(data, self.source.inner.read_chunk(coords))
+            box = tuple(
+                slice(lo, hi) for lo, hi in zip(key.inclusive_min, key.exclusive_max, strict=True)
+            )
+            step = 2**level
+            np.testing.assert_array_equal(data, _DATA[::step, ::step][box])
 
     @invariant()
     def finished_requests_are_complete(self) -> None:

@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from napari_lazy_zarr.core import ChunkCache, ChunkedArray, ChunkState, open_zarr_source
+from napari_lazy_zarr.core import (
+    ArraySource,
+    ChunkCache,
+    ChunkedArray,
+    ChunkState,
+    open_zarr_source,
+)
+from napari_lazy_zarr.core.loader import LoadClass
+from napari_lazy_zarr.core.pyramid import virtual_levels
 from tests.sources import FaultySource
 
 if TYPE_CHECKING:
@@ -81,3 +89,57 @@ def test_faults_under_threads_fail_only_their_chunks(make_store: MakeStore) -> N
         faulty.failing.clear()
         assert cache.retry_failed() == 2
         np.testing.assert_array_equal(image.result(timeout=30), data)
+
+
+def test_concurrent_reads_of_virtual_levels_equal_numpy() -> None:
+    """Readers of every level share stored chunks and derived chunks under eviction."""
+    data = np.arange(200 * 240, dtype=np.int32).reshape(200, 240)
+    levels = virtual_levels(
+        ArraySource(data, chunks=(16, 24), name="v"), smallest=16, chunk_size=8
+    )
+    assert len(levels) == 5
+    # Room for a few dozen of the 125 stored chunks: inputs are evicted while others wait.
+    with ChunkCache(40 * 16 * 24 * 4, concurrency=3) as cache:
+        errors: list[BaseException] = []
+        reads = [0] * READERS
+        stop = time.monotonic() + DURATION
+
+        def reader(index: int) -> None:
+            rng = np.random.default_rng(index)
+            try:
+                while time.monotonic() < stop:
+                    k = int(rng.integers(0, len(levels)))
+                    level = ChunkedArray(levels[k], cache)
+                    expected = data[:: 2**k, :: 2**k]
+                    h, w = expected.shape
+                    y, x = int(rng.integers(0, h)), int(rng.integers(0, w))
+                    selection = (slice(y, y + int(rng.integers(1, 40))), slice(x, None, 2))
+                    if index % 2:
+                        got = level[selection].result(timeout=30)
+                    else:
+                        partial = cache.request(
+                            level[selection].chunk_refs(),
+                            view=("reader", index),
+                            level=k,
+                            load_class=LoadClass.OVERVIEW if k == 4 else LoadClass.NEEDED,
+                        )
+                        partial.done.result(timeout=30)
+                        got = level[selection].result(timeout=30)
+                        partial.release()
+                    np.testing.assert_array_equal(got, expected[selection])
+                    reads[index] += 1
+            except BaseException as error:  # reported by the main thread
+                errors.append(error)
+
+        threads = [threading.Thread(target=reader, args=(i,)) for i in range(READERS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=DURATION + 60)
+        assert not any(t.is_alive() for t in threads), "deadlock: a reader never finished"
+        assert not errors, errors[0]
+        assert all(count > 0 for count in reads)
+        stats = cache.statistics
+        assert stats.evictions > 0
+        assert stats.states[ChunkState.LOADING] == 0
+        assert stats.deferred == 0

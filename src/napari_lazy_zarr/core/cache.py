@@ -2,12 +2,28 @@
 
 Threading contract
 ------------------
-One lock guards every entry, the LRU order, the pins, the load queue and the
-statistics. Every state move goes through `_transition`, checked against
-`LEGAL_MOVES`. Workers read and decode chunks *outside* the lock and change
-state only through `_finish_load`. Events are collected under the lock and
-emitted (psygnal signals, request futures, executor submissions) only after
-it is released, so a slot may call back into the cache.
+One lock guards every entry, the LRU order, the pins, the load queue, the
+derived chunks' bookkeeping and the statistics. Every state move goes through
+`_transition`, checked against `LEGAL_MOVES`. Workers read and decode chunks
+(or combine a derived chunk's inputs) *outside* the lock and change state only
+through `_finish_load`. Events are collected under the lock and emitted
+(psygnal signals, request futures, executor submissions) only after it is
+released, so a slot may call back into the cache.
+
+Derived chunks
+--------------
+A chunk of a `DerivedSource` (a virtual pyramid level) is computed from
+*input* chunks of other sources. When a worker takes such a QUEUED chunk and
+all its inputs are READY, it takes their (read-only) arrays under the lock,
+moves the chunk to LOADING and combines them outside the lock. Otherwise the
+missing inputs are queued as ordinary loads with the chunk's own queue item
+(so they inherit its class, cost, level, distance, view and generation), and
+the chunk is *deferred*: it stays QUEUED, out of the queue, holding the input
+arrays gathered so far, until its last input lands READY and it is queued
+again. An input that FAILS fails its deferred dependents (QUEUED -> LOADING ->
+FAILED, with a `ChunkReadError` naming the input). An input parked because its
+view moved on parks the dependents waiting for it (their gathered arrays are
+dropped); asking for a dependent again drives it, and its inputs, again.
 """
 
 from __future__ import annotations
@@ -21,14 +37,14 @@ import time
 from collections import Counter, OrderedDict, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import numpy as np
 from psygnal import Signal
 
 from napari_lazy_zarr.core.errors import ChunkReadError
-from napari_lazy_zarr.core.loader import Executor, LoadClass, PriorityQueue
-from napari_lazy_zarr.core.source import ChunkSource, chunk_key
+from napari_lazy_zarr.core.loader import Executor, LoadClass, PriorityQueue, QueueItem
+from napari_lazy_zarr.core.source import ChunkSource, chunk_key, is_derived
 from napari_lazy_zarr.core.state import (
     LEGAL_MOVES,
     ChunkEvent,
@@ -39,6 +55,8 @@ from napari_lazy_zarr.core.state import (
 
 if TYPE_CHECKING:
     from collections.abc import Hashable, Iterable, Iterator, Sequence
+
+    from napari_lazy_zarr.core.source import DerivedSource
 
 __all__ = [
     "DEFAULT_TOTAL_BYTES_LIMIT",
@@ -97,9 +115,11 @@ class CacheStatistics:
     total_bytes_limit: int
     in_flight: int
     queued: int
-    """QUEUED chunks waiting for a worker (parked ones excluded)."""
+    """QUEUED chunks waiting for a worker (parked and deferred ones excluded)."""
     parked: int
     """QUEUED chunks dropped from the queue because their view moved on (not fetched)."""
+    deferred: int
+    """QUEUED derived chunks out of the queue, waiting for their inputs to load."""
     load_latency_mean: float
     """Seconds, over the last loads (NaN before the first)."""
     load_latency_p95: float
@@ -117,8 +137,11 @@ class _Entry:
 
     __slots__ = (
         "coords",
+        "cost",
         "data",
+        "derived",
         "error",
+        "inputs",
         "key",
         "nbytes",
         "pins",
@@ -139,6 +162,27 @@ class _Entry:
         self.pins = 0
         self.queue_items = 0  # items in the load queue naming this chunk
         self.started = 0.0
+        self.derived = is_derived(ref.source)
+        self.cost = 1  # stored chunk reads a load stands for (scheduling only)
+        if self.derived:
+            try:
+                self.cost = max(1, int(cast("DerivedSource", ref.source).chunk_cost(ref.coords)))
+            except Exception:  # a broken estimate only affects ordering; the load reports
+                self.cost = 1
+        # A derived chunk's gathered input arrays, once complete (QUEUED, ready to
+        # combine, or LOADING: then only its worker reads them).
+        self.inputs: dict[ChunkKey, np.ndarray[Any, Any]] | None = None
+
+
+class _Deferred:
+    """A derived chunk waiting for inputs (QUEUED, out of the queue); guarded by the lock."""
+
+    __slots__ = ("gathered", "item", "missing")
+
+    def __init__(self, inputs: Sequence[ChunkRef], item: QueueItem) -> None:
+        self.item = item  # the queue item it was last taken with; its inputs inherit it
+        self.missing: dict[ChunkKey, ChunkRef] = {ref.key: ref for ref in inputs}
+        self.gathered: dict[ChunkKey, np.ndarray[Any, Any]] = {}
 
 
 class Request:
@@ -305,6 +349,9 @@ class ChunkCache:
         self._queue = PriorityQueue()
         self._fetch_superseded = fetch_superseded
         self._parked: set[ChunkKey] = set()  # QUEUED chunks dropped from the queue
+        self._deferred: dict[ChunkKey, _Deferred] = {}  # derived chunks awaiting inputs
+        # input key -> the deferred chunks waiting for it (dicts: deterministic order)
+        self._dependents: dict[ChunkKey, dict[ChunkKey, None]] = {}
         self._waiting: dict[ChunkKey, list[Request]] = {}
         self._views: dict[Hashable, Request] = {}
         self._generations: dict[Hashable, int] = {}
@@ -363,6 +410,7 @@ class ChunkCache:
         level: int = 0,
         center: Sequence[float] | None = None,
         prefetch: Iterable[ChunkRef] = (),
+        load_class: LoadClass = LoadClass.NEEDED,
     ) -> Request:
         """Pin `chunks`, queue the missing ones, and return the live `Request`.
 
@@ -383,7 +431,15 @@ class ChunkCache:
         prefetch
             Chunks to load at low priority and without pinning (neighbours of
             the view, adjacent planes). Prefetch never evicts pinned chunks.
+        load_class
+            The priority class of `chunks` (and of the inputs of derived ones):
+            `LoadClass.NEEDED` for what the view displays, `LoadClass.OVERVIEW`
+            for overview work such as napari's thumbnail read of the coarsest
+            level, which then never delays a displayed chunk. See
+            `PriorityQueue` for the whole ordering rule.
         """
+        if load_class is LoadClass.STALE:
+            raise ValueError("LoadClass.STALE is the cache's own class for superseded work")
         needed = _unique(chunks)
         extra = [ref for ref in _unique(prefetch) if ref.key not in {r.key for r in needed}]
         if center is None:
@@ -410,7 +466,7 @@ class ChunkCache:
                     request._landed.put(entry.key)
                     continue
                 self._misses += 1
-                self._enqueue(entry, LoadClass.NEEDED, level, center, view, generation, outbox)
+                self._enqueue(entry, load_class, level, center, view, generation, outbox)
                 if entry.state is ChunkState.FAILED:
                     request._landed.put(entry.key)
                 else:
@@ -433,6 +489,29 @@ class ChunkCache:
                 return None
             self._lru.move_to_end(key)
             return entry.data
+
+    def lookup_many(
+        self, keys: Iterable[ChunkKey]
+    ) -> tuple[dict[ChunkKey, np.ndarray[Any, Any]], set[ChunkKey]]:
+        """The READY chunks among `keys` (marked recently used) and the FAILED ones.
+
+        One lock acquisition for a whole view: a thread that reads many chunks
+        (napari's, for a volume) does not queue for the lock once per chunk.
+        """
+        ready: dict[ChunkKey, np.ndarray[Any, Any]] = {}
+        failed: set[ChunkKey] = set()
+        with self._lock:
+            for key in keys:
+                entry = self._entries.get(key)
+                if entry is None:
+                    continue
+                if entry.state is ChunkState.READY:
+                    self._lru.move_to_end(key)
+                    assert entry.data is not None
+                    ready[key] = entry.data
+                elif entry.state is ChunkState.FAILED:
+                    failed.add(key)
+        return ready, failed
 
     # -- inspection --------------------------------------------------------
 
@@ -471,8 +550,11 @@ class ChunkCache:
     # -- control -----------------------------------------------------------
 
     def retry(self, key: ChunkKey) -> bool:
-        """Re-queue one FAILED chunk; False if it is not FAILED."""
-        return self._retry([key]) == 1
+        """Re-queue one FAILED chunk; False if it is not FAILED.
+
+        A FAILED derived chunk re-queues its FAILED inputs with it.
+        """
+        return self._retry([key]) > 0
 
     def retry_failed(self) -> int:
         """Re-queue every FAILED chunk; returns how many."""
@@ -505,6 +587,8 @@ class ChunkCache:
         with self._lock:
             self._closed = True
             self._queue.clear()
+            self._deferred.clear()
+            self._dependents.clear()
         if self._owned_executor is not None:
             self._owned_executor.shutdown(wait=True, cancel_futures=True)
 
@@ -567,7 +651,18 @@ class ChunkCache:
             distance=_distance(entry.key, center),
             view=view,
             generation=generation,
+            cost=entry.cost,
         )
+
+    def _enqueue_input(self, entry: _Entry, item: QueueItem, outbox: _Outbox) -> None:
+        """Queue an input of a derived chunk with that chunk's `item` (unless it is loading)."""
+        if entry.state in (ChunkState.NEW, ChunkState.EVICTED):
+            reason = "prefetch" if item.load_class == LoadClass.PREFETCH else "requested"
+            self._transition(entry, ChunkState.QUEUED, reason, outbox)
+        elif entry.state is not ChunkState.QUEUED:
+            return  # LOADING: it lands soon and reports to its dependents
+        self._push(entry)
+        self._queue.push_item(item, entry.key)
 
     def _pin(self, entry: _Entry) -> None:
         entry.pins += 1
@@ -638,22 +733,39 @@ class ChunkCache:
             self._check_open()
             for key in keys:
                 entry = self._entries.get(key)
-                if entry is None or entry.state is not ChunkState.FAILED:
-                    continue
-                entry.error = None
-                self._transition(entry, ChunkState.QUEUED, "retry", outbox)
-                self._push(entry)
-                self._queue.push(
-                    key,
-                    load_class=LoadClass.NEEDED,
-                    level=0,
-                    distance=0.0,
-                    view=None,
-                    generation=0,
-                )
-                count += 1
+                if entry is not None:
+                    count += self._requeue_failed(entry, outbox)
             self._schedule_starts(outbox)
         self._flush(outbox)
+        return count
+
+    def _requeue_failed(self, entry: _Entry, outbox: _Outbox) -> int:
+        """Re-queue `entry` if FAILED, with its FAILED inputs if derived; how many moved."""
+        if entry.state is not ChunkState.FAILED:
+            return 0
+        entry.error = None
+        self._transition(entry, ChunkState.QUEUED, "retry", outbox)
+        self._push(entry)
+        self._queue.push(
+            entry.key,
+            load_class=LoadClass.NEEDED,
+            level=0,
+            distance=0.0,
+            view=None,
+            generation=0,
+            cost=entry.cost,
+        )
+        count = 1
+        if entry.derived:
+            # It failed because an input did, typically: retrying it alone would fail again.
+            try:
+                inputs = cast("DerivedSource", entry.source).chunk_inputs(entry.coords)
+            except Exception:
+                inputs = ()  # the chunk fails again when taken, naming the cause
+            for ref in inputs:
+                found = self._entries.get(ref.key)
+                if found is not None:
+                    count += self._requeue_failed(found, outbox)
         return count
 
     def _errors(self, keys: Iterable[ChunkKey]) -> dict[ChunkKey, BaseException]:
@@ -677,8 +789,9 @@ class ChunkCache:
             pinned_bytes=self._pinned,
             total_bytes_limit=self._limit,
             in_flight=self._state_counts[ChunkState.LOADING],
-            queued=self._state_counts[ChunkState.QUEUED] - len(self._parked),
+            queued=self._state_counts[ChunkState.QUEUED] - len(self._parked) - len(self._deferred),
             parked=len(self._parked),
+            deferred=len(self._deferred),
             load_latency_mean=float(latencies.mean()) if latencies.size else math.nan,
             load_latency_p95=float(np.percentile(latencies, 95)) if latencies.size else math.nan,
             states={state: self._state_counts[state] for state in ChunkState},
@@ -699,10 +812,17 @@ class ChunkCache:
         outbox = _Outbox()
         with self._lock:
             entry = self._take_next(outbox)
+            self._schedule_starts(outbox)  # taking a derived chunk may have queued inputs
         self._flush(outbox)
         while entry is not None:
             try:
-                data = _checked(entry, entry.source.read_chunk(entry.coords))
+                # A LOADING entry's `inputs` are only this worker's until `_finish_load`.
+                inputs = entry.inputs
+                if inputs is None:
+                    raw = entry.source.read_chunk(entry.coords)
+                else:
+                    raw = cast("DerivedSource", entry.source).combine(entry.coords, inputs)
+                data = _checked(entry, raw)
             except Exception as error:
                 entry = self._finish_load(entry, None, error)
             else:
@@ -731,14 +851,111 @@ class ChunkCache:
                     if self._fetch_superseded:
                         entry.queue_items += 1
                         self._queue.push_demoted(item)
-                    elif entry.queue_items == 0:
-                        self._parked.add(entry.key)  # no view wants it any more
+                    elif entry.queue_items == 0 and not self._awaits_inputs(entry):
+                        self._park(entry)  # no view wants it any more
                     continue
+                if (
+                    entry.derived
+                    and entry.inputs is None
+                    and not self._gather(entry, item, outbox)
+                ):
+                    continue  # deferred until its inputs land, or failed
                 self._transition(entry, ChunkState.LOADING, "started", outbox)
                 entry.started = time.perf_counter()
                 return entry
         self._active_tasks -= 1
         return None
+
+    def _gather(self, entry: _Entry, item: QueueItem, outbox: _Outbox) -> bool:
+        """Collect a derived chunk's READY inputs; True when all are there (lock held).
+
+        Missing inputs are queued with `item` and the chunk is deferred until
+        the last one lands; a FAILED input fails it. Input arrays are read-only,
+        so holding them needs no pin.
+        """
+        record = self._deferred.get(entry.key)
+        if record is None:
+            try:
+                inputs = tuple(cast("DerivedSource", entry.source).chunk_inputs(entry.coords))
+                for ref in inputs:
+                    if ref.key.source == entry.key.source:
+                        raise ChunkReadError(
+                            f"chunk {entry.key}: a derived chunk cannot be its own source's "
+                            f"input ({ref.key})"
+                        )
+            except Exception as error:
+                self._fail_unstarted(entry, error, outbox)
+                return False
+            record = self._deferred[entry.key] = _Deferred(inputs, item)
+        else:
+            record.item = item  # asked for again: its inputs now inherit this item
+        for key, ref in list(record.missing.items()):
+            found = self._entry(ref)
+            if found.state is ChunkState.READY:
+                assert found.data is not None
+                record.gathered[key] = found.data
+                self._lru.move_to_end(key)
+                del record.missing[key]
+                self._forget_dependent(key, entry.key)
+            elif found.state is ChunkState.FAILED:
+                self._fail_unstarted(entry, _input_error(entry.key, key, found.error), outbox)
+                return False
+            else:
+                self._dependents.setdefault(key, {})[entry.key] = None
+                self._enqueue_input(found, item, outbox)
+        if record.missing:
+            return False
+        del self._deferred[entry.key]
+        entry.inputs = record.gathered
+        return True
+
+    def _awaits_inputs(self, entry: _Entry) -> bool:
+        """Whether `entry` is deferred for a view that still wants it (lock held)."""
+        record = self._deferred.get(entry.key)
+        return record is not None and not self._queue.is_stale(
+            record.item, self._current_generation
+        )
+
+    def _forget_dependent(self, input_key: ChunkKey, dependent: ChunkKey) -> None:
+        waiting = self._dependents.get(input_key)
+        if waiting is not None:
+            waiting.pop(dependent, None)
+            if not waiting:
+                del self._dependents[input_key]
+
+    def _drop_deferred(self, entry: _Entry) -> None:
+        """Forget `entry`'s deferral and gathered inputs, if any (lock held)."""
+        entry.inputs = None
+        record = self._deferred.pop(entry.key, None)
+        if record is not None:
+            for key in record.missing:
+                self._forget_dependent(key, entry.key)
+
+    def _park(self, entry: _Entry) -> None:
+        """Leave a QUEUED chunk out of the queue until a view asks again (lock held).
+
+        Derived chunks waiting for it are parked too (their gathered inputs are
+        dropped), unless queued again meanwhile; then they re-gather when taken.
+        """
+        self._parked.add(entry.key)
+        self._drop_deferred(entry)
+        for key in self._dependents.pop(entry.key, {}):
+            dependent = self._entries[key]
+            record = self._deferred[key]
+            self._drop_deferred(dependent)
+            if dependent.queue_items:
+                continue
+            if self._queue.is_stale(record.item, self._current_generation):
+                self._park(dependent)
+            else:  # still wanted: queue it again, it re-queues its inputs
+                self._push(dependent)
+                self._queue.push_item(record.item)
+
+    def _fail_unstarted(self, entry: _Entry, error: BaseException, outbox: _Outbox) -> None:
+        """Fail a QUEUED derived chunk without reading it: QUEUED -> LOADING -> FAILED."""
+        self._drop_deferred(entry)
+        self._transition(entry, ChunkState.LOADING, "started", outbox)
+        self._complete(entry, None, error, outbox)
 
     def _finish_load(
         self, entry: _Entry, data: np.ndarray[Any, Any] | None, error: BaseException | None
@@ -747,26 +964,8 @@ class ChunkCache:
         outbox = _Outbox()
         with self._lock:
             self._latencies.append(time.perf_counter() - entry.started)
-            if data is not None:
-                data.flags.writeable = False
-                entry.data = data
-                entry.nbytes = int(data.nbytes)
-                self._transition(entry, ChunkState.READY, "loaded", outbox)
-                self._loads += 1
-                self._resident += entry.nbytes
-                self._lru[entry.key] = None
-                if entry.pins:
-                    self._pinned += entry.nbytes
-                self._evict_over_limit(outbox)
-            else:
-                entry.error = error
-                self._transition(entry, ChunkState.FAILED, f"failed: {error}", outbox)
-                self._failures += 1
-            for request in self._waiting.pop(entry.key, ()):
-                request._landed.put(entry.key)
-                request._remaining -= 1
-                if request._remaining == 0:
-                    outbox.finished.append(request)
+            entry.inputs = None
+            self._complete(entry, data, error, outbox)
             if self._one_load_per_task:
                 self._active_tasks -= 1
                 following = None
@@ -775,6 +974,50 @@ class ChunkCache:
             self._schedule_starts(outbox)
         self._flush(outbox)
         return following
+
+    def _complete(
+        self,
+        entry: _Entry,
+        data: np.ndarray[Any, Any] | None,
+        error: BaseException | None,
+        outbox: _Outbox,
+    ) -> None:
+        """Move a LOADING chunk to READY (`data`) or FAILED (`error`) and tell who waits."""
+        if data is not None:
+            data.flags.writeable = False
+            entry.data = data
+            entry.nbytes = int(data.nbytes)
+            self._transition(entry, ChunkState.READY, "loaded", outbox)
+            self._loads += 1
+            self._resident += entry.nbytes
+            self._lru[entry.key] = None
+            if entry.pins:
+                self._pinned += entry.nbytes
+        else:
+            entry.error = error
+            self._transition(entry, ChunkState.FAILED, f"failed: {error}", outbox)
+            self._failures += 1
+        for request in self._waiting.pop(entry.key, ()):
+            request._landed.put(entry.key)
+            request._remaining -= 1
+            if request._remaining == 0:
+                outbox.finished.append(request)
+        for key in self._dependents.pop(entry.key, {}):
+            dependent = self._entries[key]
+            if data is None:
+                self._fail_unstarted(dependent, _input_error(key, entry.key, error), outbox)
+                continue
+            record = self._deferred[key]
+            del record.missing[entry.key]
+            # Held by reference: evicting the input below does not lose it.
+            record.gathered[entry.key] = data
+            if not record.missing:
+                del self._deferred[key]
+                dependent.inputs = record.gathered
+                self._push(dependent)
+                self._queue.push_item(record.item)
+        if data is not None:
+            self._evict_over_limit(outbox)
 
     def _emit_pending(self) -> None:
         """Emit every unemitted event, in order, from this thread (without the cache lock).
@@ -835,6 +1078,14 @@ def _checked(entry: _Entry, data: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
             f"chunk {entry.key}: source returned dtype {array.dtype}, expected {dtype}"
         )
     return array
+
+
+def _input_error(
+    dependent: ChunkKey, failed: ChunkKey, cause: BaseException | None
+) -> ChunkReadError:
+    error = ChunkReadError(f"chunk {dependent}: input chunk {failed} failed: {cause}")
+    error.__cause__ = cause
+    return error
 
 
 def _unique(refs: Iterable[ChunkRef]) -> list[ChunkRef]:

@@ -10,7 +10,7 @@ import heapq
 import itertools
 import threading
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -26,6 +26,7 @@ __all__ = [
     "ManualExecutor",
     "PriorityQueue",
     "QueueItem",
+    "cost_rank",
 ]
 
 
@@ -124,30 +125,86 @@ class LoadClass(IntEnum):
 
     NEEDED = 0
     """A chunk the current view needs."""
-    PREFETCH = 1
+    OVERVIEW = 1
+    """Overview work: a chunk a view wants but does not display at its level (napari's
+    thumbnail of the coarsest level), and every input of such a chunk."""
+    PREFETCH = 2
     """A neighbour of the current view (ring, adjacent planes)."""
-    STALE = 2
+    STALE = 3
     """Queued for a view the user has since left (superseded by a newer request)."""
+
+
+def cost_rank(cost: int) -> int:
+    """The order of magnitude of a load's cost in stored chunk reads: ceil(log2(cost)).
+
+    A stored chunk (cost 1) ranks 0, as does a derived chunk built from one
+    stored chunk; a chunk built from 64 stored chunks ranks 6.
+
+    Examples
+    --------
+    >>> [cost_rank(c) for c in (1, 2, 3, 4, 5, 64)]
+    [0, 1, 2, 2, 3, 6]
+    """
+    return max(0, int(cost) - 1).bit_length()
 
 
 @dataclass(frozen=True, slots=True, order=True)
 class QueueItem:
+    """One queued load. Ordered by its first five fields; the rest ride along."""
+
     load_class: int
+    cost_rank: int
+    """`cost_rank` of the stored chunk reads behind this load (see `PriorityQueue`)."""
     level_rank: int
+    """Minus the pyramid level: coarser levels sort first."""
     distance: float
+    """Squared distance of the chunk's centre from the view centre."""
     sequence: int
-    key: ChunkKey
-    view: Hashable
-    generation: int
+    """Push order; an input queued for a derived chunk shares that chunk's number."""
+    key: ChunkKey = field(compare=False)
+    view: Hashable = field(compare=False)
+    generation: int = field(compare=False)
 
 
 class PriorityQueue:
-    """Queued chunk loads ordered by (class, coarser level first, distance from view centre).
+    """Queued chunk loads, most urgent first.
+
+    The priority rule, field by field (`QueueItem`'s order):
+
+    1. **Class**: `LoadClass.NEEDED` before `OVERVIEW` before `PREFETCH` before
+       `STALE`. Overview work (a thumbnail of a virtual level, whose chunks each
+       cost many stored reads) never delays a chunk the displayed view needs.
+    2. **Cost**: within a class, cheaper loads first, by `cost_rank` (the order of
+       magnitude of the stored chunk reads a load stands for). A stored chunk costs
+       1; a virtual-level chunk costs the stored chunks under it. Among equally
+       cheap loads the next two rules decide; an expensive derived chunk never goes
+       before cheap stored chunks merely because it is coarser.
+    3. **Level**: coarser levels first (a cheap coarse chunk covers more screen).
+    4. **Distance** from the view centre, nearest first; then push order.
+
+    The inputs a derived chunk waits for inherit its whole item (class, cost,
+    level, distance, push order, view and generation): work done on behalf of
+    an expensive or overview chunk stays in that chunk's place, and a chunk's
+    inputs go before those of chunks queued after it (so it completes early).
 
     Superseding is lazy: when an item whose view has moved on to a newer
     generation reaches the front, the cache drops it (or, if it fetches
     superseded work, demotes it below all current work). Duplicates are
     allowed; the cache skips items whose chunk is no longer QUEUED.
+
+    Examples
+    --------
+    >>> from napari_lazy_zarr.core.state import ChunkKey
+    >>> queue = PriorityQueue()
+    >>> def push(name, load_class, cost, level):
+    ...     queue.push(ChunkKey(name, (0,), (1,)), load_class=load_class, cost=cost,
+    ...                level=level, distance=0.0, view=None, generation=0)
+    >>> push("thumbnail", LoadClass.OVERVIEW, 1, 5)
+    >>> push("virtual", LoadClass.NEEDED, 64, 5)
+    >>> push("stored-fine", LoadClass.NEEDED, 1, 0)
+    >>> push("stored-coarse", LoadClass.NEEDED, 1, 1)
+    >>> [queue.pop().key.source for _ in range(len(queue))]
+    ['stored-coarse', 'stored-fine', 'virtual', 'thumbnail']
     """
 
     def __init__(self) -> None:
@@ -166,13 +223,25 @@ class PriorityQueue:
         distance: float,
         view: Hashable,
         generation: int,
-    ) -> None:
-        heapq.heappush(
-            self._heap,
-            QueueItem(
-                int(load_class), -level, distance, next(self._sequence), key, view, generation
-            ),
+        cost: int = 1,
+    ) -> QueueItem:
+        """Queue a load of `key`; `cost` is in stored chunk reads (1 for a stored chunk)."""
+        item = QueueItem(
+            int(load_class),
+            cost_rank(cost),
+            -level,
+            distance,
+            next(self._sequence),
+            key,
+            view,
+            generation,
         )
+        heapq.heappush(self._heap, item)
+        return item
+
+    def push_item(self, item: QueueItem, key: ChunkKey | None = None) -> None:
+        """Queue `item` again as it is, or for `key` in its place (an input inheriting it)."""
+        heapq.heappush(self._heap, item if key is None else replace(item, key=key))
 
     def pop(self) -> QueueItem | None:
         """The most urgent item, or None when the queue is empty."""
@@ -192,18 +261,7 @@ class PriorityQueue:
 
     def push_demoted(self, item: QueueItem) -> None:
         """Queue `item` again below all current work."""
-        heapq.heappush(
-            self._heap,
-            QueueItem(
-                int(LoadClass.STALE),
-                item.level_rank,
-                item.distance,
-                item.sequence,
-                item.key,
-                item.view,
-                item.generation,
-            ),
-        )
+        heapq.heappush(self._heap, replace(item, load_class=int(LoadClass.STALE)))
 
     def clear(self) -> None:
         self._heap.clear()

@@ -2,25 +2,30 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 import numpy as np
 
 from napari_lazy_zarr.core.state import ChunkKey
 
 if TYPE_CHECKING:
-    from collections.abc import Hashable, Sequence
+    from collections.abc import Hashable, Mapping, Sequence
 
+    from numpy.typing import DTypeLike
     from zarr_indexing import DimensionGridLike, IndexDomain
+
+    from napari_lazy_zarr.core.cache import ChunkRef
 
 __all__ = [
     "ArraySource",
     "ChunkSource",
+    "DerivedSource",
     "SourceFields",
     "chunk_bounds",
     "chunk_key",
     "fill_chunk",
     "grid_shape",
+    "is_derived",
 ]
 
 
@@ -38,8 +43,11 @@ class ChunkSource(Protocol):
         must hold the same data on the same grid.
     domain
         The array's index domain (zero-origin).
-    shape, dtype, fill_value
+    shape, dtype
         As for a zarr array.
+    fill_value
+        What a chunk absent from storage holds: a scalar of `dtype`, never None
+        (see `fill_value_of`).
     grid
         The read grid: one `DimensionGridLike` per axis (irregular allowed).
     """
@@ -69,6 +77,52 @@ class ChunkSource(Protocol):
         Raises an exception naming the chunk when it cannot be read or decoded.
         """
         ...
+
+
+class DerivedSource(ChunkSource, Protocol):
+    """A `ChunkSource` whose chunks are computed from chunks of other sources.
+
+    `ChunkCache` schedules such a chunk in two steps: it first loads the
+    chunk's *inputs* as ordinary cache entries (shared with every other view
+    of their sources, each read once), then calls `combine` on a worker with
+    their data. `read_chunk` stays a standalone, direct read for callers
+    without a cache.
+
+    `chunk_inputs` and `chunk_cost` are called while the cache's lock is held:
+    they must be cheap, pure arithmetic (no I/O, no call into the cache).
+    Inputs must come from other sources (a finer level), never from this one.
+    """
+
+    def chunk_inputs(self, coords: tuple[int, ...]) -> Sequence[ChunkRef]:
+        """The chunks chunk `coords` is computed from (each listed once)."""
+        ...
+
+    def chunk_cost(self, coords: tuple[int, ...]) -> int:
+        """Stored chunk reads building chunk `coords` from nothing costs (>= 1; an
+        estimate, used to schedule it behind cheaper loads)."""
+        ...
+
+    def combine(
+        self, coords: tuple[int, ...], inputs: Mapping[ChunkKey, np.ndarray[Any, Any]]
+    ) -> np.ndarray[Any, Any]:
+        """Chunk `coords` computed from its inputs' data, keyed by their chunk keys.
+
+        The input arrays are read-only. Called on a worker thread, outside any lock.
+        """
+        ...
+
+
+def is_derived(source: ChunkSource) -> TypeGuard[DerivedSource]:
+    """Whether `source` is a `DerivedSource` (its chunks have inputs).
+
+    Examples
+    --------
+    >>> is_derived(ArraySource(np.zeros(4), chunks=(2,)))
+    False
+    """
+    return all(
+        callable(getattr(source, name, None)) for name in ("chunk_inputs", "chunk_cost", "combine")
+    )
 
 
 def chunk_bounds(
@@ -103,6 +157,27 @@ def grid_shape(source: ChunkSource) -> tuple[int, ...]:
     for g, extent in zip(source.grid, source.shape, strict=True):
         shape.append(0 if extent == 0 else int(g.index_to_chunk(extent - 1)) + 1)
     return tuple(shape)
+
+
+def fill_value_of(value: Any, dtype: DTypeLike) -> Any:
+    """`value` as a scalar of `dtype`: what a chunk absent from storage holds.
+
+    None (Zarr v2's ``"fill_value": null``, TensorStore's default) is the dtype's
+    zero, as zarr-python reads it; NaN and the infinities are kept.
+
+    Examples
+    --------
+    >>> fill_value_of(None, "uint16"), fill_value_of(None, "bool")
+    (np.uint16(0), np.False_)
+    >>> fill_value_of(float("nan"), "float32"), fill_value_of(-float("inf"), "float64")
+    (np.float32(nan), np.float64(-inf))
+    >>> fill_value_of(7, "int8")
+    np.int8(7)
+    """
+    dtype = np.dtype(dtype)
+    if value is None:
+        return np.zeros((), dtype=dtype)[()]
+    return np.asarray(value, dtype=dtype)[()]
 
 
 def fill_chunk(source: ChunkSource, shape: tuple[int, ...]) -> np.ndarray[Any, Any]:
@@ -174,9 +249,9 @@ class ArraySource(SourceFields):
         self._array = np.asarray(array)
         self._grid = dimension_grids_from_chunks(chunks, self._array.shape)
         self._identity = name if name is not None else f"array-{id(self):x}"
-        self._fill_value = fill_value
         self._shape = tuple(int(n) for n in self._array.shape)
         self._dtype = np.dtype(self._array.dtype)
+        self._fill_value = fill_value_of(fill_value, self._dtype)
 
     def read_chunk(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any]:
         lo, hi = chunk_bounds(self._grid, coords, self.shape)
