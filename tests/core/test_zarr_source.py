@@ -11,8 +11,10 @@ import pytest
 import zarr
 
 from napari_lazy_zarr.core import (
+    ChunkCache,
     ChunkReadError,
     ChunkState,
+    InlineExecutor,
     MetadataError,
     NotAZarrStoreError,
     StoreNotFoundError,
@@ -27,8 +29,6 @@ from napari_lazy_zarr.core.source import chunk_bounds, grid_shape
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
-
-    from napari_lazy_zarr.core import ChunkCache
 
     MakeStore = Callable[..., tuple[Path, np.ndarray[Any, Any]]]
 
@@ -242,3 +242,154 @@ def test_zipped_store_reads_like_a_directory(make_store: MakeStore, tmp_path: Pa
     with pytest.raises(NotAZarrStoreError, match="is a file"):
         open_zarr_source(path / "zarr.json")
     assert _all_chunks_equal(zipped, data) == 20  # type: ignore[arg-type]
+
+
+# -- fill values ---------------------------------------------------------------
+# Zarr allows any value of the dtype, NaN and the infinities, and (Zarr v2) null:
+# zarr-python reads null as the dtype's zero, and so must we, blocking or not.
+
+SHAPE, CHUNKS = (10, 12), (4, 5)
+WRITTEN = (slice(0, 4), slice(0, 10))  # two chunks of the twelve; the rest are absent
+
+
+def _values(dtype: str) -> np.ndarray[Any, Any]:
+    shape = tuple(s.stop - s.start for s in WRITTEN)
+    values = np.arange(1, 1 + int(np.prod(shape))).reshape(shape) % 5 + 1
+    return values.astype(dtype) if dtype != "bool" else values % 2 == 0
+
+
+def _check_reads(path: Path, expected: np.ndarray[Any, Any], placeholder: Any) -> None:
+    """Non-blocking before anything is loaded (the placeholder), then blocking (the data)."""
+    with ChunkCache(64 << 20, executor=InlineExecutor()) as cache:
+        image = open_array(path, cache=cache)
+        assert image.dtype == expected.dtype
+        assert isinstance(image.fill_value, np.generic)
+        assert image.fill_value.dtype == expected.dtype
+        partial = image.read_nonblocking()
+        assert not partial.complete
+        np.testing.assert_array_equal(partial.data, np.full(SHAPE, placeholder, expected.dtype))
+        np.testing.assert_array_equal(image.result(), expected)
+        np.testing.assert_array_equal(
+            image[3:9, ::-2].read_nonblocking().data, expected[3:9, ::-2]
+        )
+
+
+@pytest.mark.parametrize(
+    "dtype", ["uint8", "int16", "uint16", "int32", "float32", "float64", "complex64", "bool"]
+)
+def test_tensorstore_zarr_v2_defaults_null_fill_value(tmp_path: Path, dtype: str) -> None:
+    ts = pytest.importorskip("tensorstore")
+    path = tmp_path / "ts.zarr"
+    store = ts.open(
+        {"driver": "zarr", "kvstore": {"driver": "file", "path": str(path)}},
+        create=True,
+        dtype=dtype,
+        shape=SHAPE,
+        chunk_layout=ts.ChunkLayout(chunk_shape=CHUNKS),
+    ).result()
+    store[WRITTEN].write(_values(dtype)).result()
+    assert json.loads((path / ".zarray").read_text())["fill_value"] is None
+    expected = store.read().result()
+    assert not expected[4:].any()  # TensorStore reads the absent chunks as zero too
+    _check_reads(path, expected, placeholder=0)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "fill_value"),
+    [("uint16", None), ("float32", None), ("float32", float("nan")), ("int8", -3)],
+)
+def test_tensorstore_zarr3(tmp_path: Path, dtype: str, fill_value: Any) -> None:
+    ts = pytest.importorskip("tensorstore")
+    path = tmp_path / "ts3.zarr"
+    metadata: dict[str, Any] = {"data_type": dtype}
+    if fill_value is not None:
+        metadata["fill_value"] = "NaN" if fill_value != fill_value else fill_value
+    kvstore = {"driver": "file", "path": str(path)}
+    store = ts.open(
+        {"driver": "zarr3", "kvstore": kvstore, "metadata": metadata},
+        create=True,
+        shape=SHAPE,
+        chunk_layout=ts.ChunkLayout(chunk_shape=CHUNKS),
+    ).result()
+    store[WRITTEN].write(_values(dtype)).result()
+    expected = store.read().result()
+    placeholder = 0 if fill_value is None else fill_value
+    np.testing.assert_array_equal(expected[4:], np.full((6, 12), placeholder, dtype))
+    _check_reads(path, expected, placeholder)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "fill_value", "placeholder"),
+    [
+        ("uint16", None, 0),
+        ("int16", None, 0),
+        ("float32", None, 0.0),
+        ("complex128", None, 0j),
+        ("bool", None, False),
+        ("float32", float("nan"), float("nan")),
+        ("float64", float("inf"), float("inf")),
+        ("float32", -float("inf"), -float("inf")),
+        ("int16", -7, -7),
+        ("float64", 2.5, 2.5),
+        ("bool", True, True),
+    ],
+)
+def test_zarr_python_v2_fill_values(
+    tmp_path: Path, dtype: str, fill_value: Any, placeholder: Any
+) -> None:
+    path = tmp_path / "v2.zarr"
+    array = zarr.create_array(
+        str(path), shape=SHAPE, chunks=CHUNKS, dtype=dtype, zarr_format=2, fill_value=fill_value
+    )
+    array[WRITTEN] = _values(dtype)
+    written = json.loads((path / ".zarray").read_text())["fill_value"]
+    assert (written is None) == (fill_value is None)
+    expected = zarr.open_array(str(path), mode="r")[...]
+    np.testing.assert_array_equal(expected[4:], np.full((6, 12), placeholder, dtype))
+    _check_reads(path, expected, placeholder)
+
+
+@pytest.mark.parametrize("fill_value", [float("nan"), -float("inf"), 1.5])
+def test_zarr_python_v3_sharded_fill_values(tmp_path: Path, fill_value: float) -> None:
+    """Absent inner chunks and absent shards hold the fill value (the shard reader's path)."""
+    path = tmp_path / "sharded.zarr"
+    array = zarr.create_array(
+        str(path),
+        shape=SHAPE,
+        chunks=(2, 5),
+        shards=CHUNKS,
+        dtype="float32",
+        fill_value=fill_value,
+    )
+    array[WRITTEN] = _values("float32")
+    array[0:2, 0:5] = fill_value  # an inner chunk equal to the fill value: not stored
+    expected = zarr.open_array(str(path), mode="r")[...]
+    np.testing.assert_array_equal(expected[4:], np.full((6, 12), fill_value, "float32"))
+    _check_reads(path, expected, fill_value)
+
+
+def test_composites_over_a_null_fill_value_hold_a_value(tmp_path: Path) -> None:
+    from napari_lazy_zarr.core.composite import (
+        CastSource,
+        ConcatSource,
+        FunctionSource,
+        StackSource,
+    )
+
+    path = tmp_path / "null.zarr"
+    zarr.create_array(
+        str(path), shape=SHAPE, chunks=CHUNKS, dtype="u2", zarr_format=2, fill_value=None
+    )
+    assert json.loads((path / ".zarray").read_text())["fill_value"] is None
+    source = open_zarr_source(path)
+    composites = [
+        source,
+        ConcatSource([source, source], axis=1),
+        StackSource([source, source]),
+        CastSource(source, "float32"),
+        FunctionSource(np.zeros, shape=SHAPE, dtype="i2", chunks=CHUNKS, fill_value=None),
+    ]
+    for composite in composites:
+        value = composite.fill_value
+        assert isinstance(value, np.generic), composite
+        assert (value.dtype, value) == (composite.dtype, 0), composite

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from napari_lazy_zarr import open_array
-from napari_lazy_zarr.core import ChunkReadError, ChunkState, NotAZarrStoreError
+from napari_lazy_zarr.core import ChunkReadError, ChunkState, MetadataError, NotAZarrStoreError
 from napari_lazy_zarr.core.array import REMOTE_CONCURRENCY
 from napari_lazy_zarr.core.retry import RetryPolicy, classify
 
@@ -156,13 +156,21 @@ def test_superseded_views_are_not_downloaded(served: Served) -> None:
 
 
 def test_missing_remote_support_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    import zarr
+    from zarr.storage import FsspecStore
 
     def no_fsspec(*args: Any, **kwargs: Any) -> Any:
         raise ImportError("No module named 'fsspec'")
 
-    monkeypatch.setattr(zarr, "open", no_fsspec)
+    # Where a URL's store is made (fsspec, and aiohttp for HTTP, are imported there).
+    monkeypatch.setattr(FsspecStore, "from_url", no_fsspec)
     with pytest.raises(NotAZarrStoreError, match=r"napari-lazy-zarr\[remote\]"):
+        open_array("http://127.0.0.1:9/image.zarr")
+
+
+def test_unreachable_server_names_the_url() -> None:
+    with pytest.raises(
+        MetadataError, match=r"127\.0\.0\.1:9/image\.zarr: cannot read zarr metadata"
+    ):
         open_array("http://127.0.0.1:9/image.zarr")
 
 

@@ -41,7 +41,7 @@ from napari_lazy_zarr.core.errors import (
     ReadOnlyError,
     UnsupportedDataError,
 )
-from napari_lazy_zarr.core.source import SourceFields, chunk_bounds
+from napari_lazy_zarr.core.source import SourceFields, chunk_bounds, fill_value_of
 from napari_lazy_zarr.core.zarr_source import _grid_from_sizes
 
 if TYPE_CHECKING:
@@ -252,7 +252,9 @@ class ConcatSource(SourceFields, _ReadOnly):
             _check_agrees(member, index, first, skip_axis=self._axis, what="concat")
         self._members = members
         self._dtype = np.dtype(first.dtype)
-        self._fill_value = first.fill_value if fill_value is None else fill_value
+        self._fill_value = fill_value_of(
+            first.fill_value if fill_value is None else fill_value, self._dtype
+        )
         along: list[int] = [0]
         offsets: list[int] = []
         owners: list[int] = []  # composite cell along the axis -> the member holding it
@@ -527,7 +529,7 @@ class FunctionSource(SourceFields, _ReadOnly):
         The array's shape and dtype, and its read grid (one size per axis, or
         explicit sizes per axis).
     fill_value
-        The placeholder for cells not computed yet.
+        The placeholder for cells not computed yet (None: the dtype's zero).
     name
         Names the data in chunk keys and messages. By default the function
         itself: two sources share cached chunks only if they are built from
@@ -567,7 +569,7 @@ class FunctionSource(SourceFields, _ReadOnly):
         self._dtype = _image_dtype(dtype, "function")
         self._chunks = _normalized_chunks(chunks)
         self._grid = _grid_for(self._chunks, self._shape, "function")
-        self._fill_value = fill_value
+        self._fill_value = fill_value_of(fill_value, self._dtype)
         self._name: Hashable = function if name is None else name
         self._identity = CompositeIdentity(
             "function",
@@ -660,10 +662,8 @@ class CastSource(SourceFields, _ReadOnly):
         self._identity = CompositeIdentity(
             "cast", (("dtype", str(self._dtype)),), (base.identity,)
         )
-        fill = base.fill_value
-        self._fill_value = (
-            None if fill is None else _cast(np.asarray(fill, dtype=base.dtype), self._dtype)[()]
-        )
+        fill = np.asarray(fill_value_of(base.fill_value, base.dtype))
+        self._fill_value = _cast(fill, self._dtype)[()]
 
     @property
     def domain(self) -> IndexDomain:

@@ -22,7 +22,8 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import numpy as np
@@ -31,6 +32,7 @@ import zarr.errors
 import zarr.storage
 
 from napari_lazy_zarr.core.errors import (
+    LazyZarrError,
     MetadataError,
     NotAZarrStoreError,
     StoreNotFoundError,
@@ -46,10 +48,12 @@ from napari_lazy_zarr.core.manifest import (
 )
 from napari_lazy_zarr.core.zarr_source import (
     _METADATA_FILES,
+    ZarrChunkSource,
     _check_local,
     _check_safe,
     _is_url,
     _metadata_files,
+    forget_metadata,
     open_node,
     open_zarr_source,
     store_for,
@@ -61,14 +65,23 @@ if TYPE_CHECKING:
     from ome_zarr_models.common.coordinate_transformations import ValidTransform
     from ome_zarr_models.common.omero import Omero
     from ome_zarr_models.v04.axes import Axis as Axis04
+    from ome_zarr_models.v04.multiscales import Dataset as Dataset04
     from ome_zarr_models.v04.multiscales import Multiscale as Multiscale04
     from ome_zarr_models.v05.axes import Axis as Axis05
+    from ome_zarr_models.v05.multiscales import Dataset as Dataset05
     from ome_zarr_models.v05.multiscales import Multiscale as Multiscale05
     from pydantic import BaseModel, ValidationError
 
     from napari_lazy_zarr.core.source import ChunkSource
 
-__all__ = ["ImageSpec", "LevelSpec", "describe_store", "looks_like_zarr", "open_source"]
+__all__ = [
+    "ImageSpec",
+    "LevelSpec",
+    "describe_store",
+    "looks_like_zarr",
+    "open_level_sources",
+    "open_source",
+]
 
 # What `looks_like_zarr` accepts: a directory holding one of these files...
 _MARKER_FILES: Final = (*_METADATA_FILES, ".zattrs")
@@ -78,6 +91,9 @@ _SUPPORTED_VERSIONS: Final = ("0.4", "0.5")
 _HEX_COLOR: Final = re.compile(r"#?([0-9a-fA-F]{6})")
 _MAX_PROBLEMS: Final = 4  # validation problems quoted in one error message
 MAX_LEVELS: Final = 64  # pyramid levels: 2**64 pixels would need no more
+# Nodes opened at once (levels, label images). Each open is one or two round trips of
+# metadata over HTTP; 16 keep a pyramid's levels (and its labels group) in one round.
+_OPEN_CONCURRENCY: Final = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +116,9 @@ class LevelSpec:
     shape: tuple[int, ...]
     scale: tuple[float, ...]
     translate: tuple[float, ...]
+    # The array `describe_store` opened for this level, when it stays readable:
+    # `open_level_sources` reads through it instead of fetching its metadata again.
+    _array: zarr.Array[Any] | None = field(default=None, repr=False, compare=False, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,14 +248,23 @@ def describe_store(path_or_url: str | os.PathLike[str]) -> tuple[ImageSpec, ...]
         store, local_dir = store_for(location)
     try:
         root = open_node(store, "", location)
-        walk = _Walk(location, local_dir, root.store, basename)
+        walk = _Walk(
+            location,
+            local_dir,
+            root.store,
+            basename,
+            zarr_format=root.metadata.zarr_format,
+            # A zip store is closed below; kerchunk levels open as `ManifestSource`s.
+            keep_arrays=not isinstance(store, zarr.storage.ZipStore | ManifestStore),
+        )
         if isinstance(root, zarr.Array):
             _check_safe(location, root)
-            return (_plain_image(root, walk.basename),)
+            return (_plain_image(root, walk.basename, keep=walk.keep_arrays),)
         return walk.group(root)
     finally:
         if isinstance(store, zarr.storage.ZipStore):
             store.close()
+        forget_metadata(store)  # the arrays kept read their chunks straight from storage
 
 
 # -- walking the store ------------------------------------------------------
@@ -250,6 +278,8 @@ class _Walk:
     local_dir: str | None  # the store's directory when local: raw metadata is vetted first
     store: Any  # the zarr Store the root was opened from; nested nodes share it
     basename: str
+    zarr_format: Literal[2, 3]  # the root's: a hierarchy has one format
+    keep_arrays: bool  # whether levels keep their arrays for `open_level_sources`
 
     def full(self, path: str) -> str:
         """`path` inside the store as a user-facing location."""
@@ -260,11 +290,34 @@ class _Walk:
 
         Vetting before zarr-python parses the JSON is what lets a pickle codec be
         refused by name (zarr 3.4 rejects it with an anonymous ValueError) and a
-        broken document be named by file.
+        broken document be named by file. Nodes opened by path are never listed:
+        no consolidated metadata is fetched for them.
         """
         if self.local_dir is not None:
             _check_local(os.path.join(self.local_dir, path))
-        return open_node(self.store, path, self.full(path))
+        return open_node(
+            self.store, path, self.full(path), zarr_format=self.zarr_format, consolidated=False
+        )
+
+    def open_all(self, paths: Sequence[str]) -> list[_Opened]:
+        """The nodes at `paths`, in order, opened concurrently (each its node or its error).
+
+        Errors are returned, not raised, so the caller reports them in the
+        metadata's order whichever open finished first.
+        """
+
+        def attempt(path: str) -> _Opened:
+            try:
+                return self.open(path)
+            except LazyZarrError as error:
+                return error
+
+        if len(paths) <= 1:
+            return [attempt(path) for path in paths]
+        with ThreadPoolExecutor(
+            min(len(paths), _OPEN_CONCURRENCY), thread_name_prefix="lazy-zarr-open"
+        ) as pool:
+            return list(pool.map(attempt, paths))
 
     def group(self, group: zarr.Group) -> tuple[ImageSpec, ...]:
         """An OME-Zarr image group's images, else those of a plain group."""
@@ -294,7 +347,7 @@ class _Walk:
                     # E.g. a table of strings beside the images: not a layer, not fatal.
                     unsupported.append(error)
                     continue
-                images.append(_plain_image(node, node.path))
+                images.append(_plain_image(node, node.path, keep=self.keep_arrays))
                 continue
             ome = _ome_document(node, self.full(node.path))
             if ome is not None and "multiscales" in ome[1]:
@@ -345,7 +398,12 @@ class _Walk:
         kind: Literal["image", "labels"] = (
             "labels" if label or "image-label" in document else "image"
         )
-        levels = self._levels(group, multiscale, full, labels=kind == "labels")
+        paths = self._dataset_paths(group, multiscale, full)
+        # The levels and the labels group in one round of requests.
+        opened = self.open_all([*paths, *(() if label else (_join(group.path, "labels"),))])
+        levels = self._levels(
+            multiscale, full, paths, opened[: len(paths)], labels=kind == "labels"
+        )
         axes: Sequence[Axis04 | Axis05] = multiscale.axes
         channel_axis = next((i for i, a in enumerate(axes) if a.type == "channel"), None)
         name = multiscale.name if isinstance(multiscale.name, str) else ""
@@ -369,22 +427,13 @@ class _Walk:
         )
         if label:
             return (image,)
-        return (image, *self._labels(group, version))
+        return (image, *self._labels(group, version, opened[-1]))
 
-    def _levels(
-        self,
-        group: zarr.Group,
-        multiscale: Multiscale04 | Multiscale05,
-        full: str,
-        *,
-        labels: bool,
-    ) -> tuple[LevelSpec, ...]:
-        ndim = len(multiscale.axes)
-        outer_scale, outer_translate = (1.0,) * ndim, (0.0,) * ndim
-        if multiscale.coordinateTransformations is not None:
-            outer_scale, outer_translate = _transform(
-                multiscale.coordinateTransformations, ndim, full, "multiscales"
-            )
+    @staticmethod
+    def _dataset_paths(
+        group: zarr.Group, multiscale: Multiscale04 | Multiscale05, full: str
+    ) -> list[str]:
+        """The store paths of a multiscale's datasets (a bounded number, none twice)."""
         paths = [dataset.path for dataset in multiscale.datasets]
         if len(paths) > MAX_LEVELS:
             raise MetadataError(
@@ -392,14 +441,30 @@ class _Walk:
             )
         if len(set(paths)) != len(paths):
             raise MetadataError(f"{full}: multiscales lists a dataset path twice: {paths[:8]}")
+        return [_join(group.path, path) for path in paths]
+
+    def _levels(
+        self,
+        multiscale: Multiscale04 | Multiscale05,
+        full: str,
+        paths: Sequence[str],
+        opened: Sequence[_Opened],
+        *,
+        labels: bool,
+    ) -> tuple[LevelSpec, ...]:
+        """The levels of a multiscale: its datasets' store `paths` and `opened` nodes."""
+        ndim = len(multiscale.axes)
+        outer_scale, outer_translate = (1.0,) * ndim, (0.0,) * ndim
+        if multiscale.coordinateTransformations is not None:
+            outer_scale, outer_translate = _transform(
+                multiscale.coordinateTransformations, ndim, full, "multiscales"
+            )
         levels = []
-        for dataset in multiscale.datasets:
-            path = _join(group.path, dataset.path)
+        datasets: Sequence[Dataset04 | Dataset05] = multiscale.datasets
+        for index, dataset in enumerate(datasets):
+            path = paths[index]
             where = f"{full}: multiscales dataset {dataset.path!r}"
-            try:
-                node = self.open(path)
-            except (StoreNotFoundError, NotAZarrStoreError) as error:
-                raise MetadataError(f"{where} is missing: {error}") from error
+            node = _node(opened[index], missing=f"{where} is missing")
             if not isinstance(node, zarr.Array):
                 raise MetadataError(f"{where} is a group, not an array")
             _check_safe(self.full(path), node)
@@ -427,18 +492,18 @@ class _Walk:
                         o * t + ot
                         for o, t, ot in zip(outer_scale, translate, outer_translate, strict=True)
                     ),
+                    _array=node if self.keep_arrays else None,
                 )
             )
         return tuple(levels)
 
-    def _labels(self, image: zarr.Group, version: str) -> tuple[ImageSpec, ...]:
-        """The label images listed by the image's ``labels`` group (none if it has none)."""
+    def _labels(self, image: zarr.Group, version: str, opened: _Opened) -> tuple[ImageSpec, ...]:
+        """The label images listed by the image's ``labels`` group (`opened`; none if absent)."""
         path = _join(image.path, "labels")
         full = self.full(path)
-        try:
-            group = self.open(path)
-        except (StoreNotFoundError, NotAZarrStoreError):
+        if isinstance(opened, StoreNotFoundError | NotAZarrStoreError):
             return ()
+        group = _node(opened)
         if not isinstance(group, zarr.Group):
             raise MetadataError(f"{full}: an OME-Zarr image's 'labels' must be a group")
         document = group.attrs.asdict()
@@ -451,13 +516,12 @@ class _Walk:
 
             names = _validate(LabelsAttrs05, document.get("ome"), full, "0.5 labels").labels
         labels: list[ImageSpec] = []
-        for name in names:
-            label_path = _join(path, name)
+        label_paths = [_join(path, name) for name in names]
+        for name, label_path, opened_label in zip(
+            names, label_paths, self.open_all(label_paths), strict=True
+        ):
             where = f"{full}: label {name!r}"
-            try:
-                node = self.open(label_path)
-            except (StoreNotFoundError, NotAZarrStoreError) as error:
-                raise MetadataError(f"{where} is missing: {error}") from error
+            node = _node(opened_label, missing=f"{where} is missing")
             ome = None
             if isinstance(node, zarr.Group):
                 ome = _ome_document(node, self.full(label_path))
@@ -465,6 +529,22 @@ class _Walk:
                 raise MetadataError(f"{where} is not an OME-Zarr {version} image group")
             labels.extend(self.ome_image(node, *ome, label=name))
         return tuple(labels)
+
+
+type _Opened = zarr.Array[Any] | zarr.Group | LazyZarrError
+
+
+def _node(opened: _Opened, *, missing: str | None = None) -> zarr.Array[Any] | zarr.Group:
+    """The node `open_all` opened, or its error raised.
+
+    With `missing`, a node that is not there is a `MetadataError` saying so:
+    the metadata names a node the store lacks.
+    """
+    if missing is not None and isinstance(opened, StoreNotFoundError | NotAZarrStoreError):
+        raise MetadataError(f"{missing}: {opened}") from opened
+    if isinstance(opened, LazyZarrError):
+        raise opened
+    return opened
 
 
 # -- OME metadata -----------------------------------------------------------
@@ -640,8 +720,11 @@ class _Channels:
 # -- plain zarr -------------------------------------------------------------
 
 
-def _plain_image(array: zarr.Array[Any], name: str) -> ImageSpec:
-    """A single-level image of an array without OME metadata: unit scale, no offset."""
+def _plain_image(array: zarr.Array[Any], name: str, *, keep: bool) -> ImageSpec:
+    """A single-level image of an array without OME metadata: unit scale, no offset.
+
+    With `keep`, the level keeps `array` for `open_level_sources`.
+    """
     shape = tuple(int(s) for s in array.shape)
     ndim = len(shape)
     # Zarr v3 arrays may name their dimensions; v2 arrays cannot.
@@ -655,7 +738,11 @@ def _plain_image(array: zarr.Array[Any], name: str) -> ImageSpec:
     return ImageSpec(
         name=name,
         kind="image",
-        levels=(LevelSpec(array.path, shape, (1.0,) * ndim, (0.0,) * ndim),),
+        levels=(
+            LevelSpec(
+                array.path, shape, (1.0,) * ndim, (0.0,) * ndim, _array=array if keep else None
+            ),
+        ),
         axis_names=axis_names,
         axis_units=(None,) * ndim,
     )
@@ -687,6 +774,47 @@ def open_source(location: str | os.PathLike[str], *, path: str = "") -> ChunkSou
     if kind == "kerchunk":
         return ManifestSource(location, path=path)
     return open_zarr_source(location, path=path)
+
+
+def open_level_sources(location: str | os.PathLike[str], spec: ImageSpec) -> list[ChunkSource]:
+    """The chunk sources of `spec`'s levels (as `describe_store` gave them), finest first.
+
+    A level whose array `describe_store` opened (any zarr store but a zipped
+    one) is read through that array: nothing is fetched again, so a remote
+    store's metadata documents are each fetched once from describing to
+    reading. The other levels (zipped stores, kerchunk references) are opened
+    by `open_source`, several at once.
+
+    Raises
+    ------
+    LazyZarrError
+        As `open_source`, naming the level's path.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> path = tempfile.mkdtemp() + "/plain.zarr"
+    >>> _ = zarr.create_array(path, shape=(64, 48), chunks=(32, 32), dtype="u2")
+    >>> (image,) = describe_store(path)
+    >>> (source,) = open_level_sources(path, image)
+    >>> source.shape, source.grid[1].size
+    ((64, 48), 32)
+    """
+    location = os.fspath(location)
+
+    def one(level: LevelSpec) -> ChunkSource:
+        if level._array is None:
+            return open_source(location, path=level.path)
+        full = f"{location.rstrip('/')}/{level.path}" if level.path else location
+        return ZarrChunkSource(level._array, location=full)
+
+    levels = spec.levels
+    if len(levels) <= 1 or all(level._array is not None for level in levels):
+        return [one(level) for level in levels]  # nothing to fetch: no threads
+    with ThreadPoolExecutor(
+        min(len(levels), _OPEN_CONCURRENCY), thread_name_prefix="lazy-zarr-open"
+    ) as pool:
+        return list(pool.map(one, levels))
 
 
 def _stack_image(location: str) -> ImageSpec:

@@ -8,17 +8,19 @@ import stat
 import threading
 import zipfile
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal, Self
 
 import numpy as np
 import zarr
-from zarr.abc.store import RangeByteRequest, _store_supports_sync_io
+from zarr.abc.store import RangeByteRequest, Store, _store_supports_sync_io
 from zarr.codecs.sharding import ShardingCodec
 from zarr.core.array import _get_chunk_spec
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.codec_pipeline import FusedCodecPipeline
 from zarr.core.sync import sync
+from zarr.storage import FsspecStore, WrapperStore
 from zarr_indexing import (
     DimensionGridLike,
     FixedDimension,
@@ -34,12 +36,15 @@ from napari_lazy_zarr.core.errors import (
     UnsupportedDataError,
 )
 from napari_lazy_zarr.core.retry import RetryPolicy, classify
-from napari_lazy_zarr.core.source import SourceFields, chunk_bounds
+from napari_lazy_zarr.core.source import SourceFields, chunk_bounds, fill_value_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-__all__ = ["ZarrChunkSource", "open_zarr_source"]
+    from zarr.abc.store import ByteRequest
+    from zarr.core.buffer import Buffer, BufferPrototype
+
+__all__ = ["MetadataMemoStore", "ZarrChunkSource", "open_zarr_source"]
 
 _METADATA_FILES: Final = ("zarr.json", ".zarray", ".zgroup")
 # Codecs whose decoding runs code stored in the file.
@@ -143,7 +148,8 @@ class ZarrChunkSource(SourceFields):
     (zarr's `read_chunk_sizes`), so a shard is never decoded whole. Decoding
     uses zarr-python's codec pipeline (synchronously where the store allows,
     so worker threads do the work, not zarr's event loop). A chunk absent from
-    the store is filled with the array's fill value.
+    the store is filled with the array's fill value (for a Zarr v2
+    ``"fill_value": null``, the dtype's zero, as zarr-python reads it).
 
     `read_chunk` is thread-safe.
 
@@ -182,7 +188,8 @@ class ZarrChunkSource(SourceFields):
         self._prototype = default_buffer_prototype()
         self._shape = tuple(int(s) for s in array.shape)
         self._dtype = np.dtype(array.dtype)
-        self._fill_value = array.fill_value
+        # A v2 "fill_value": null is None here; reads (and placeholders) need a value.
+        self._fill_value = fill_value_of(array.fill_value, self._dtype)
         if len(self._shape) > MAX_RANK:
             raise UnsupportedDataError(
                 f"{self._location}: {len(self._shape)} dimensions (at most {MAX_RANK})"
@@ -379,7 +386,7 @@ class _ShardReader:
         index = self._index(byte_getter, chunks_per_shard)
         chunk_slice = None if index is None else index.get_chunk_slice(coords)
         if chunk_slice is None:  # absent shard or absent inner chunk
-            return np.full(shape, shard_spec.fill_value, dtype=dtype)
+            return np.full(shape, fill_value_of(shard_spec.fill_value, dtype), dtype=dtype)
         chunk_spec = codec._get_chunk_spec(shard_spec)
         raw = byte_getter.get_sync(
             prototype=chunk_spec.prototype,
@@ -388,7 +395,7 @@ class _ShardReader:
         if raw is None:  # the shard vanished since its index was read
             with self._lock:
                 self._indexes.pop(str(byte_getter), None)
-            return np.full(shape, shard_spec.fill_value, dtype=dtype)
+            return np.full(shape, fill_value_of(shard_spec.fill_value, dtype), dtype=dtype)
         transform = codec._get_inner_chunk_transform(shard_spec)
         decoded = np.asarray(transform.decode_chunk(raw, chunk_spec).as_ndarray_like())
         if decoded.shape == shape:
@@ -454,30 +461,119 @@ def _check_local(path: str) -> None:
         _check_document(path, document)
 
 
+_METADATA_DOCUMENTS: Final = frozenset({*_METADATA_FILES, *_ATTRIBUTE_FILES})
+
+
+class _Memo:
+    """The documents a `MetadataMemoStore` and its copies keep (None once forgotten)."""
+
+    __slots__ = ("documents", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.documents: dict[str, Buffer | None] | None = {}
+
+
+class MetadataMemoStore(WrapperStore[Store]):
+    """A store wrapper that fetches each metadata document once while nodes are opened.
+
+    Opening a node tries it as an array, then as a group, and zarr-python
+    reads the documents of each form (a group's ``zarr.json`` twice, an absent
+    node's documents twice); over HTTP each read is a round trip. While
+    memoizing, a metadata document
+    (``zarr.json``, ``.zarray``, ``.zgroup``, ``.zattrs``, ``.zmetadata``),
+    present or absent, is fetched from the wrapped store once and answered from
+    memory afterwards. `forget` ends that: then every call goes straight to the
+    wrapped store, so arrays opened through it read their chunks as if opened
+    from it. Chunks and byte ranges are never memoized.
+
+    Thread-safe. Two first requests of one document at the same moment may
+    both fetch it; opening never asks for one document twice at once.
+
+    Examples
+    --------
+    >>> import zarr
+    >>> from zarr.storage import LoggingStore, MemoryStore
+    >>> inner = MemoryStore()
+    >>> _ = zarr.create_group(inner).create_array("a", shape=(4,), dtype="u1")
+    >>> counted = LoggingStore(inner.with_read_only(True), log_level="CRITICAL")
+    >>> store = MetadataMemoStore(counted)
+    >>> for _ in range(3):
+    ...     _ = open_node(store, "", "root"), open_node(store, "a", "a", zarr_format=3)
+    >>> counted.counter["get"]  # zarr.json, .zarray, .zattrs; a/zarr.json: once each
+    4
+    >>> store.forget()
+    """
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self._memo = _Memo()
+
+    def _with_store(self, store: Store) -> Self:
+        # zarr makes copies (e.g. read-only ones): they share the memo.
+        copy = super()._with_store(store)
+        copy._memo = self._memo
+        return copy
+
+    def forget(self) -> None:
+        """Stop memoizing and drop the documents kept (in this store and its copies)."""
+        with self._memo.lock:
+            self._memo.documents = None
+
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        if byte_range is not None or key.rsplit("/", 1)[-1] not in _METADATA_DOCUMENTS:
+            return await self._store.get(key, prototype, byte_range)
+        memo = self._memo
+        with memo.lock:
+            if memo.documents is not None and key in memo.documents:
+                return memo.documents[key]
+        value = await self._store.get(key, prototype)
+        with memo.lock:
+            if memo.documents is not None:  # else forgotten meanwhile: keep nothing
+                memo.documents.setdefault(key, value)
+        return value
+
+    def __str__(self) -> str:
+        return str(self._store)
+
+    def __repr__(self) -> str:
+        return f"MetadataMemoStore({self._store!r})"
+
+
 def store_for(location: str) -> tuple[Any, str | None]:
     """What zarr-python opens `location` with, and its local directory (None for URLs, zips).
 
     Local paths are checked first (`StoreNotFoundError`, `NotAZarrStoreError`,
     `MetadataError`, pickle codecs refused by name). A `.zip` file needs its own
-    store: zarr.open takes a string path as a directory.
+    store: zarr.open takes a string path as a directory. A remote URL gets a
+    read-only fsspec store behind a `MetadataMemoStore` (the caller calls
+    `forget` when it has opened what it needed); ``file://`` URLs are left to
+    zarr-python.
     """
     if _is_url(location):
-        return location, None
+        if location.split("://", 1)[0].lower() == "file":
+            return location, None
+        with _zarr_errors(location):
+            return MetadataMemoStore(FsspecStore.from_url(location, read_only=True)), None
     _check_local(location)
     if os.path.isfile(location):  # _check_local lets only .zip files through
         return zarr.storage.ZipStore(location, mode="r"), None
     return location, location
 
 
-def open_node(store: Any, path: str, full: str) -> zarr.Array[Any] | zarr.Group:
-    """The array or group at `path` in `store`, zarr-python's failures mapped to ours.
+def forget_metadata(store: Any) -> None:
+    """End a `MetadataMemoStore`'s memo (nothing for any other store)."""
+    if isinstance(store, MetadataMemoStore):
+        store.forget()
 
-    Arrays are opened with zarr's synchronous `FusedCodecPipeline`, which
-    `ZarrChunkSource` drives from worker threads.
-    """
+
+@contextmanager
+def _zarr_errors(full: str) -> Iterator[None]:
+    """zarr-python's (and fsspec's) failures to open `full`, mapped to ours naming it."""
     try:
-        with zarr.config.set(_FUSED_PIPELINE):
-            return zarr.open(store=store, path=path or None, mode="r")
+        yield
     except (FileNotFoundError, zarr.errors.NodeNotFoundError) as error:
         raise NotAZarrStoreError(f"{full}: no zarr array or group found: {error}") from error
     except ImportError as error:
@@ -491,6 +587,45 @@ def open_node(store: Any, path: str, full: str) -> zarr.Array[Any] | zarr.Group:
         raise MetadataError(
             f"{full}: malformed zarr metadata: {type(error).__name__}: {error}"
         ) from error
+    except OSError as error:  # e.g. a server that refuses the connection
+        raise MetadataError(
+            f"{full}: cannot read zarr metadata: {type(error).__name__}: {error}"
+        ) from error
+
+
+def open_node(
+    store: Any,
+    path: str,
+    full: str,
+    *,
+    zarr_format: Literal[2, 3] | None = None,
+    consolidated: bool = True,
+) -> zarr.Array[Any] | zarr.Group:
+    """The array or group at `path` in `store`, zarr-python's failures mapped to ours.
+
+    Arrays are opened with zarr's synchronous `FusedCodecPipeline`, which
+    `ZarrChunkSource` drives from worker threads. `zarr_format`, when known (a
+    node has its hierarchy's format), spares probing the other format's
+    documents; ``consolidated=False`` spares a Zarr v2 group's ``.zmetadata``,
+    which only listing the group's members over HTTP needs.
+    """
+    with _zarr_errors(full), zarr.config.set(_FUSED_PIPELINE):
+        # zarr.open's array-else-group dispatch, but passing on the format the array
+        # probe found: zarr.open probes both formats again for a group.
+        try:
+            return zarr.open_array(store=store, path=path, mode="r", zarr_format=zarr_format)
+        except zarr.errors.NodeTypeValidationError:
+            zarr_format = 3  # a zarr.json that is not an array's
+        except zarr.errors.ArrayNotFoundError:
+            if zarr_format is None:
+                zarr_format = 2  # neither zarr.json nor .zarray: a v2 group, or nothing
+        return zarr.open_group(
+            store=store,
+            path=path,
+            mode="r",
+            zarr_format=zarr_format,
+            use_consolidated=None if consolidated else False,
+        )
 
 
 def _group_arrays(group: zarr.Group) -> list[str]:
@@ -523,7 +658,10 @@ def open_zarr_source(
     if local_dir is not None and path:
         _check_local(os.path.join(local_dir, path))
     full = f"{location.rstrip('/')}/{path}" if path else location
-    node = open_node(store, path, full)
+    try:
+        node = open_node(store, path, full)
+    finally:
+        forget_metadata(store)
     if isinstance(node, zarr.Group):
         arrays = _group_arrays(node)
         hint = (
