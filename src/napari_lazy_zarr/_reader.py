@@ -23,12 +23,20 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from napari_lazy_zarr._layer_data import LayerLoader, loader_of
-from napari_lazy_zarr.core import ChunkCache, ChunkedArray
+from napari_lazy_zarr.core import ChunkCache
+from napari_lazy_zarr.core.array import REMOTE_CONCURRENCY
 from napari_lazy_zarr.core.cache import DEFAULT_TOTAL_BYTES_LIMIT
 from napari_lazy_zarr.core.errors import LazyZarrError
-from napari_lazy_zarr.core.layout import ImageSpec, describe_store, looks_like_zarr, open_source
+from napari_lazy_zarr.core.layout import (
+    ImageSpec,
+    describe_store,
+    looks_like_zarr,
+    open_level_sources,
+)
 from napari_lazy_zarr.core.manifest import reference_file_kind
 from napari_lazy_zarr.core.pyramid import DecimatedSource, virtual_levels
+from napari_lazy_zarr.core.view import AxisMap, ViewController
+from napari_lazy_zarr.core.zarr_source import is_remote
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -42,18 +50,25 @@ type PathOrPaths = str | os.PathLike[str] | list[str] | tuple[str, ...]
 
 _cache_lock = threading.Lock()
 _shared_cache: ChunkCache | None = None
+# The shared cache whose worker count the user chose (NAPARI_LAZY_ZARR_CONCURRENCY or
+# `configure`): opening a remote store leaves that count as it is.
+_chosen_concurrency: ChunkCache | None = None
 _CONTRAST_SAMPLE = 1024  # pixels per displayed axis read (blocking) for contrast limits
 _CONTRAST_TIMEOUT = 10.0  # seconds the contrast sample may wait for storage
 
 
-def shared_cache() -> ChunkCache:
+def shared_cache(*, remote: bool = False) -> ChunkCache:
     """The chunk cache every layer opened by the plugin reads through (created on first use).
 
     Its capacity comes from `NAPARI_LAZY_ZARR_TOTAL_BYTES_LIMIT` (bytes) and its
-    worker count from `NAPARI_LAZY_ZARR_CONCURRENCY` when set; `configure`
-    changes both live.
+    worker count from `NAPARI_LAZY_ZARR_CONCURRENCY` when set (else one per
+    core); `configure` changes both live. With `remote` (the reader is opening
+    a URL) the worker count is raised to at least
+    `NAPARI_LAZY_ZARR_REMOTE_CONCURRENCY` (default `REMOTE_CONCURRENCY`, 32, as
+    `open_array` keeps for URLs: remote chunks are latency-bound), unless the
+    user chose a count by `NAPARI_LAZY_ZARR_CONCURRENCY` or `configure`.
     """
-    global _shared_cache
+    global _shared_cache, _chosen_concurrency
     with _cache_lock:
         if _shared_cache is None:
             limit = int(
@@ -61,18 +76,32 @@ def shared_cache() -> ChunkCache:
             )
             workers = os.environ.get("NAPARI_LAZY_ZARR_CONCURRENCY")
             _shared_cache = ChunkCache(limit, concurrency=int(workers) if workers else None)
-        return _shared_cache
+            if workers:
+                _chosen_concurrency = _shared_cache
+        cache = _shared_cache
+        if remote and _chosen_concurrency is not cache:
+            wanted = os.environ.get("NAPARI_LAZY_ZARR_REMOTE_CONCURRENCY")
+            cache.concurrency = max(
+                cache.concurrency, int(wanted) if wanted else REMOTE_CONCURRENCY
+            )
+        return cache
 
 
 def configure(
     *, total_bytes_limit: int | None = None, concurrency: int | None = None
 ) -> ChunkCache:
-    """Set the shared cache's capacity and worker count (applied live)."""
+    """Set the shared cache's capacity and worker count (applied live).
+
+    A worker count set here is kept when a remote store is opened later.
+    """
+    global _chosen_concurrency
     cache = shared_cache()
     if total_bytes_limit is not None:
         cache.total_bytes_limit = total_bytes_limit
     if concurrency is not None:
         cache.concurrency = concurrency
+        with _cache_lock:
+            _chosen_concurrency = cache
     return cache
 
 
@@ -103,7 +132,7 @@ def read_zarr(path: PathOrPaths) -> list[LayerDataTuple]:
     store that looks like Zarr but cannot be read.
     """
     location = _single(path)
-    cache = shared_cache()
+    cache = shared_cache(remote=is_remote(location))
     layers: list[LayerDataTuple] = []
     for spec in describe_store(location):
         layers.extend(layer_data(location, spec, cache))
@@ -115,29 +144,31 @@ def layer_data(
     location: str, spec: ImageSpec, cache: ChunkCache, *, prefetch: bool = True
 ) -> list[LayerDataTuple]:
     """The layer data tuples of one image (one per channel if it has a channel axis)."""
-    sources: list[ChunkSource] = [open_source(location, path=level.path) for level in spec.levels]
+    sources: list[ChunkSource] = open_level_sources(location, spec)
     scale = spec.levels[0].scale
     translate = spec.levels[0].translate
     if len(sources) == 1:
         # No stored pyramid: napari would read whole planes of a single-level layer.
         sources = virtual_levels(sources[0], axes=_spatial_axes(spec))
-    arrays = [ChunkedArray(source, cache) for source in sources]
     layer_type = "labels" if spec.kind == "labels" else "image"
     axis = spec.channel_axis
     channels: list[int | None] = (
         [None] if axis is None else list(range(spec.levels[0].shape[axis]))
     )
+    rank = len(spec.axis_names)
     results: list[LayerDataTuple] = []
     for channel in channels:
-        if channel is None or axis is None:
-            views = arrays
-            keep = list(range(len(spec.axis_names)))
-        else:
-            index = (slice(None),) * axis + (channel,)
-            views = [array[index] for array in arrays]
-            keep = [a for a in range(len(spec.axis_names)) if a != axis]
+        # One layer per channel: the layer holds the store's channel axis at one index.
+        axis_map = AxisMap(
+            rank, fixed=() if channel is None or axis is None else ((axis, channel),)
+        )
+        keep = list(axis_map.layer_axes)
         name = _channel_name(spec, channel)
-        loader = LayerLoader(views, cache, name=name, prefetch=prefetch)
+        controller = ViewController(
+            sources, cache, axis_map=axis_map, name=name, prefetch=prefetch
+        )
+        loader = LayerLoader(controller)
+        views = loader.levels
         kwargs: dict[str, Any] = {
             "name": name,
             "multiscale": len(views) > 1,
@@ -151,7 +182,7 @@ def layer_data(
             kwargs["units"] = tuple(units)
         if layer_type == "image":
             kwargs.update(_image_kwargs(spec, channel, loader))
-        data: Any = loader.levels if len(views) > 1 else loader.levels[0]
+        data: Any = views if len(views) > 1 else views[0]
         results.append((data, kwargs, layer_type))
     return results
 
@@ -211,7 +242,8 @@ def _sample_contrast_limits(loader: LayerLoader) -> tuple[float, float]:
     for axis, extent in enumerate(level.shape):
         if axis in spatial:
             # At most 4 x 4 chunks: tiny chunks must not make the sample a huge request.
-            chunk = int(grid[axis].chunk_size(0)) if extent else 1
+            store_axis = loader.controller.axis_map.store_axis(axis)
+            chunk = int(grid[store_axis].chunk_size(0)) if extent else 1
             half = min(extent, _CONTRAST_SAMPLE, 4 * chunk) // 2
             centre = extent // 2
             index.append(slice(centre - half, centre - half + max(1, 2 * half)))

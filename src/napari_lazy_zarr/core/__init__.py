@@ -31,10 +31,10 @@ from napari_lazy_zarr.core.errors import (
     UnsafeDataError,
     UnsupportedDataError,
 )
-from napari_lazy_zarr.core.loader import InlineExecutor, ManualExecutor
+from napari_lazy_zarr.core.loader import InlineExecutor, LoadClass, ManualExecutor
 from napari_lazy_zarr.core.manifest import ManifestSource, ManifestStore, StackFile, open_stack
 from napari_lazy_zarr.core.reader import CacheReader
-from napari_lazy_zarr.core.source import ArraySource, ChunkSource
+from napari_lazy_zarr.core.source import ArraySource, ChunkSource, DerivedSource
 from napari_lazy_zarr.core.state import (
     LEGAL_MOVES,
     ChunkEvent,
@@ -42,12 +42,14 @@ from napari_lazy_zarr.core.state import (
     ChunkState,
     IllegalTransitionError,
 )
+from napari_lazy_zarr.core.view import AxisMap, ViewController, ViewRequest, ViewResult
 from napari_lazy_zarr.core.zarr_source import ZarrChunkSource, open_zarr_source
 
 __all__ = [
     "DEFAULT_TOTAL_BYTES_LIMIT",
     "LEGAL_MOVES",
     "ArraySource",
+    "AxisMap",
     "CacheReader",
     "CacheStatistics",
     "CastSource",
@@ -62,11 +64,13 @@ __all__ = [
     "CompositeIdentity",
     "ConcatSource",
     "ConstantSource",
+    "DerivedSource",
     "FunctionSource",
     "IllegalTransitionError",
     "IncompatibleSourcesError",
     "InlineExecutor",
     "LazyZarrError",
+    "LoadClass",
     "ManifestSource",
     "ManifestStore",
     "ManualExecutor",
@@ -80,6 +84,9 @@ __all__ = [
     "StoreNotFoundError",
     "UnsafeDataError",
     "UnsupportedDataError",
+    "ViewController",
+    "ViewRequest",
+    "ViewResult",
     "ZarrChunkSource",
     "default_concurrency",
     "open_array",

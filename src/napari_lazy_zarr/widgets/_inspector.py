@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from qtpy.QtGui import QCloseEvent
 
     from napari_lazy_zarr.core import CacheStatistics, ChunkCache, ChunkEvent
+    from napari_lazy_zarr.core.view import ViewController, ViewResult
 
 __all__ = ["ChunkInspector"]
 
@@ -62,6 +63,9 @@ class ChunkInspector(QWidget):
         self._grid: ChunkGridState | None = None
         self._target: tuple[Any, int] | None = None  # (layer, level)
         self._cache: ChunkCache | None = None
+        # The displayed view of the inspected layer, as its controller reports it.
+        self._controller: ViewController | None = None
+        self._view: ViewResult | None = None
         self._log_lock = threading.Lock()
         self._log_pending: deque[tuple[ChunkEvent, ...]] = deque()
         self._stats_dirty = True
@@ -220,6 +224,7 @@ class ChunkInspector(QWidget):
         loader = None if layer is None else loader_of(layer)
         if loader is None:
             self._set_target(None, None)
+            self._set_controller(None)
             self.note.setText(
                 "No chunk map: select a layer opened with napari-lazy-zarr."
                 if layer is None
@@ -230,7 +235,9 @@ class ChunkInspector(QWidget):
             return
         self.note.setVisible(False)
         choice = self.level_choice.currentText()
-        level = loader.view_level if choice in ("", _DISPLAYED) else int(choice)
+        self._set_controller(loader.controller)
+        shown = 0 if self._view is None else self._view.request.level
+        level = shown if choice in ("", _DISPLAYED) else int(choice)
         self._set_target(layer, loader, min(level, len(loader.levels) - 1))
 
     def _set_target(self, layer: Any, loader: LayerLoader | None, level: int = 0) -> None:
@@ -249,6 +256,23 @@ class ChunkInspector(QWidget):
             self.mode.value = "blocking" if loader.blocking else "progressive"
         self.chunk_map.set_grid(self._grid)
         self._stats_dirty = True
+
+    def _set_controller(self, controller: ViewController | None) -> None:
+        if controller is self._controller:
+            return
+        if self._controller is not None:
+            self._controller.view_read.disconnect(self._on_view_read)
+        self._controller = controller
+        with self._log_lock:
+            self._view = None if controller is None else controller.latest
+        if controller is not None:
+            controller.view_read.connect(self._on_view_read)
+
+    def _on_view_read(self, result: ViewResult) -> None:
+        """Any thread: the controller answered a read; keep the displayed view's."""
+        if result.request.kind == "view":
+            with self._log_lock:
+                self._view = result
 
     def _set_cache(self, cache: ChunkCache | None) -> None:
         if cache is self._cache:
@@ -295,10 +319,13 @@ class ChunkInspector(QWidget):
         if self._target is None or self._grid is None:
             return
         layer, level = self._target
-        loader = loader_of(layer)
-        if loader is None:
-            return
-        keys = loader.view_keys if loader.view_level == level else frozenset()
+        with self._log_lock:
+            view = self._view
+        keys = (
+            frozenset(view.keys)
+            if view is not None and view.request.level == level
+            else frozenset()
+        )
         viewport = None
         if layer.data_level == level and len(self._grid.shape) >= 2:
             corners = layer.corner_pixels  # napari's requested region, at its data level
@@ -385,6 +412,7 @@ class ChunkInspector(QWidget):
             self._grid.close()
             self._grid = None
         self._set_cache(None)
+        self._set_controller(None)
         self.chunk_map.set_grid(None)
 
     def closeEvent(self, event: QCloseEvent | None) -> None:

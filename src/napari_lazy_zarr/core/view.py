@@ -1,0 +1,894 @@
+"""The view controller: one layer's whole request cycle, Qt-free.
+
+A viewer asks a layer for a region of one pyramid level many times a second.
+`ViewController` answers each ask at once and keeps the answer converging:
+
+```
+read(level, view)                     any thread (napari's main or slicing thread)
+  -> ViewRequest(level, box over the STORE axes, displayed axes, generation)   immutable
+  -> plan (cached per view) -> copy READY chunks -> coarser-level stand-ins (pure function)
+  -> ViewResult(array in the layer's axes, missing, provisional)               immutable
+  -> hand the request to the controller's dispatch thread, return the array
+dispatch thread: cache.request(needed, prefetch=prefetch_chunks(...))  (cache events fire here)
+worker threads:  chunk events -> view_changed, at most once until the view is read again
+```
+
+A repeated read of the same view copies only the chunks that landed since the
+previous read into the same buffer: each chunk is copied once into what the
+viewer displays, however many times the view is refreshed (a 512³ volume is
+not copied again for every chunk that lands).
+
+**One axis map.** A layer may show fewer axes than its store holds (an
+OME-Zarr image with a channel axis becomes one layer per channel). `AxisMap`
+is the one place that relates the layer's axes to the store's; requests,
+fallbacks and prefetch sets are always boxes over the *store's* axes.
+
+Thread contract: `read` may run on any thread and never waits on storage nor
+emits cache events. Cache requests are issued from the dispatch executor
+(one thread per controller by default; injectable so tests run it inline).
+`view_changed` and `failures_found` are emitted from worker or dispatch
+threads; connect them with `thread="main"` (psygnal) to touch a GUI.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+import numpy as np
+from psygnal import Signal
+from zarr_indexing import ConstantMap, DimensionMap
+
+from napari_lazy_zarr.core.array import ChunkedArray, _lazy_for
+from napari_lazy_zarr.core.cache import ChunkRef
+from napari_lazy_zarr.core.loader import LoadClass
+from napari_lazy_zarr.core.plans import ReadPlan, plan_read
+from napari_lazy_zarr.core.source import grid_shape, is_derived
+from napari_lazy_zarr.core.state import ChunkState
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection, Hashable, Sequence
+
+    from napari_lazy_zarr.core.cache import ChunkCache
+    from napari_lazy_zarr.core.loader import Executor
+    from napari_lazy_zarr.core.source import ChunkSource
+    from napari_lazy_zarr.core.state import ChunkEvent, ChunkKey
+
+__all__ = [
+    "AxisMap",
+    "ViewController",
+    "ViewKind",
+    "ViewRequest",
+    "ViewResult",
+    "coarser_fill",
+    "prefetch_chunks",
+]
+
+type ViewKind = Literal["view", "thumbnail"]
+"""napari reads two views of a multiscale layer: the displayed region and, for its
+thumbnail, the whole plane of the coarsest level. Neither supersedes the other."""
+
+type Box = tuple[tuple[int, int], ...]
+"""A `[lo, hi)` interval per store axis."""
+
+_PLAN_CACHE: Final = 8  # plans kept per controller (views revisited while panning back)
+
+
+@dataclass(frozen=True, slots=True)
+class AxisMap:
+    """How a layer's axes relate to its store's axes.
+
+    Attributes
+    ----------
+    store_rank
+        How many axes the store's arrays have.
+    fixed
+        ``(store axis, index)`` pairs the layer does not show: each is held at
+        that index (an OME-Zarr channel axis split into one layer per channel).
+        Every other store axis is a layer axis, in the store's order.
+
+    Examples
+    --------
+    >>> channels = AxisMap(4, fixed=((1, 2),))  # (t, c, y, x) showing channel 2
+    >>> channels.layer_axes
+    (0, 2, 3)
+    >>> channels.store_index()
+    (slice(None, None, None), 2)
+    >>> channels.layer_shape((5, 3, 64, 64))
+    (5, 64, 64)
+    >>> channels.layer_axis(1) is None, channels.layer_axis(3)
+    (True, 2)
+    """
+
+    store_rank: int
+    fixed: tuple[tuple[int, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        axes = [axis for axis, _ in self.fixed]
+        if len(set(axes)) != len(axes) or not all(0 <= a < self.store_rank for a in axes):
+            raise ValueError(f"fixed axes {self.fixed} do not fit a rank-{self.store_rank} store")
+
+    @property
+    def layer_axes(self) -> tuple[int, ...]:
+        """The store axis behind each layer axis, in order."""
+        held = {axis for axis, _ in self.fixed}
+        return tuple(a for a in range(self.store_rank) if a not in held)
+
+    @property
+    def layer_rank(self) -> int:
+        return self.store_rank - len(self.fixed)
+
+    def store_index(self) -> tuple[int | slice, ...]:
+        """The index that turns a store-shaped array into the layer's array."""
+        held = dict(self.fixed)
+        if not held:
+            return ()
+        last = max(held)
+        return tuple(held.get(axis, slice(None)) for axis in range(last + 1))
+
+    def layer_shape(self, store_shape: Sequence[int]) -> tuple[int, ...]:
+        """The layer's shape for an array of `store_shape`."""
+        return tuple(int(store_shape[a]) for a in self.layer_axes)
+
+    def layer_axis(self, store_axis: int) -> int | None:
+        """The layer axis showing `store_axis`, or None if the layer holds it fixed."""
+        axes = self.layer_axes
+        return axes.index(store_axis) if store_axis in axes else None
+
+    def store_axis(self, layer_axis: int) -> int:
+        """The store axis behind `layer_axis`."""
+        return self.layer_axes[layer_axis]
+
+
+@dataclass(frozen=True, slots=True)
+class ViewRequest:
+    """One read of one view: what the viewer asked for, over the store's axes.
+
+    Attributes
+    ----------
+    level
+        The pyramid level, 0 the finest.
+    box
+        ``[lo, hi)`` per store axis at that level.
+    displayed
+        The store axes the result keeps (sliced, not held at one index), in order.
+    generation
+        Increases with every read of the controller; a result of an older
+        generation of the same view is stale.
+    kind
+        ``"view"`` (the displayed region) or ``"thumbnail"``.
+    """
+
+    level: int
+    box: Box
+    displayed: tuple[int, ...]
+    generation: int
+    kind: ViewKind = "view"
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The result's shape (the box's extent on the displayed axes)."""
+        return tuple(self.box[a][1] - self.box[a][0] for a in self.displayed)
+
+    @property
+    def planes(self) -> tuple[int, ...]:
+        """The store axes held at one index (not displayed)."""
+        return tuple(a for a in range(len(self.box)) if a not in self.displayed)
+
+    def same_view(self, other: ViewRequest | None) -> bool:
+        """Whether `other` asks for exactly the same cells (any generation)."""
+        return (
+            other is not None
+            and other.level == self.level
+            and other.box == self.box
+            and other.displayed == self.displayed
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ViewResult:
+    """What a read returned, at once.
+
+    Attributes
+    ----------
+    request
+        The read it answers.
+    data
+        The view's values in the layer's axes: final where chunks were
+        resident, a coarser level's values (upsampled) or the placeholder elsewhere.
+    keys
+        Every chunk the view touches.
+    missing
+        Chunks that were not resident (queued, loading, or FAILED).
+    provisional
+        Missing chunks whose cells show a coarser level's values.
+    failed
+        Missing chunks that FAILED (they show the placeholder until retried).
+    """
+
+    request: ViewRequest
+    data: np.ndarray[Any, Any] = field(repr=False)
+    keys: tuple[ChunkKey, ...]
+    missing: frozenset[ChunkKey]
+    provisional: frozenset[ChunkKey]
+    failed: frozenset[ChunkKey]
+
+    @property
+    def complete(self) -> bool:
+        """True when nothing was missing: `data` is exactly the stored values."""
+        return not self.missing
+
+
+def view_box(view: ChunkedArray) -> tuple[Box, tuple[int, ...]] | None:
+    """The store box and displayed axes of a view made of slices (step 1) and integers.
+
+    None for any other view (strided, gathered, empty): those are read without
+    stand-ins or prefetch.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from napari_lazy_zarr.core import ArraySource, ChunkCache, ChunkedArray
+    >>> with ChunkCache(1 << 20) as cache:
+    ...     array = ChunkedArray(ArraySource(np.zeros((3, 8, 8)), chunks=(1, 4, 4)), cache)
+    ...     view_box(array[1, 2:6])
+    (((1, 2), (2, 6), (0, 8)), (1, 2))
+    """
+    bounds = view.bounding_box()
+    if bounds is None:
+        return None
+    displayed: list[int] = []
+    for axis, output_map in enumerate(view.transform.output):
+        if isinstance(output_map, ConstantMap):
+            continue
+        if not isinstance(output_map, DimensionMap) or output_map.stride != 1:
+            return None
+        displayed.append(axis)
+    if len(displayed) != view.ndim:
+        return None
+    return tuple((int(lo), int(hi)) for lo, hi in bounds), tuple(displayed)
+
+
+def level_index(
+    fine: np.ndarray[Any, Any], fine_extent: int, coarse_extent: int
+) -> np.ndarray[Any, Any]:
+    """The coarse cells covering fine cells `fine` along one axis (nearest neighbour).
+
+    Levels written by decimation (virtual levels, and most pyramid writers) have
+    a power-of-two factor f with ``coarse_extent == ceil(fine_extent / f)``
+    (striding) or ``floor`` (iterative halving): fine cell i lies in coarse cell
+    i // f. The smallest such f is taken, ceil before floor; other shape ratios
+    map cell centres.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> level_index(np.arange(9), 9, 5).tolist()
+    [0, 0, 1, 1, 2, 2, 3, 3, 4]
+    >>> level_index(np.arange(9), 9, 3).tolist()  # 9 cells sampled every 4th
+    [0, 0, 0, 0, 1, 1, 1, 1, 2]
+    >>> level_index(np.arange(3), 3, 3).tolist()
+    [0, 1, 2]
+    >>> level_index(np.arange(4), 4, 3).tolist()
+    [0, 1, 1, 2]
+    """
+    fine = np.asarray(fine, dtype=np.intp)
+    if coarse_extent == fine_extent:
+        return fine
+    for ceil in (True, False):
+        factor = 2
+        while factor <= 2 * max(fine_extent, 1):
+            if (-(-fine_extent // factor) if ceil else fine_extent // factor) == coarse_extent:
+                index: np.ndarray[Any, Any] = np.minimum(fine // factor, coarse_extent - 1)
+                return index
+            factor *= 2
+    centres = ((fine + 0.5) * coarse_extent / fine_extent).astype(np.intp)
+    index = np.minimum(centres, coarse_extent - 1)
+    return index
+
+
+def coarser_fill(
+    region: Box,
+    fine_shape: Sequence[int],
+    levels: Sequence[ChunkSource],
+    lookup: Callable[[ChunkKey], np.ndarray[Any, Any] | None],
+    dtype: np.dtype[Any],
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None:
+    """Stand-ins for `region` of a level from resident chunks of coarser `levels`.
+
+    `region` is a box over the store's axes of a level of shape `fine_shape`;
+    `levels` are the coarser levels to try, nearest first. Each fine cell takes
+    the value of the coarse cell covering it (nearest neighbour); a cell takes
+    the nearest level that has its chunk resident. Returns the values and the
+    mask of cells found (both shaped like the box), or None when no coarser
+    level had anything resident. Pure: reads only through `lookup`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> coarse = ArraySource(np.arange(16).reshape(4, 4), chunks=(2, 2), name="c")
+    >>> resident = {}
+    >>> from napari_lazy_zarr.core.cache import ChunkRef
+    >>> key = ChunkRef.of(coarse, (0, 0)).key
+    >>> resident[key] = coarse.read_chunk((0, 0))
+    >>> values, found = coarser_fill(((0, 4), (0, 4)), (8, 8), [coarse], resident.get,
+    ...                              np.dtype(int))
+    >>> values[:4, :4]
+    array([[0, 0, 1, 1],
+           [0, 0, 1, 1],
+           [4, 4, 5, 5],
+           [4, 4, 5, 5]])
+    >>> bool(found.all())
+    True
+    """
+    shape = tuple(hi - lo for lo, hi in region)
+    values: np.ndarray[Any, Any] | None = None
+    found: np.ndarray[Any, Any] | None = None
+    for coarse in levels:
+        selection: list[slice] = []
+        takes: list[np.ndarray[Any, Any]] = []
+        for axis, (lo, hi) in enumerate(region):
+            fine_extent, coarse_extent = int(fine_shape[axis]), int(coarse.shape[axis])
+            index = level_index(np.arange(lo, hi), fine_extent, coarse_extent)
+            start = int(index[0])
+            selection.append(slice(start, int(index[-1]) + 1))
+            takes.append(index - start)
+        plan = plan_read(_lazy_for(coarse)[tuple(selection)], coarse)
+        chunks = [(ref.key, lookup(ref.key)) for ref in plan.refs]
+        if not any(data is not None for _, data in chunks):
+            continue  # nothing resident at this level
+        data = plan.new_buffer()
+        here = np.zeros(data.shape, dtype=bool)
+        for key, chunk in chunks:
+            if chunk is not None:
+                plan.copy_chunk(data, key, chunk)
+                plan.fill_missing(here, key, True, None)
+        up, up_here = plan.finish(data), here
+        for axis, index in enumerate(takes):
+            up = np.take(up, index, axis=axis)
+            up_here = np.take(up_here, index, axis=axis)
+        if values is None or found is None:
+            values = np.empty(shape, dtype=dtype)
+            found = np.zeros(shape, dtype=bool)
+        use = up_here & ~found
+        values[use] = up[use]
+        found |= use
+        if found.all():
+            break
+    if values is None or found is None:
+        return None
+    return values, found
+
+
+def prefetch_chunks(
+    box: Box,
+    displayed: Sequence[int],
+    planes: Sequence[int],
+    source: ChunkSource,
+) -> list[tuple[int, ...]]:
+    """The chunks worth loading before they are asked for, nearest first.
+
+    The ring of chunks around the view on its `displayed` store axes, and the
+    view's chunks moved one plane up and down each of the `planes` store axes
+    (the axes a user steps through: z, t — never an axis the layer holds fixed).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> source = ArraySource(np.zeros((4, 8, 8)), chunks=(1, 4, 4), name="v")
+    >>> sorted(prefetch_chunks(((1, 2), (0, 4), (0, 4)), (1, 2), (0,), source))
+    [(0, 0, 0), (1, 0, 1), (1, 1, 0), (1, 1, 1), (2, 0, 0)]
+    """
+    grid = source.grid
+    counts = grid_shape(source)
+    needed_ranges: list[range] = []
+    for axis, (lo, hi) in enumerate(box):
+        first = int(grid[axis].index_to_chunk(lo))
+        last = int(grid[axis].index_to_chunk(max(lo, hi - 1)))
+        needed_ranges.append(range(first, last + 1))
+    needed = set(itertools.product(*needed_ranges))
+    ring_ranges = [
+        range(max(r.start - 1, 0), min(r.stop + 1, counts[axis])) if axis in displayed else r
+        for axis, r in enumerate(needed_ranges)
+    ]
+    found: list[tuple[int, ...]] = [c for c in itertools.product(*ring_ranges) if c not in needed]
+    seen = set(found) | needed
+    for axis in planes:
+        lo, hi = box[axis]
+        for cell in (lo - 1, hi):
+            if not 0 <= cell < source.shape[axis]:
+                continue
+            chunk = int(grid[axis].index_to_chunk(cell))
+            for coords in itertools.product(*needed_ranges):
+                moved = (*coords[:axis], chunk, *coords[axis + 1 :])
+                if moved not in seen:
+                    seen.add(moved)
+                    found.append(moved)
+    return found
+
+
+class _Shown:
+    """The latest read of one view kind: its buffer, and what it still lacks.
+
+    `lock` guards every field and every write into `buffer`: chunks that land
+    are copied in by worker threads, stand-ins by the reading thread, and a
+    stand-in must never overwrite a chunk that landed.
+    """
+
+    __slots__ = (
+        "buffer",
+        "coarser",
+        "failed",
+        "lock",
+        "missing",
+        "plan",
+        "provisional",
+        "request",
+    )
+
+    def __init__(
+        self,
+        request: ViewRequest,
+        plan: ReadPlan,
+        buffer: np.ndarray[Any, Any],
+        coarser: frozenset[Hashable],
+    ) -> None:
+        self.lock = threading.Lock()
+        self.request = request
+        self.plan = plan
+        self.buffer = buffer
+        self.coarser = coarser  # identities of the coarser levels' sources
+        self.missing: set[ChunkKey] = {ref.key for ref in plan.refs}
+        self.provisional: set[ChunkKey] = set()
+        self.failed: set[ChunkKey] = set()
+
+    @property
+    def waiting(self) -> bool:
+        """Whether chunks it lacks are still to land (FAILED ones are not waited for)."""
+        return len(self.missing) > len(self.failed)
+
+
+class ViewController:
+    """One layer's request cycle: non-blocking reads, stand-ins, loading, change signals.
+
+    Parameters
+    ----------
+    levels
+        The layer's pyramid levels as chunk sources over the store's axes,
+        finest first.
+    cache
+        The chunk cache the levels are read through.
+    axis_map
+        How the layer's axes relate to the store's (default: the same axes).
+    name
+        For messages.
+    prefetch
+        Load the ring around the view and the neighbouring planes at low priority.
+    blocking
+        Make every read wait for its chunks (a debugging mode: it blocks the caller).
+    dispatch
+        Where cache requests are issued from (default: one thread of the
+        controller's own). `InlineExecutor()` issues them in the reading thread.
+
+    Signals
+    -------
+    view_changed()
+        Something a shown view lacked has landed: read it again. Emitted at most
+        once until the next read, from worker or dispatch threads.
+    failures_found(tuple[ChunkKey, ...])
+        Chunks of a shown view failed (each reported once).
+    view_read(ViewResult)
+        A read was answered (emitted from the dispatch thread, after its request).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from napari_lazy_zarr.core import ArraySource, ChunkCache, InlineExecutor
+    >>> data = np.arange(64).reshape(8, 8)
+    >>> cache = ChunkCache(1 << 20, executor=InlineExecutor())
+    >>> controller = ViewController(
+    ...     [ArraySource(data, chunks=(4, 4), name="d")], cache, dispatch=InlineExecutor()
+    ... )
+    >>> view = controller.arrays[0][2:6, 2:6]
+    >>> first = controller.read(0, view)  # inline executors: loaded during the read
+    >>> bool(controller.complete), np.array_equal(controller.read(0, view), data[2:6, 2:6])
+    (True, True)
+    >>> controller.close()
+    """
+
+    view_changed = Signal()
+    failures_found = Signal(tuple)
+    view_read = Signal(object)
+
+    def __init__(
+        self,
+        levels: Sequence[ChunkSource],
+        cache: ChunkCache,
+        *,
+        axis_map: AxisMap | None = None,
+        name: str = "",
+        prefetch: bool = True,
+        blocking: bool = False,
+        dispatch: Executor | None = None,
+    ) -> None:
+        if not levels:
+            raise ValueError("a layer needs at least one level")
+        rank = len(levels[0].shape)
+        self.axis_map = axis_map if axis_map is not None else AxisMap(rank)
+        if any(len(source.shape) != self.axis_map.store_rank for source in levels):
+            raise ValueError("every level must have the axis map's store rank")
+        self.sources = list(levels)
+        self.cache = cache
+        self.name = name
+        self.prefetch = prefetch
+        self.blocking = blocking
+        index = self.axis_map.store_index()
+        # The layer's levels: each store level seen through the axis map.
+        self.arrays = [ChunkedArray(source, cache)[index] for source in self.sources]
+        self._id = next(_controller_ids)
+        self._owned_dispatch: SerialDispatch | None = None
+        if dispatch is None:
+            self._owned_dispatch = SerialDispatch(f"lazy-zarr-view-{name}")
+            dispatch = self._owned_dispatch
+        self._dispatch: Executor = dispatch
+        self._lock = threading.Lock()
+        self._generation = 0
+        self._plans: dict[tuple[int, Box, tuple[int, ...]], ReadPlan] = {}
+        self._shown: dict[ViewKind, _Shown] = {}
+        self._coarser_landed: set[ViewKind] = set()
+        self._reported: set[ChunkKey] = set()
+        self._signalled = False  # view_changed emitted, not yet followed by a read
+        self._refresh_pending = False  # a landing not yet shown by an applied slice
+        self._refresh_asked_at = 0
+        self._closed = False
+        self.reads = 0
+        self.latest: ViewResult | None = None
+        """The latest answered read of the displayed view (not the thumbnail)."""
+        cache.state_changed.connect(self._on_events)
+
+    # -- what a layer shows ---------------------------------------------------
+
+    @property
+    def view_level(self) -> int:
+        """The level of the latest displayed view (0 before any read)."""
+        latest = self.latest
+        return 0 if latest is None else latest.request.level
+
+    @property
+    def view_keys(self) -> frozenset[ChunkKey]:
+        """The chunks the latest displayed view touches."""
+        latest = self.latest
+        return frozenset() if latest is None else frozenset(latest.keys)
+
+    @property
+    def complete(self) -> bool:
+        """Whether the latest reads lacked nothing, or everything they lacked has landed."""
+        with self._lock:
+            shown_views = list(self._shown.values())
+        return not any(shown.waiting for shown in shown_views)
+
+    @property
+    def settled(self) -> bool:
+        """Complete, and a slice read after the last landing was applied: the screen is final."""
+        with self._lock:
+            pending = self._refresh_pending
+        return self.complete and not pending
+
+    # -- reading (any thread) -------------------------------------------------
+
+    def read(
+        self, level: int, view: ChunkedArray, *, kind: ViewKind | None = None
+    ) -> np.ndarray[Any, Any]:
+        """The values of `view` (a view of `arrays[level]`) now; never waits on storage.
+
+        `kind` says which of napari's reads this is; by default a read of the
+        coarsest level of a pyramid is the thumbnail, every other the view.
+        """
+        with self._lock:
+            self.reads += 1
+            self._signalled = False
+            self._generation += 1
+            generation = self._generation
+        if self.blocking:
+            return view.result()
+        if kind is None:
+            kind = (
+                "thumbnail" if len(self.sources) > 1 and level == len(self.sources) - 1 else "view"
+            )
+        found = view_box(view)
+        if found is None:  # not a viewport: no stand-ins, no prefetch
+            partial = view.read_nonblocking(view=(self._id, kind), level=level)
+            return partial.data
+        box, displayed = found
+        request = ViewRequest(level, box, displayed, generation, kind)
+        result = self._answer(request, view)
+        self._dispatch.submit(lambda: self._issue(result))
+        return result.data
+
+    def _plan(self, request: ViewRequest, view: ChunkedArray) -> ReadPlan:
+        key = (request.level, request.box, request.displayed)
+        with self._lock:
+            plan = self._plans.get(key)
+        if plan is None:
+            plan = view.plan()
+            with self._lock:
+                self._plans[key] = plan
+                while len(self._plans) > _PLAN_CACHE:
+                    del self._plans[next(iter(self._plans))]
+        return plan
+
+    def _answer(self, request: ViewRequest, view: ChunkedArray) -> ViewResult:
+        """Assemble the view from what is resident (reusing the last buffer of the same view)."""
+        kind = request.kind
+        with self._lock:
+            shown = self._shown.get(kind)
+            refill = kind in self._coarser_landed
+            self._coarser_landed.discard(kind)
+        fresh = shown is None or not request.same_view(shown.request)
+        if shown is None or fresh:
+            plan = self._plan(request, view)
+            coarser = frozenset(s.identity for s in self.sources[request.level + 1 :])
+            shown = _Shown(request, plan, plan.new_buffer(), coarser)
+            refill = True
+        with shown.lock:
+            shown.request = request
+            self._take_landed(shown)
+            if fresh and shown.missing:
+                placeholder = self.sources[request.level].fill_value
+                if len(shown.missing) == len(shown.plan.refs):
+                    shown.buffer.fill(placeholder)  # a cold view: one contiguous fill
+                else:
+                    for key in shown.missing - shown.failed:
+                        shown.plan.fill_missing(shown.buffer, key, placeholder, None)
+            if shown.missing and refill:
+                shown.provisional = self._fill_missing(shown)
+            result = ViewResult(
+                request,
+                shown.plan.finish(shown.buffer),
+                tuple(ref.key for ref in shown.plan.refs),
+                frozenset(shown.missing),
+                frozenset(shown.provisional),
+                frozenset(shown.failed),
+            )
+        with self._lock:
+            self._shown[kind] = shown
+            if kind == "view" or len(self.sources) == 1:
+                self.latest = result
+        return result
+
+    def _take_landed(self, shown: _Shown, among: Collection[ChunkKey] | None = None) -> bool:
+        """Copy chunks of `shown` that are now READY into its buffer (its lock held).
+
+        FAILED ones get the explicit placeholder instead of a stand-in, so a
+        failure is never disguised. Returns whether anything changed.
+        """
+        keys = shown.missing if among is None else shown.missing.intersection(among)
+        if not keys:
+            return False
+        ready, failed = self.cache.lookup_many(keys)
+        for key, data in ready.items():
+            shown.plan.copy_chunk(shown.buffer, key, data)
+        shown.missing.difference_update(ready)
+        shown.provisional.difference_update(ready)
+        retried = shown.failed.intersection(keys) - failed
+        newly_failed = failed - shown.failed
+        placeholder = self.sources[shown.request.level].fill_value
+        for key in newly_failed:
+            shown.plan.fill_missing(shown.buffer, key, placeholder, None)
+        shown.provisional.difference_update(newly_failed)
+        shown.failed = (shown.failed - retried) | failed
+        return bool(ready or newly_failed or retried)
+
+    def _fill_missing(self, shown: _Shown) -> set[ChunkKey]:
+        """Give the cells of chunks still loading coarser levels' values (its lock held)."""
+        request = shown.request
+        source = self.sources[request.level]
+        waiting = shown.missing - shown.failed
+        if not waiting or request.level == len(self.sources) - 1:
+            return set()
+        region = tuple(
+            (
+                max(lo, min(k.inclusive_min[axis] for k in waiting)),
+                min(hi, max(k.exclusive_max[axis] for k in waiting)),
+            )
+            for axis, (lo, hi) in enumerate(request.box)
+        )
+        if not all(lo < hi for lo, hi in region):
+            return set()
+        filled = coarser_fill(
+            region,
+            source.shape,
+            self.sources[request.level + 1 :],
+            self.cache.lookup,
+            source.dtype,
+        )
+        if filled is None:
+            return set()
+        values, found = filled
+        values[~found] = source.fill_value
+        stand_in = np.empty(request.shape, dtype=source.dtype)
+        # The region's box, in the result's axes (held axes have extent 1).
+        where = tuple(
+            slice(region[a][0] - request.box[a][0], region[a][1] - request.box[a][0])
+            for a in request.displayed
+        )
+        stand_in[where] = values.reshape(stand_in[where].shape)
+        for key in waiting:
+            shown.plan.fill_missing(shown.buffer, key, source.fill_value, stand_in)
+        return waiting
+
+    # -- issuing (dispatch thread) --------------------------------------------
+
+    def _issue(self, result: ViewResult) -> None:
+        """Request the view's chunks (events fire here, not in the reader's thread)."""
+        if self._closed:
+            return
+        request = result.request
+        with self._lock:
+            shown = self._shown.get(request.kind)
+        if shown is None or shown.request.generation != request.generation:
+            return  # a newer read of this view already answered (and will issue)
+        source = self.sources[request.level]
+        prefetch: list[ChunkRef] = []
+        if self.prefetch and request.kind == "view":
+            held = {axis for axis, _ in self.axis_map.fixed}
+            planes = [a for a in request.planes if a not in held]
+            prefetch = [
+                ChunkRef.of(source, coords)
+                for coords in prefetch_chunks(request.box, request.displayed, planes, source)
+            ]
+        load_class = LoadClass.NEEDED
+        if request.kind == "thumbnail" and is_derived(source):
+            # A virtual coarsest level costs every stored chunk under it: overview work
+            # must never starve the chunks of the displayed view.
+            load_class = LoadClass.OVERVIEW
+        center = tuple((lo + hi) / 2 for lo, hi in request.box)
+        try:
+            self.cache.request(
+                shown.plan.refs,
+                view=(self._id, request.kind),
+                level=request.level,
+                center=center,
+                prefetch=prefetch,
+                load_class=load_class,
+            )
+        except RuntimeError:  # the cache was closed under us (viewer closing)
+            return
+        self.view_read.emit(result)
+        # Chunks that landed between the read and the request had no shown view to
+        # land in: look for them now.
+        self._landed(result.missing, ())
+
+    # -- landing chunks (worker threads) --------------------------------------
+
+    def _on_events(self, events: tuple[ChunkEvent, ...]) -> None:
+        landed = {e.key for e in events if e.current in (ChunkState.READY, ChunkState.FAILED)}
+        if landed:
+            failed = [e.key for e in events if e.current is ChunkState.FAILED]
+            self._landed(landed, failed)
+
+    def _landed(self, landed: Collection[ChunkKey], failed: Collection[ChunkKey]) -> None:
+        """Copy landed chunks into the shown views; signal the change (any thread)."""
+        with self._lock:
+            shown_views = list(self._shown.items())
+        changed = False
+        coarser: list[ViewKind] = []
+        for kind, shown in shown_views:
+            with shown.lock:
+                if self._take_landed(shown, landed):
+                    changed = True
+                if shown.waiting and any(key.source in shown.coarser for key in landed):
+                    # A coarser level's chunk improves the stand-ins of a view still loading.
+                    coarser.append(kind)
+        with self._lock:
+            self._coarser_landed.update(coarser)
+            mine = {k for _, shown in shown_views for k in shown.failed}
+            new_failures = tuple(k for k in failed if k in mine and k not in self._reported)
+            self._reported.update(new_failures)
+            emit = (changed or bool(coarser)) and not self._signalled and not self._closed
+            if emit:
+                self._signalled = True
+                self._refresh_pending = True
+                self._refresh_asked_at = self.reads
+        if new_failures:
+            self.failures_found.emit(new_failures)
+        if emit:
+            self.view_changed.emit()
+
+    # -- the viewer's side ----------------------------------------------------
+
+    def slice_applied(self) -> None:
+        """The viewer now shows a slice: if it was read after the last change, it is final."""
+        with self._lock:
+            if self.reads > self._refresh_asked_at:
+                self._refresh_pending = False
+
+    def refresh_skipped(self) -> None:
+        """The viewer will not read again (layer hidden): stop waiting for it."""
+        with self._lock:
+            self._refresh_pending = False
+            self._signalled = False
+
+    def close(self) -> None:
+        """Stop following the cache and release the views' pinned chunks (idempotent)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self.cache.state_changed.disconnect(self._on_events)
+        if self._owned_dispatch is not None:
+            self._owned_dispatch.close()
+        for kind in ("view", "thumbnail"):
+            self.cache.release_view((self._id, kind))
+
+
+_controller_ids = itertools.count()
+_log = logging.getLogger(__name__)
+
+
+class SerialDispatch:
+    """Runs submitted callables in order on one thread that exists only while there is work.
+
+    The thread starts on the first submission and ends after `idle` seconds
+    without any, so a controller nobody closes leaves no thread behind, and a
+    burst of reads (panning) reuses one thread instead of starting one per read.
+
+    Examples
+    --------
+    >>> import threading
+    >>> done = threading.Event()
+    >>> dispatch = SerialDispatch("example")
+    >>> dispatch.submit(done.set)
+    >>> done.wait(timeout=10)
+    True
+    >>> dispatch.close()
+    """
+
+    def __init__(self, name: str, idle: float = 1.0) -> None:
+        self._name = name
+        self._idle = idle
+        self._tasks: deque[Callable[[], Any]] = deque()
+        self._ready = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def submit(self, fn: Callable[[], Any], /) -> None:
+        with self._ready:
+            if self._closed:
+                return
+            self._tasks.append(fn)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+            else:
+                self._ready.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._ready:
+                if not self._tasks and not self._closed:
+                    self._ready.wait(self._idle)
+                if not self._tasks or self._closed:
+                    self._thread = None
+                    self._tasks.clear()
+                    return
+                task = self._tasks.popleft()
+            try:
+                task()
+            except Exception:  # a failed request must not stop later ones
+                _log.exception("napari-lazy-zarr: issuing a view request failed")
+
+    def close(self, timeout: float = 1.0) -> None:
+        """Drop queued work and let the thread end (waits at most `timeout` seconds)."""
+        with self._ready:
+            self._closed = True
+            thread = self._thread
+            self._ready.notify()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)

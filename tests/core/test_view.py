@@ -1,0 +1,517 @@
+"""The view controller against NumPy: axis map, stand-ins, prefetch sets, the request cycle."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from napari_lazy_zarr.core import (
+    ArraySource,
+    ChunkCache,
+    ChunkRef,
+    ChunkState,
+    InlineExecutor,
+    ManualExecutor,
+)
+from napari_lazy_zarr.core.source import grid_shape
+from napari_lazy_zarr.core.view import (
+    AxisMap,
+    ViewController,
+    coarser_fill,
+    level_index,
+    prefetch_chunks,
+    view_box,
+)
+
+FILL = -1
+
+
+# -- strategies -----------------------------------------------------------------------------
+
+
+@st.composite
+def arrangements(draw: st.DrawFn) -> dict[str, Any]:
+    """A store (2-5 axes, singleton axes allowed), a channel axis anywhere or none, a pyramid
+    decimating the last two non-channel axes, chunks, and a napari-like view of one level."""
+    rank = draw(st.integers(2, 5))
+    shape = [draw(st.integers(1, 3)) for _ in range(rank - 2)] + [
+        draw(st.integers(1, 24)) for _ in range(2)
+    ]
+    channel = draw(st.one_of(st.none(), st.integers(0, rank - 3))) if rank > 2 else None
+    if channel is not None:
+        shape[channel] = draw(st.integers(1, 3))
+    spatial = [a for a in range(rank) if a != channel][-2:]
+    levels = draw(st.integers(1, 3))
+    chunks = [
+        draw(st.integers(1, 3)) if a not in spatial else draw(st.integers(2, 8))
+        for a in range(rank)
+    ]
+    return {
+        "shape": tuple(shape),
+        "channel": channel,
+        "spatial": tuple(spatial),
+        "levels": levels,
+        "chunks": tuple(chunks),
+        "seed": draw(st.integers(0, 2**16)),
+        "resident": draw(st.lists(st.floats(0, 1), min_size=3, max_size=3)),
+        "view": draw(st.integers(0, 2**16)),
+    }
+
+
+def _pyramid(arrangement: dict[str, Any]) -> list[np.ndarray[Any, Any]]:
+    rng = np.random.default_rng(arrangement["seed"])
+    base = rng.integers(0, 1000, size=arrangement["shape"]).astype(np.int32)
+    out = []
+    for level in range(arrangement["levels"]):
+        step = [slice(None)] * base.ndim
+        for axis in arrangement["spatial"]:
+            step[axis] = slice(None, None, 2**level)
+        out.append(base[tuple(step)])
+    return out
+
+
+# -- the axis map ---------------------------------------------------------------------------
+
+
+@given(st.integers(1, 5), st.data())
+def test_axis_map_matches_numpy_indexing(rank: int, data: st.DataObject) -> None:
+    shape = tuple(data.draw(st.lists(st.integers(1, 4), min_size=rank, max_size=rank)))
+    held = data.draw(st.lists(st.integers(0, rank - 1), unique=True, max_size=rank - 1))
+    fixed = tuple((axis, data.draw(st.integers(0, shape[axis] - 1))) for axis in sorted(held))
+    axis_map = AxisMap(rank, fixed=fixed)
+    store = np.arange(int(np.prod(shape))).reshape(shape)
+    layer = store[axis_map.store_index()]
+    assert layer.shape == axis_map.layer_shape(shape)
+    assert axis_map.layer_rank == layer.ndim
+    for layer_axis in range(axis_map.layer_rank):
+        store_axis = axis_map.store_axis(layer_axis)
+        assert axis_map.layer_axis(store_axis) == layer_axis
+        assert layer.shape[layer_axis] == shape[store_axis]
+    for axis, _ in fixed:
+        assert axis_map.layer_axis(axis) is None
+
+
+def test_axis_map_refuses_axes_outside_the_store() -> None:
+    with pytest.raises(ValueError, match="do not fit"):
+        AxisMap(3, fixed=((3, 0),))
+    with pytest.raises(ValueError, match="do not fit"):
+        AxisMap(3, fixed=((1, 0), (1, 1)))
+
+
+# -- stand-ins from coarser levels ----------------------------------------------------------
+
+
+@given(st.integers(1, 40), st.integers(1, 5))
+def test_level_index_of_decimated_levels_is_floor_division(extent: int, k: int) -> None:
+    factor = 2**k
+    fine = np.arange(extent)
+    coarse_extent = len(range(0, extent, factor))  # what base[::factor] has
+    assert level_index(fine, extent, coarse_extent).tolist() == (fine // factor).tolist()
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@given(arrangements())
+def test_coarser_fill_equals_numpy_nearest_neighbour(arrangement: dict[str, Any]) -> None:
+    pyramid = _pyramid(arrangement)
+    if len(pyramid) < 2:
+        return
+    rng = np.random.default_rng(arrangement["view"])
+    sources = [
+        ArraySource(level, chunks=arrangement["chunks"], name=f"l{i}")
+        for i, level in enumerate(pyramid)
+    ]
+    resident: dict[Any, np.ndarray[Any, Any]] = {}
+    for i, source in enumerate(sources[1:], start=1):
+        for coords in itertools.product(*(range(n) for n in grid_shape(source))):
+            if rng.random() < arrangement["resident"][i]:
+                ref = ChunkRef.of(source, coords)
+                resident[ref.key] = source.read_chunk(coords)
+    fine = pyramid[0]
+    region = tuple(tuple(sorted(rng.integers(0, n + 1, size=2).tolist())) for n in fine.shape)
+    region = tuple(
+        (lo, max(hi, lo + 1)) if lo < n else (n - 1, n)
+        for (lo, hi), n in zip(region, fine.shape, strict=True)
+    )
+    filled = coarser_fill(region, fine.shape, sources[1:], resident.get, fine.dtype)
+    # The oracle: each cell takes the nearest level whose covering chunk is resident.
+    shape = tuple(hi - lo for lo, hi in region)
+    expected = np.full(shape, FILL, dtype=fine.dtype)
+    found = np.zeros(shape, dtype=bool)
+    for source, coarse in zip(sources[1:], pyramid[1:], strict=True):
+        index = [
+            level_index(np.arange(lo, hi), fine.shape[a], coarse.shape[a])
+            for a, (lo, hi) in enumerate(region)
+        ]
+        values = coarse[np.ix_(*index)]
+        chunk_index = [
+            np.array([int(source.grid[a].index_to_chunk(int(i))) for i in idx], dtype=np.intp)
+            for a, idx in enumerate(index)
+        ]
+        here = np.zeros(shape, dtype=bool)
+        for cell in itertools.product(*(range(n) for n in shape)):
+            coords = tuple(int(chunk_index[a][c]) for a, c in enumerate(cell))
+            here[cell] = ChunkRef.of(source, coords).key in resident
+        use = here & ~found
+        expected[use] = values[use]
+        found |= use
+    if not found.any():
+        assert filled is None
+        return
+    assert filled is not None
+    values, mask = filled
+    np.testing.assert_array_equal(mask, found)
+    np.testing.assert_array_equal(values[mask], expected[mask])
+
+
+# -- prefetch sets --------------------------------------------------------------------------
+
+
+@settings(max_examples=150)
+@given(st.data())
+def test_prefetch_is_the_ring_and_the_neighbouring_planes(data: st.DataObject) -> None:
+    rank = data.draw(st.integers(2, 4))
+    shape = tuple(data.draw(st.lists(st.integers(1, 12), min_size=rank, max_size=rank)))
+    chunks = tuple(data.draw(st.integers(1, 4)) for _ in range(rank))
+    source = ArraySource(np.zeros(shape, dtype=np.uint8), chunks=chunks, name="p")
+    displayed = tuple(range(rank - 2, rank))
+    planes = tuple(range(rank - 2))
+    box = []
+    for axis, n in enumerate(shape):
+        if axis in displayed:
+            lo = data.draw(st.integers(0, n - 1))
+            box.append((lo, data.draw(st.integers(lo + 1, n))))
+        else:
+            at = data.draw(st.integers(0, n - 1))
+            box.append((at, at + 1))
+    found = prefetch_chunks(tuple(box), displayed, planes, source)
+    assert len(found) == len(set(found))
+    counts = grid_shape(source)
+    needed = [
+        range(int(g.index_to_chunk(lo)), int(g.index_to_chunk(hi - 1)) + 1)
+        for g, (lo, hi) in zip(source.grid, box, strict=True)
+    ]
+    needed_set = set(itertools.product(*needed))
+    ring = {
+        c
+        for c in itertools.product(*(range(n) for n in counts))
+        if c not in needed_set
+        and all(
+            (needed[a].start - 1 <= c[a] <= needed[a].stop)
+            if a in displayed
+            else c[a] in needed[a]
+            for a in range(rank)
+        )
+    }
+    neighbours = set()
+    for axis in planes:
+        for cell in (box[axis][0] - 1, box[axis][1]):
+            if 0 <= cell < shape[axis]:
+                chunk = int(source.grid[axis].index_to_chunk(cell))
+                for coords in needed_set:
+                    moved = (*coords[:axis], chunk, *coords[axis + 1 :])
+                    if moved not in needed_set:
+                        neighbours.add(moved)
+    assert set(found) == ring | neighbours
+
+
+# -- the controller -------------------------------------------------------------------------
+
+
+def _controller(
+    arrangement: dict[str, Any], channel_index: int = 0, *, manual: bool = False
+) -> tuple[ViewController, list[np.ndarray[Any, Any]], Any]:
+    pyramid = _pyramid(arrangement)
+    sources = [
+        ArraySource(level, chunks=arrangement["chunks"], name=f"l{i}", fill_value=FILL)
+        for i, level in enumerate(pyramid)
+    ]
+    executor: Any = ManualExecutor() if manual else InlineExecutor()
+    cache = ChunkCache(1 << 26, executor=executor)
+    channel = arrangement["channel"]
+    fixed = (
+        () if channel is None else ((channel, min(channel_index, pyramid[0].shape[channel] - 1)),)
+    )
+    controller = ViewController(
+        sources,
+        cache,
+        axis_map=AxisMap(len(pyramid[0].shape), fixed=fixed),
+        prefetch=False,
+        dispatch=InlineExecutor(),
+    )
+    return controller, pyramid, executor
+
+
+def _napari_view(controller: ViewController, level: int, rng: np.random.Generator) -> Any:
+    """What napari reads: slices of the last two layer axes, integers elsewhere."""
+    array = controller.arrays[level]
+    index: list[Any] = []
+    for axis, n in enumerate(array.shape):
+        if axis >= array.ndim - 2:
+            lo = int(rng.integers(0, n))
+            index.append(slice(lo, int(rng.integers(lo + 1, n + 1))))
+        else:
+            index.append(int(rng.integers(0, n)))
+    return array[tuple(index)], tuple(index)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(arrangements())
+def test_controller_reads_equal_numpy_with_stand_ins(arrangement: dict[str, Any]) -> None:
+    """Resident cells are exact, missing cells show the nearest resident coarser level or
+    the fill value, and the complete view equals NumPy — channel axis anywhere."""
+    controller, pyramid, executor = _controller(arrangement, channel_index=1, manual=True)
+    try:
+        rng = np.random.default_rng(arrangement["view"])
+        axis_map = controller.axis_map
+        layer_pyramid = [level[axis_map.store_index()] for level in pyramid]
+        # Make a random share of every level's chunks resident.
+        for level, source in enumerate(controller.sources):
+            refs = [
+                ChunkRef.of(source, c)
+                for c in itertools.product(*(range(n) for n in grid_shape(source)))
+                if rng.random() < arrangement["resident"][level]
+            ]
+            controller.cache.request(refs).release()
+        executor.run_all()
+        level = int(rng.integers(0, len(pyramid)))
+        view, index = _napari_view(controller, level, rng)
+        data = controller.read(level, view, kind="view")
+        expected = layer_pyramid[level][index]
+        assert data.shape == expected.shape
+        # Cells whose chunk is resident are exact; the others are a coarser value or FILL.
+        for cell in itertools.product(*(range(n) for n in data.shape)):
+            value = data[cell]
+            if value == expected[cell]:
+                continue
+            candidates = _coarser_values(controller, layer_pyramid, level, index, cell)
+            assert value in [*candidates, FILL]
+        executor.run_all()
+        np.testing.assert_array_equal(controller.read(level, view, kind="view"), expected)
+        assert controller.complete
+    finally:
+        controller.close()
+        controller.cache.close()
+
+
+def _coarser_values(
+    controller: ViewController,
+    layer_pyramid: list[np.ndarray[Any, Any]],
+    level: int,
+    index: tuple[Any, ...],
+    cell: tuple[int, ...],
+) -> list[Any]:
+    layer_cell: list[int] = []
+    it = iter(cell)
+    for selector in index:
+        layer_cell.append(selector if isinstance(selector, int) else selector.start + next(it))
+    fine_shape = layer_pyramid[level].shape
+    values = []
+    for coarse in layer_pyramid[level + 1 :]:
+        coarse_cell = tuple(
+            int(level_index(np.array([c]), fine_shape[a], coarse.shape[a])[0])
+            for a, c in enumerate(layer_cell)
+        )
+        values.append(coarse[coarse_cell])
+    return values
+
+
+def test_a_channel_layer_of_a_pyramid_reads_with_stand_ins_without_error() -> None:
+    """The crash ome-zarr-py's (c, y, x) images gave: stand-ins over a channel view."""
+    arrangement = {
+        "shape": (3, 16, 16),
+        "channel": 0,
+        "spatial": (1, 2),
+        "levels": 3,
+        "chunks": (1, 4, 4),
+        "seed": 1,
+        "resident": [0.0, 0.0, 1.0],
+        "view": 0,
+    }
+    controller, pyramid, executor = _controller(arrangement, channel_index=2, manual=True)
+    try:
+        coarsest = controller.sources[2]
+        refs = [
+            ChunkRef.of(coarsest, c)
+            for c in itertools.product(*(range(n) for n in grid_shape(coarsest)))
+        ]
+        controller.cache.request(refs).release()
+        executor.run_all()
+        view = controller.arrays[0][2:14, 0:16]
+        data = controller.read(0, view, kind="view")
+        assert data.shape == (12, 16)
+        expected = pyramid[2][2][np.ix_(np.arange(2, 14) // 4, np.arange(16) // 4)]
+        np.testing.assert_array_equal(data, expected)
+        executor.run_all()
+        np.testing.assert_array_equal(controller.read(0, view, kind="view"), pyramid[0][2, 2:14])
+        np.testing.assert_array_equal(np.asarray(controller.arrays[0]), pyramid[0][2])
+    finally:
+        controller.close()
+        controller.cache.close()
+
+
+def _one_level(manual: bool = True) -> tuple[ViewController, np.ndarray[Any, Any], Any]:
+    arrangement = {
+        "shape": (12, 12),
+        "channel": None,
+        "spatial": (0, 1),
+        "levels": 1,
+        "chunks": (4, 4),
+        "seed": 3,
+        "resident": [0.0, 0.0, 0.0],
+        "view": 0,
+    }
+    controller, pyramid, executor = _controller(arrangement, manual=manual)
+    return controller, pyramid[0], executor
+
+
+def test_view_changed_is_signalled_once_until_the_view_is_read_again() -> None:
+    controller, data, executor = _one_level()
+    signals: list[None] = []
+    controller.view_changed.connect(lambda: signals.append(None))
+    try:
+        view = controller.arrays[0][0:8, 0:8]
+        first = controller.read(0, view)
+        assert (first == FILL).all()
+        assert not controller.complete
+        executor.run_next()
+        executor.run_next()
+        assert len(signals) == 1  # two chunks landed, one signal: nobody read in between
+        controller.read(0, view)
+        executor.run_all()
+        assert len(signals) == 2
+        assert controller.complete
+        assert not controller.settled  # nothing applied a slice read after the last landing
+        np.testing.assert_array_equal(controller.read(0, view), data[0:8, 0:8])
+        controller.slice_applied()
+        assert controller.settled
+    finally:
+        controller.close()
+        controller.cache.close()
+
+
+def test_each_landed_chunk_is_copied_once_into_the_same_buffer() -> None:
+    controller, data, executor = _one_level()
+    try:
+        view = controller.arrays[0][:, :]
+        first = controller.read(0, view)
+        executor.run_next()
+        second = controller.read(0, view)
+        assert second is first  # the same buffer, filled in place
+        assert controller.latest is not None
+        assert len(controller.latest.missing) == 8
+        executor.run_all()
+        third = controller.read(0, view)
+        assert third is first
+        np.testing.assert_array_equal(third, data)
+        # Another view gets a new buffer.
+        other = controller.read(0, controller.arrays[0][0:4, :])
+        assert other is not first
+        np.testing.assert_array_equal(other, data[0:4])
+    finally:
+        controller.close()
+        controller.cache.close()
+
+
+def test_a_failed_chunk_shows_the_placeholder_and_is_reported_once() -> None:
+    class Failing(ArraySource):
+        def read_chunk(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any]:
+            if coords == (1, 1):
+                raise OSError("disk on fire")
+            return super().read_chunk(coords)
+
+    base = np.arange(64, dtype=np.int32).reshape(8, 8)
+    cache = ChunkCache(1 << 20, executor=InlineExecutor())
+    controller = ViewController(
+        [Failing(base, chunks=(4, 4), name="f", fill_value=FILL)],
+        cache,
+        prefetch=False,
+        dispatch=InlineExecutor(),
+    )
+    reported: list[tuple[Any, ...]] = []
+    controller.failures_found.connect(reported.append)
+    try:
+        view = controller.arrays[0][:, :]
+        controller.read(0, view)
+        data = controller.read(0, view)
+        assert (data[4:, 4:] == FILL).all()
+        np.testing.assert_array_equal(data[:4], base[:4])
+        assert len(reported) == 1
+        assert controller.complete  # a FAILED chunk is not waited for
+        assert controller.latest is not None
+        assert len(controller.latest.failed) == 1
+        (key,) = controller.latest.failed
+        assert cache.state(key) is ChunkState.FAILED
+    finally:
+        controller.close()
+        cache.close()
+
+
+def test_view_box_refuses_strided_and_gathered_views() -> None:
+    cache = ChunkCache(1 << 20)
+    try:
+        controller = ViewController(
+            [ArraySource(np.zeros((4, 4)), chunks=(2, 2), name="s")], cache
+        )
+        array = controller.arrays[0]
+        assert view_box(array[::2]) is None
+        assert view_box(array.oindex[[0, 2], :]) is None
+        assert view_box(array[1:3, 2]) == (((1, 3), (2, 3)), (0,))
+        controller.close()
+    finally:
+        cache.close()
+
+
+def test_requests_are_issued_off_the_reading_thread() -> None:
+    """napari's slice call never runs cache events: they fire on the dispatch thread."""
+    import threading
+
+    cache = ChunkCache(1 << 20, executor=ManualExecutor())
+    controller = ViewController(
+        [ArraySource(np.zeros((8, 8)), chunks=(4, 4), name="t")], cache, prefetch=False
+    )
+    threads: list[str] = []
+    cache.state_changed.connect(lambda _: threads.append(threading.current_thread().name))
+    read = threading.Event()
+    controller.view_read.connect(lambda _: read.set())
+    try:
+        controller.read(0, controller.arrays[0][:, :])
+        assert read.wait(timeout=10)
+        assert threads
+        assert threading.current_thread().name not in threads
+    finally:
+        controller.close()
+        cache.close()
+
+
+def test_chunks_are_copied_as_they_land_and_never_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A landing chunk is copied once, by the thread that landed it, into the buffer the viewer
+    already holds; reading the view again copies nothing (a volume is not re-copied)."""
+    from napari_lazy_zarr.core.plans import StridedPlan
+
+    copies: list[Any] = []
+    original = StridedPlan.copy_chunk
+
+    def counting(self: StridedPlan, out: Any, key: Any, data: Any) -> None:
+        copies.append(key)
+        original(self, out, key, data)
+
+    monkeypatch.setattr(StridedPlan, "copy_chunk", counting)
+    controller, data, executor = _one_level()
+    try:
+        view = controller.arrays[0][:, :]
+        shown = controller.read(0, view)
+        assert (shown == FILL).all()
+        executor.run_all()
+        np.testing.assert_array_equal(shown, data)  # filled in place, no read needed
+        assert len(copies) == 9 == len(set(copies))
+        again = controller.read(0, view)
+        assert again is shown
+        assert len(copies) == 9
+    finally:
+        controller.close()
+        controller.cache.close()
