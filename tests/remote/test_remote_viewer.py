@@ -68,3 +68,108 @@ def test_remote_layer_stays_responsive_and_recovers(
             return shown.shape == expected.shape and bool((shown == expected).all())
 
         qtbot.waitUntil(shows_the_data, timeout=30_000)
+
+
+def test_a_plain_array_shows_the_visible_view_before_the_overview(
+    make_napari_viewer: Callable[..., Any], qtbot: QtBot, tmp_path: Path
+) -> None:
+    """No stored pyramid, over a slow server: once napari asks for full resolution, the
+    chunks on screen load before any more overview work, and every stored chunk is
+    fetched at most once however many virtual levels read it."""
+    import zarr
+
+    from napari_lazy_zarr.core import ChunkState
+
+    data = synthetic_cells(0, 0, (4096, 4096))
+    zarr.create_array(
+        str(tmp_path / "plain.zarr"), shape=data.shape, chunks=(128, 128), dtype=data.dtype
+    )[...] = data
+    with FaultyServer(tmp_path) as server:
+        server.faults.latency = 0.05
+        viewer = make_napari_viewer(show=True)
+        viewer.window.resize(900, 700)
+        watch_viewer(viewer)
+        (layer,) = viewer.open(f"{server.url}/plain.zarr", plugin="napari-lazy-zarr")
+        loader = loader_of(layer)
+        assert loader is not None
+        assert len(layer.data) >= 3  # virtual levels
+        loader.prefetch = False
+        cache = loader.cache
+        viewer.scene.camera.zoom = 4.0
+        viewer.scene.camera.center = (0, 2500, 2500)
+        viewer.window._qt_viewer.canvas.on_draw(None)
+        assert layer.data_level == 0
+        # The thumbnail (the coarsest virtual level: every stored chunk) loads from the
+        # start; the first full-resolution view completes while it still does.
+
+        def view_loaded() -> bool:
+            keys = loader.view_keys if loader.view_level == 0 else ()
+            return bool(keys) and all(cache.state(k) is ChunkState.READY for k in keys)
+
+        qtbot.waitUntil(view_loaded, timeout=30_000)
+        assert not loader.complete  # the overview is still loading
+        viewer.scene.camera.center = (0, 1000, 1000)  # pan while the overview loads
+        viewer.window._qt_viewer.canvas.on_draw(None)
+        qtbot.waitUntil(
+            lambda: loader.latest is not None and loader.latest.request.box[0][0] < 1500,
+            timeout=10_000,
+        )
+        visible = set(loader.view_keys)
+        visible_source = loader.levels[0].array.source.identity
+        qtbot.waitUntil(lambda: loader.settled, timeout=60_000)
+        events = cache.events()
+        ready = [e.key for e in events if e.current is ChunkState.READY]
+        stored = [k for k in ready if k.source == visible_source]
+        # The overview (every stored chunk, for the virtual levels) was still loading when
+        # the visible view was asked for; the view finished first.
+        last_visible = max(stored.index(k) for k in visible if k in stored)
+        assert len(stored) > 4 * len(visible)
+        assert last_visible < len(stored) - len(visible)
+        np.testing.assert_array_equal(
+            np.asarray(loader.levels[0].array[1000:1200, 1000:1300]), data[1000:1200, 1000:1300]
+        )
+        with server.faults.lock:
+            chunk_gets = {k: n for k, n in server.faults.requests.items() if "/c/" in k}
+    assert chunk_gets
+    assert max(chunk_gets.values()) == 1  # each stored chunk fetched once for every level
+
+
+def test_a_volume_in_3d_copies_each_landed_chunk_once(
+    make_napari_viewer: Callable[..., Any],
+    qtbot: QtBot,
+    tmp_path: Path,
+    monkeypatch: Any,
+) -> None:
+    """A single-level volume in 3D over a slow store: each chunk that lands is copied once
+    into the array napari displays (no whole-volume re-copies), and the volume is exact."""
+    import zarr
+
+    from napari_lazy_zarr.core.plans import StridedPlan
+
+    shape = (96, 128, 128)
+    volume = (np.indices(shape).sum(axis=0) % 251).astype(np.uint8)
+    zarr.create_array(str(tmp_path / "vol.zarr"), shape=shape, chunks=(32, 32, 32), dtype="u1")[
+        ...
+    ] = volume
+    copies: dict[Any, int] = {}
+    original = StridedPlan.copy_chunk
+
+    def counting(self: StridedPlan, out: Any, key: Any, data: Any) -> None:
+        if out.shape == shape:  # into the whole-volume buffer napari displays
+            copies[key] = copies.get(key, 0) + 1
+        original(self, out, key, data)
+
+    monkeypatch.setattr(StridedPlan, "copy_chunk", counting)
+    with FaultyServer(tmp_path) as server:
+        server.faults.latency = 0.02
+        viewer = make_napari_viewer(show=True)
+        watch_viewer(viewer)
+        (layer,) = viewer.open(f"{server.url}/vol.zarr", plugin="napari-lazy-zarr")
+        loader = loader_of(layer)
+        assert loader is not None
+        assert len(loader.levels) == 1  # 128 px a side: no virtual level
+        viewer.dims.ndisplay = 3
+        qtbot.waitUntil(lambda: loader.settled, timeout=60_000)
+        np.testing.assert_array_equal(np.asarray(layer._slice.image.raw), volume)
+    assert len(copies) == 3 * 4 * 4
+    assert set(copies.values()) == {1}
