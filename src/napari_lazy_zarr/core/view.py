@@ -763,7 +763,7 @@ class ViewController:
         self.view_read.emit(result)
         # Chunks that landed between the read and the request had no shown view to
         # land in: look for them now.
-        self._landed(result.missing, ())
+        self._landed(result.missing, result.failed)
 
     # -- landing chunks (worker threads) --------------------------------------
 
