@@ -4,17 +4,22 @@ Also kerchunk reference files (an array whose chunks live in other files) and
 stack files (``*.zstack.json``: zarr arrays concatenated or stacked into one
 layer); see `core.manifest`.
 
-`napari_get_reader` is cheap (a few `stat` calls), never raises, and returns
-`None` for what it cannot read. The reader function describes the store from
-metadata only, opens each level as a chunk source over the plugin's shared
-chunk cache, and returns one layer per image (per channel for OME-Zarr
-images with a channel axis; a labels layer per OME-Zarr label image). No
-chunk is read except a small central region used for contrast limits when
-the metadata gives none — part of what the first view shows anyway.
+`napari_get_reader` decides from metadata alone (a few `stat` calls for a
+local path; for an http(s) URL not named ``*.zarr``, its metadata document,
+fetched with a short timeout), never raises, and returns `None` for anything
+but Zarr, OME-Zarr, kerchunk reference files and stack files, so napari
+offers the path to other readers. The reader function describes the store
+from metadata only, opens each level as a chunk source over the plugin's
+shared chunk cache, and returns one layer per image (per channel for OME-Zarr
+images with a channel axis; a labels layer per OME-Zarr label image, coloured
+as its ``image-label`` metadata says). No chunk is read except a bounded
+sample of the coarsest stored level for contrast limits when the metadata
+gives none.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import weakref
@@ -41,6 +46,7 @@ from napari_lazy_zarr.core.zarr_source import is_remote
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from napari_lazy_zarr.core.array import ChunkedArray
     from napari_lazy_zarr.core.source import ChunkSource
 
 __all__ = ["configure", "layer_data", "napari_get_reader", "read_zarr", "shared_cache"]
@@ -53,8 +59,12 @@ _shared_cache: ChunkCache | None = None
 # The shared cache whose worker count the user chose (NAPARI_LAZY_ZARR_CONCURRENCY or
 # `configure`): opening a remote store leaves that count as it is.
 _chosen_concurrency: ChunkCache | None = None
-_CONTRAST_SAMPLE = 1024  # pixels per displayed axis read (blocking) for contrast limits
-_CONTRAST_TIMEOUT = 10.0  # seconds the contrast sample may wait for storage
+# The contrast sample (blocking, when the metadata gives no limits): at most this many
+# stored chunks, of at most this many decoded bytes in all, waited for at most this long.
+_CONTRAST_CHUNKS = 64
+_CONTRAST_BYTES = 16 << 20
+_CONTRAST_TIMEOUT = 10.0
+_CONTRAST_INDICES = 1 << 16  # indices along one axis (a 1-D sample's index array is its size)
 
 
 def shared_cache(*, remote: bool = False) -> ChunkCache:
@@ -108,7 +118,12 @@ def configure(
 def napari_get_reader(path: PathOrPaths) -> Callable[[Any], list[LayerDataTuple]] | None:
     """The npe2 reader hook: `read_zarr` for a Zarr store or reference file, else None.
 
-    Cheap; never raises.
+    Claims only what `read_zarr` reads: a folder with zarr metadata (whatever
+    its name), a ``*.zarr.zip`` file, a kerchunk reference file or a stack file,
+    an ``s3://`` or http(s) URL named ``*.zarr``, and any http(s) URL whose
+    metadata document is zarr (`core.layout.looks_like_zarr`: no chunk is
+    read). Anything else, e.g. a folder of TIFFs, gets None, so napari tries
+    its other readers. Never raises.
     """
     try:
         if isinstance(path, list | tuple) and len(path) != 1:
@@ -182,6 +197,8 @@ def layer_data(
             kwargs["units"] = tuple(units)
         if layer_type == "image":
             kwargs.update(_image_kwargs(spec, channel, loader))
+        elif spec.label_colors:
+            kwargs["colormap"] = _label_colormap(spec.label_colors)
         data: Any = views if len(views) > 1 else views[0]
         results.append((data, kwargs, layer_type))
     return results
@@ -226,31 +243,29 @@ def _image_kwargs(spec: ImageSpec, channel: int | None, loader: LayerLoader) -> 
 
 
 def _sample_contrast_limits(loader: LayerLoader) -> tuple[float, float]:
-    """Min and max of a central region of the coarsest *stored* level (blocking, bounded).
+    """Min and max of a sample of the coarsest *stored* level (blocking, bounded).
 
     napari would otherwise compute them from the coarsest level through the
-    non-blocking path, i.e. from placeholders. Virtual levels are skipped: their
-    chunks are built from many stored chunks, which a quick sample must not read.
-    Storage that does not answer in time, or data with no finite value, gives the
-    dtype's range instead.
+    non-blocking path, i.e. from placeholders. The sample is spread over the
+    whole level, every axis included (a central region of the middle plane
+    saturates stacks whose other planes are brighter): whole stored chunks,
+    evenly spaced along each axis, at most `_CONTRAST_CHUNKS` of them and
+    `_CONTRAST_BYTES` decoded — the whole level when it fits, so a pyramid's
+    small top level gives what napari computes from it. Virtual levels are
+    skipped: each of their chunks is built from many stored chunks. Storage
+    that does not answer within `_CONTRAST_TIMEOUT`, or data with no finite
+    value, gives the dtype's range instead.
     """
     stored = [lvl for lvl in loader.levels if not isinstance(lvl.array.source, DecimatedSource)]
     level = stored[-1].array
-    index: list[int | slice] = []
-    spatial = set(range(level.ndim)[-2:])
-    grid = level.source.grid
-    for axis, extent in enumerate(level.shape):
-        if axis in spatial:
-            # At most 4 x 4 chunks: tiny chunks must not make the sample a huge request.
-            store_axis = loader.controller.axis_map.store_axis(axis)
-            chunk = int(grid[store_axis].chunk_size(0)) if extent else 1
-            half = min(extent, _CONTRAST_SAMPLE, 4 * chunk) // 2
-            centre = extent // 2
-            index.append(slice(centre - half, centre - half + max(1, 2 * half)))
-        else:
-            index.append(extent // 2)
+    selection = _contrast_selection(level, loader.controller.axis_map)
     try:
-        sample = level[tuple(index)].result(timeout=_CONTRAST_TIMEOUT)
+        if selection is None:
+            sample = np.zeros(0, dtype=level.dtype)
+        elif not selection:  # a 0-d array: its one value
+            sample = level.result(timeout=_CONTRAST_TIMEOUT)
+        else:
+            sample = level.oindex[selection].result(timeout=_CONTRAST_TIMEOUT)
     except (TimeoutError, LazyZarrError):
         sample = np.zeros(0, dtype=level.dtype)
     if sample.dtype.kind == "f":
@@ -263,6 +278,83 @@ def _sample_contrast_limits(loader: LayerLoader) -> tuple[float, float]:
     return (low, high)
 
 
+def _contrast_selection(
+    level: ChunkedArray, axis_map: AxisMap
+) -> tuple[np.ndarray[Any, np.dtype[np.intp]], ...] | None:
+    """Per layer axis, the indices the contrast sample reads (None: nothing; (): a 0-d array).
+
+    Chunks are added one axis at a time, always to the axis sampled most
+    sparsely, while the count stays within the chunk and byte budgets; along
+    an axis they are evenly spaced and include both ends (one chunk: the
+    middle one). Within chunks larger than the byte budget, pixels are strided.
+    """
+    source = level.source
+    grid = source.grid
+    if any(extent == 0 for extent in level.shape):
+        return None
+    if level.ndim == 0:
+        return ()
+    store_axes = [axis_map.store_axis(axis) for axis in range(level.ndim)]
+    # A stored chunk is decoded whole (all of its channels too): that is what a read costs.
+    chunk_bytes = level.dtype.itemsize * math.prod(
+        max(1, min(int(grid[axis].chunk_size(0)), extent))
+        for axis, extent in enumerate(source.shape)
+    )
+    allowed = max(1, min(_CONTRAST_CHUNKS, _CONTRAST_BYTES // chunk_bytes))
+    counts = [
+        int(grid[axis].index_to_chunk(extent - 1)) + 1
+        for axis, extent in zip(store_axes, level.shape, strict=True)
+    ]
+    picks = [1] * level.ndim
+    while True:
+        total = math.prod(picks)
+        sparsest = sorted(
+            (axis for axis in range(level.ndim) if picks[axis] < counts[axis]),
+            key=lambda axis: counts[axis] / picks[axis],
+            reverse=True,
+        )
+        grown = next(
+            (axis for axis in sparsest if total // picks[axis] * (picks[axis] + 1) <= allowed),
+            None,
+        )
+        if grown is None:
+            break
+        picks[grown] += 1
+    spans: list[list[tuple[int, int]]] = []
+    for axis, (store_axis, extent) in enumerate(zip(store_axes, level.shape, strict=True)):
+        dimension = grid[store_axis]
+        if picks[axis] == 1:
+            chosen = [(counts[axis] - 1) // 2]
+        else:
+            spaced = np.linspace(0, counts[axis] - 1, picks[axis]).round().astype(int)
+            chosen = sorted(set(spaced.tolist()))
+        starts = [int(dimension.chunk_offset(chunk)) for chunk in chosen]
+        spans.append(
+            [
+                (start, min(start + int(dimension.chunk_size(chunk)), extent))
+                for chunk, start in zip(chosen, starts, strict=True)
+            ]
+        )
+    # Chunks larger than the budget (one chunk may be): stride inside them, so the sample
+    # stays within the byte budget and its index arrays short.
+    limit = max(1, _CONTRAST_BYTES // level.dtype.itemsize)
+    steps = [1] * level.ndim
+    while True:
+        lengths = [
+            sum(-(-(stop - start) // steps[axis]) for start, stop in spans[axis])
+            for axis in range(level.ndim)
+        ]
+        if math.prod(lengths) <= limit and max(lengths) <= _CONTRAST_INDICES:
+            break
+        steps[max(range(level.ndim), key=lengths.__getitem__)] *= 2
+    return tuple(
+        np.concatenate(
+            [np.arange(start, stop, steps[axis]) for start, stop in spans[axis]]
+        ).astype(np.intp)
+        for axis in range(level.ndim)
+    )
+
+
 def _dtype_range(dtype: np.dtype[Any]) -> tuple[float, float]:
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
@@ -271,13 +363,33 @@ def _dtype_range(dtype: np.dtype[Any]) -> tuple[float, float]:
 
 
 def _colormap(color: str) -> Any:
-    """A black-to-`color` napari colormap for an OME channel color (`#RRGGBB`)."""
-    from napari.utils.colormaps import Colormap
+    """napari's colormap for an OME channel colour (`#RRGGBB`): black to that colour.
 
-    rgb = [int(color.lstrip("#")[i : i + 2], 16) / 255 for i in (0, 2, 4)]
-    return Colormap(
-        colors=[[0.0, 0.0, 0.0, 1.0], [*rgb, 1.0]], name=f"lazy-zarr-{color.lstrip('#')}"
-    )
+    A colour napari has a colormap for ("#FF00FF": "magenta", "#00FF00": "green",
+    "#FFFFFF": "gray") gets its name; another gets a colormap named after it,
+    made and registered by napari (`ensure_colormap`, as for a colour typed in
+    napari's layer controls). Black gets black to black, not napari's reversed
+    gray.
+    """
+    from napari.utils.colormaps import Colormap, ensure_colormap
+
+    if color.upper() == "#000000":
+        return Colormap(colors=[[0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 1.0]], name="#000000")
+    return ensure_colormap(color).name
+
+
+def _label_colormap(colors: tuple[tuple[int, tuple[int, int, int, int]], ...]) -> Any:
+    """A napari labels colormap for OME ``image-label`` colours, as napari-ome-zarr makes it.
+
+    Each listed label value gets its RGBA colour; the background (0, unless
+    listed) and the values not listed are transparent.
+    """
+    from napari.utils.colormaps import DirectLabelColormap
+
+    transparent = [0.0, 0.0, 0.0, 0.0]
+    color_dict: dict[int | None, list[float]] = {None: transparent, 0: transparent}
+    color_dict.update({value: [c / 255 for c in rgba] for value, rgba in colors})
+    return DirectLabelColormap(color_dict=color_dict)
 
 
 _watched_viewers: weakref.WeakSet[Any] = weakref.WeakSet()

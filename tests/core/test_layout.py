@@ -586,17 +586,22 @@ def test_looks_like_zarr_urls(url: str) -> None:
     assert looks_like_zarr(url)
 
 
-@pytest.mark.parametrize(
-    "url",
-    [
-        "https://example.org/image.tif",
-        "https://example.org/image.zarr/0",
-        "ftp://example.org/image.zarr",
-        "gs://bucket/image.zarr",
-    ],
-)
-def test_looks_like_zarr_other_urls(url: str) -> None:
-    assert not looks_like_zarr(url)
+@pytest.mark.parametrize("url", ["ftp://example.org/image.zarr", "gs://bucket/image.zarr"])
+def test_looks_like_zarr_other_schemes(url: str) -> None:
+    assert not looks_like_zarr(url)  # refused by scheme: nothing is fetched
+
+
+def test_looks_like_zarr_other_urls(tmp_path: Path) -> None:
+    """URLs whose metadata is not zarr, on a loopback server (the probe fetches them)."""
+    from tests.remote.server import FaultyServer
+
+    (tmp_path / "image.tif").write_bytes(b"II*\x00")
+    (tmp_path / "image.zarr").mkdir()
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "zarr.json").write_text('{"not": "zarr"}')
+    with FaultyServer(tmp_path) as server:
+        for name in ("image.tif", "image.zarr/0", "notes", "missing/"):
+            assert not looks_like_zarr(f"{server.url}/{name}"), name
 
 
 def test_looks_like_zarr_negative(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -32,12 +33,17 @@ from napari_lazy_zarr.core.errors import (
 )
 from napari_lazy_zarr.core.layout import describe_store, open_source
 from napari_lazy_zarr.core.manifest import (
+    ALLOWED_REMOTES_VARIABLE,
+    ALLOWED_ROOTS_VARIABLE,
+    SETTINGS_VARIABLE,
     ManifestSource,
     ManifestStore,
+    ReferencePolicy,
     StackMember,
     open_stack,
     read_stack_file,
     reference_file_kind,
+    settings_path,
 )
 from tests.conftest import smooth_data
 
@@ -221,6 +227,16 @@ def test_version_0_and_groups(tmp_path: Path, inline_cache: ChunkCache) -> None:
 # -- refusing what a manifest may not reach -------------------------------------
 
 
+@pytest.fixture(autouse=True)
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Hermetic trust settings: no variables, a settings file (absent until written)."""
+    path = tmp_path / "settings" / "settings.toml"
+    monkeypatch.setenv(SETTINGS_VARIABLE, str(path))
+    monkeypatch.delenv(ALLOWED_ROOTS_VARIABLE, raising=False)
+    monkeypatch.delenv(ALLOWED_REMOTES_VARIABLE, raising=False)
+    return path
+
+
 @pytest.fixture
 def outside(tmp_path: Path) -> tuple[Path, np.ndarray[Any, Any]]:
     """A manifest directory, and a raw file beside it (outside it)."""
@@ -231,22 +247,21 @@ def outside(tmp_path: Path) -> tuple[Path, np.ndarray[Any, Any]]:
 
 
 @pytest.mark.parametrize(
-    ("reference", "why", "allow"),
+    ("reference", "why"),
     [
-        ("../secret.raw", r"escapes the directory with '\.\.'", "outside"),
-        ("{abs}", "is an absolute path", "outside"),
-        ("file://{abs}", "is an absolute path", "outside"),
-        ("link.raw", "leads through a symbolic link to .*secret.raw", "outside"),
-        ("https://example.org/secret.raw", "uses the protocol 'https'", "https"),
-        ("s3://bucket/secret.raw", "uses the protocol 's3'", "s3"),
+        ("../secret.raw", r"escapes the reference file's folder with '\.\.'"),
+        ("{abs}", "is outside the reference file's folder"),
+        ("file://{abs}", "is outside the reference file's folder"),
+        ("link.raw", "leads through a symbolic link to .*secret.raw"),
     ],
 )
-def test_escaping_references_are_refused(
+def test_local_references_outside_the_folder_are_refused_until_allowed(
     outside: tuple[Path, np.ndarray[Any, Any]],
     inline_cache: ChunkCache,
+    settings: Path,
+    monkeypatch: pytest.MonkeyPatch,
     reference: str,
     why: str,
-    allow: str,
 ) -> None:
     folder, data = outside
     secret = folder.parent / "secret.raw"
@@ -257,17 +272,303 @@ def test_escaping_references_are_refused(
         {".zarray": _zarray((2, 4), (2, 4)), "0.0": [url, 0, 16]},
     )
     pattern = rf"refs\.json: key '0\.0': reference '{re.escape(url)}' {why}"
-    with pytest.raises(UnsafeDataError, match=pattern):
-        ManifestSource(manifest)
-    with pytest.raises(UnsafeDataError, match=pattern):
+    for call in (ManifestSource, describe_store):
+        with pytest.raises(UnsafeDataError, match=pattern) as refused:
+            call(manifest)
+    # The message says exactly how to allow it: which folder, where to name it.
+    message = str(refused.value)
+    parent = str(folder.parent)
+    assert f"To allow the files under {parent}, add that folder to" in message
+    assert ALLOWED_ROOTS_VARIABLE in message
+    assert f"allowed_roots in {settings}" in message
+    assert f"policy=ReferencePolicy(roots=[{parent!r}])" in message
+    with pytest.raises(UnsafeDataError):
+        ManifestSource(manifest, allow_protocols=("https",))  # a protocol allows no path
+    allowed = [
+        ManifestSource(manifest, allow_outside=True),
+        ManifestSource(manifest, policy=ReferencePolicy(roots=[parent])),
+    ]
+    monkeypatch.setenv(ALLOWED_ROOTS_VARIABLE, os.pathsep.join(["/nonexistent", parent]))
+    allowed.append(ManifestSource(manifest))
+    monkeypatch.delenv(ALLOWED_ROOTS_VARIABLE)
+    settings.parent.mkdir()
+    settings.write_text(f"[references]\nallowed_roots = [{json.dumps(parent)}]\n")
+    allowed.append(ManifestSource(manifest))
+    for source in allowed:
+        np.testing.assert_array_equal(_read(source, inline_cache), data)
+    # An explicit policy replaces the user's settings.
+    with pytest.raises(UnsafeDataError):
+        ManifestSource(manifest, policy=ReferencePolicy())
+
+
+def test_references_that_resolve_inside_the_folder_are_accepted(
+    tmp_path: Path, inline_cache: ChunkCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Absolute, file://, ~, '..' that comes back, and links that stay inside: all accepted."""
+    folder = tmp_path / "data"
+    (folder / "sub").mkdir(parents=True)
+    data = np.arange(40, dtype="<u2").reshape(5, 8)
+    data.tofile(folder / "sub" / "pixels.raw")
+    (folder / "alias.raw").symlink_to(folder / "sub" / "pixels.raw")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    row = 16
+    forms = [
+        str(folder / "sub" / "pixels.raw"),
+        f"file://{folder / 'sub' / 'pixels.raw'}",
+        "file://localhost" + str(folder / "sub" / "pixels.raw"),
+        "~/data/sub/pixels.raw",
+        "sub/../sub/./pixels.raw",
+        "alias.raw",
+    ]
+    refs: dict[str, Any] = {".zarray": _zarray((5, 8), (1, 8))}
+    refs.update({f"{i}.0": [form, i * row, row] for i, form in enumerate(forms[:5])})
+    manifest = _write_refs(folder / "refs.json", refs)
+    refs["4.0"] = [forms[5], 4 * row, row]
+    linked = _write_refs(folder / "linked.json", refs)
+    for path in (manifest, linked):
+        source = ManifestSource(path, policy=ReferencePolicy())  # nothing beyond the folder
+        np.testing.assert_array_equal(_read(source, inline_cache), data)
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed", "why"),
+    [
+        ("https://example.org/secret.raw", (), "uses the protocol 'https', which is not allowed"),
+        ("s3://bucket/secret.raw", (), "uses the protocol 's3', which is not allowed"),
+        ("s3://bucket/secret.raw", ("s3://other",), "uses the protocol 's3'"),
+        ("https://127.0.0.1/x", ("https",), "points to the loopback address 127.0.0.1"),
+        ("http://[::1]:8080/x", ("http",), "points to the loopback address ::1"),
+        ("http://localhost:8080/x", ("http",), "points to the loopback host 'localhost'"),
+        (
+            "http://169.254.169.254/latest/meta-data",
+            ("http", "https://169.254.169.254"),
+            "points to the link-local address 169.254.169.254",
+        ),
+        ("https://10.1.2.3/x", ("https",), "points to the private address 10.1.2.3"),
+        ("https://192.168.0.7/x", ("https",), "points to the private address 192.168.0.7"),
+        ("http://0.0.0.0:9000/x", ("http",), "points to the private address 0.0.0.0"),
+        (
+            "http://[::ffff:127.0.0.1]/x",
+            ("http",),
+            r"points to the loopback address ::ffff:127\.0\.0\.1",
+        ),
+        (
+            "http://2130706433/x",
+            ("http",),
+            r"points to the loopback address 127\.0\.0\.1 \('2130706433' resolves to it\)",
+        ),
+    ],
+)
+def test_remote_references_are_refused_until_allowed(
+    tmp_path: Path, url: str, allowed: tuple[str, ...], why: str
+) -> None:
+    manifest = _write_refs(
+        tmp_path / "refs.json", {".zarray": _zarray((2, 4), (2, 4)), "0.0": [url, 0, 16]}
+    )
+    pattern = rf"refs\.json: key '0\.0': reference '{re.escape(url)}' {why}"
+    with pytest.raises(UnsafeDataError, match=pattern) as refused:
+        ManifestSource(manifest, allow_protocols=allowed)
+    message = str(refused.value)
+    assert ALLOWED_REMOTES_VARIABLE in message
+    assert "allowed_remotes in" in message
+    with pytest.raises(UnsafeDataError):
+        ManifestSource(manifest, allow_outside=True)  # allowing paths allows no protocol
+    # The location the message names, and only it, allows the reference (nothing is read).
+    location = re.search(r"add '([^']+)'", message)
+    assert location is not None
+    ManifestSource(manifest, policy=ReferencePolicy(remotes=[location.group(1)]))
+
+
+def test_a_public_address_is_allowed_by_its_protocol(tmp_path: Path) -> None:
+    refs = {".zarray": _zarray((2, 4), (2, 4)), "0.0": ["https://8.8.8.8/data.raw", 0, 16]}
+    manifest = _write_refs(tmp_path / "refs.json", refs)
+    ManifestSource(manifest, allow_protocols=("https",))  # opens; nothing is read yet
+    refs["0.0"] = ["s3://bucket/data.raw", 0, 16]  # a bucket is not an address
+    ManifestSource(_write_refs(manifest, refs), policy=ReferencePolicy(remotes=["s3"]))
+
+
+def test_settings_file_and_variables(
+    tmp_path: Path, settings: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.parent.mkdir()
+    settings.write_text(
+        '[references]\nallowed_roots = ["scans", "/srv/data"]\n'
+        'allowed_remotes = ["s3://open-data"]\n'
+    )
+    monkeypatch.setenv(ALLOWED_ROOTS_VARIABLE, f"~/h5{os.pathsep}")
+    monkeypatch.setenv(ALLOWED_REMOTES_VARIABLE, "gs, https://example.org")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert settings_path() == str(settings)
+    policy = ReferencePolicy.from_settings()
+    assert policy.roots == (
+        str(tmp_path / "h5"),
+        str(settings.parent / "scans"),
+        "/srv/data",
+    )
+    assert policy.remotes == ("gs", "https://example.org", "s3://open-data")
+    monkeypatch.setenv(ALLOWED_REMOTES_VARIABLE, "htps//example.org")
+    with pytest.raises(MetadataError, match=rf"{ALLOWED_REMOTES_VARIABLE}: 'htps//example\.org'"):
+        ReferencePolicy.from_settings()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[references\n", "cannot read the napari-lazy-zarr settings"),
+        ("references = 3\n", "'references' must be a table"),
+        ("[references]\nallowed_root = []\n", "'allowed_root' is not a setting"),
+        ("[references]\nallowed_roots = '/data'\n", "allowed_roots must be a list of strings"),
+        ("[references]\nallowed_remotes = ['file']\n", "allowed_remotes: 'file': local"),
+    ],
+)
+def test_a_malformed_settings_file_is_named_when_it_is_needed(
+    outside: tuple[Path, np.ndarray[Any, Any]], settings: Path, text: str, message: str
+) -> None:
+    folder, _ = outside
+    settings.parent.mkdir()
+    settings.write_text(text)
+    np.zeros(8, "<u2").tofile(folder / "inside.raw")
+    zarray = _zarray((2, 4), (2, 4))
+    inside = _write_refs(folder / "inside.json", {".zarray": zarray, "0.0": ["inside.raw"]})
+    ManifestSource(inside)  # needs no settings: they are not read
+    escaping = _write_refs(folder / "refs.json", {".zarray": zarray, "0.0": ["../secret.raw"]})
+    with pytest.raises(MetadataError, match=rf"{re.escape(str(settings))}: .*{message}"):
+        ManifestSource(escaping)
+
+
+def test_remote_entries_are_checked() -> None:
+    for bad in ["htps//x", "https:///no-host", "file", "https://host:port/", ""]:
+        with pytest.raises(ValueError, match=r"neither a protocol|local files"):
+            ReferencePolicy(remotes=[bad])
+
+
+# -- kerchunk's own output: HDF5 files written by h5py -----------------------------
+
+
+@pytest.fixture
+def hdf5_files(tmp_path: Path) -> list[tuple[Path, np.ndarray[Any, Any]]]:
+    """Two HDF5 files (h5py, gzip-compressed chunks) in tmp_path/h5, and their 'data'."""
+    h5py = pytest.importorskip("h5py")
+    (tmp_path / "h5").mkdir()
+    files = []
+    for t in range(2):
+        data = smooth_data((70, 90)) + 1000 * t
+        path = tmp_path / "h5" / f"t{t}.h5"
+        with h5py.File(path, "w") as handle:
+            handle.create_dataset("data", data=data, chunks=(32, 40), compression="gzip")
+            handle.create_dataset("time", data=np.array([t], "f8"))
+        files.append((path, data))
+    return files
+
+
+def _kerchunk(h5: Path, url: str | None = None) -> dict[str, Any]:
+    """kerchunk's references for `h5`, with the file's URL as kerchunk writes it."""
+    from kerchunk.hdf import SingleHdf5ToZarr
+
+    if url is None:  # given a path, kerchunk writes it: an absolute path here
+        refs: dict[str, Any] = SingleHdf5ToZarr(str(h5)).translate()
+        return refs
+    with open(h5, "rb") as handle:
+        refs = SingleHdf5ToZarr(handle, url).translate()
+    return refs
+
+
+@pytest.mark.parametrize("form", ["absolute", "file-url"])
+def test_kerchunk_hdf5_references_beside_the_file(
+    hdf5_files: list[tuple[Path, np.ndarray[Any, Any]]], inline_cache: ChunkCache, form: str
+) -> None:
+    (h5, data), _ = hdf5_files
+    refs = _kerchunk(h5, None if form == "absolute" else f"file://{h5}")
+    chunk = refs["refs"]["data/0.0"]
+    assert chunk[0] == (str(h5) if form == "absolute" else f"file://{h5}")
+    manifest = h5.parent / "t0.json"
+    manifest.write_text(json.dumps(refs))
+    source = ManifestSource(manifest, path="data", policy=ReferencePolicy())
+    np.testing.assert_array_equal(_read(source, inline_cache), data)
+    images = describe_store(manifest)
+    assert [image.name for image in images] == ["data", "time"]
+    np.testing.assert_array_equal(
+        _read(open_source(manifest, path=images[0].levels[0].path), inline_cache), data
+    )
+
+
+def test_kerchunk_multizarr_of_two_hdf5_files(
+    hdf5_files: list[tuple[Path, np.ndarray[Any, Any]]], inline_cache: ChunkCache
+) -> None:
+    from kerchunk.combine import MultiZarrToZarr
+
+    singles = [
+        _kerchunk(h5, f"file://{h5}" if t else None) for t, (h5, _) in enumerate(hdf5_files)
+    ]
+    combined = MultiZarrToZarr(singles, concat_dims=["t"], coo_map={"t": "INDEX"}).translate()
+    manifest = hdf5_files[0][0].parent / "combined.json"
+    manifest.write_text(json.dumps(combined))
+    source = ManifestSource(manifest, path="data")
+    np.testing.assert_array_equal(
+        _read(source, inline_cache), np.stack([data for _, data in hdf5_files])
+    )
+    images = {image.name: image for image in describe_store(manifest)}
+    assert images["data"].levels[0].shape == (2, 70, 90)
+
+
+def test_kerchunk_output_elsewhere_is_refused_with_how_to_allow_it(
+    hdf5_files: list[tuple[Path, np.ndarray[Any, Any]]],
+    inline_cache: ChunkCache,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (h5, data), _ = hdf5_files
+    (tmp_path / "refs").mkdir()
+    manifest = tmp_path / "refs" / "t0.json"
+    manifest.write_text(json.dumps(_kerchunk(h5)))
+    reference = re.escape(repr(str(h5)))
+    with pytest.raises(
+        UnsafeDataError,
+        match=rf"t0\.json: key 'data/\d\.\d': reference {reference} is outside the reference "
+        rf"file's folder\. .*To allow the files under {re.escape(str(h5.parent))}, add that "
+        rf"folder to the environment variable {ALLOWED_ROOTS_VARIABLE}",
+    ):
         describe_store(manifest)
-    if allow == "outside":
-        allowed = ManifestSource(manifest, allow_outside=True)
-        np.testing.assert_array_equal(_read(allowed, inline_cache), data)
-    else:
-        with pytest.raises(UnsafeDataError):
-            ManifestSource(manifest, allow_outside=True)  # allowing paths allows no protocol
-        ManifestSource(manifest, allow_protocols=(allow,))  # opens; nothing is read yet
+    monkeypatch.setenv(ALLOWED_ROOTS_VARIABLE, str(h5.parent))
+    (image, _) = describe_store(manifest)
+    source = open_source(manifest, path=image.levels[0].path)
+    np.testing.assert_array_equal(_read(source, inline_cache), data)
+
+
+def test_kerchunk_references_to_a_server(
+    hdf5_files: list[tuple[Path, np.ndarray[Any, Any]]],
+    inline_cache: ChunkCache,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Served on 127.0.0.1: refused by protocol, allowed by naming the location."""
+    pytest.importorskip("aiohttp")
+    from tests.remote.server import FaultyServer
+
+    (h5, data), _ = hdf5_files
+    with FaultyServer(h5.parent) as server:
+        manifest = h5.parent / "remote.json"
+        manifest.write_text(json.dumps(_kerchunk(h5, f"{server.url}/t0.h5")))
+        with pytest.raises(UnsafeDataError, match="uses the protocol 'http', which is not"):
+            ManifestSource(manifest, path="data")
+        monkeypatch.setenv(ALLOWED_REMOTES_VARIABLE, "http")
+        with pytest.raises(
+            UnsafeDataError,
+            match=rf"points to the loopback address 127\.0\.0\.1, .* add '{server.url}'",
+        ):
+            ManifestSource(manifest, path="data")
+        assert server.faults.total() == 0  # refused before any request
+        monkeypatch.setenv(ALLOWED_REMOTES_VARIABLE, f"https, {server.url}")
+        source = ManifestSource(manifest, path="data")
+        np.testing.assert_array_equal(_read(source, inline_cache), data)
+        assert server.faults.total("t0.h5") > 0
+
+
+def test_a_reference_kerchunk_wrote_without_a_url(tmp_path: Path) -> None:
+    manifest = _write_refs(
+        tmp_path / "refs.json", {".zarray": _zarray((2, 4), (2, 4)), "0.0": [None, 0, 16]}
+    )
+    with pytest.raises(MetadataError, match=r"refs\.json: key '0\.0': .* names no file"):
+        ManifestSource(manifest)
 
 
 def test_an_allowed_protocol_is_read_with_fsspec(tmp_path: Path, inline_cache: ChunkCache) -> None:

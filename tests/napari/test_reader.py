@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -10,11 +11,11 @@ import zarr
 
 from napari_lazy_zarr._layer_data import LayerLevel
 from napari_lazy_zarr._reader import napari_get_reader, read_zarr
-from napari_lazy_zarr.core import MetadataError, NotAZarrStoreError
+from napari_lazy_zarr.core import MetadataError, NotAZarrStoreError, UnsafeDataError
 from tests.napari.conftest import omero
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
     OmeStore = Callable[..., tuple[Path, list[np.ndarray[Any, Any]]]]
@@ -64,12 +65,12 @@ def test_single_array_becomes_a_virtual_pyramid(
 def test_nonblocking_levels_never_wait(tmp_path: Path) -> None:
     data = _plain(tmp_path, "plain.zarr", 3)
     ((levels, _, _),) = read_zarr(str(tmp_path / "plain.zarr"))
+    levels[0].array.cache.evict_unpinned()  # forget the contrast sample: start cold
     region = (slice(1000, 1200), slice(1000, 1200))
     view = levels[0][region]
     shown = np.asarray(view)  # what napari does: returns at once
     first = shown.copy()  # the array napari holds keeps filling in as chunks land
-    # Each pixel is the data, the fill value, or resident coarser data (upsampled):
-    # the contrast sample left the coarsest level's centre resident.
+    # Each pixel is the data, the fill value, or resident coarser data (upsampled).
     allowed = [data[region], np.zeros((200, 200), data.dtype)]
     for level in levels[1:]:
         ratio = level.shape[0] / data.shape[0]
@@ -123,8 +124,7 @@ def test_ome_zarr_channels_transforms_and_labels(ome_store: OmeStore, zarr_forma
     assert red[1]["units"] == ("micrometer", "micrometer")
     assert red[1]["contrast_limits"] == (10, 3000)
     assert red[1]["blending"] == "additive"
-    np.testing.assert_allclose(red[1]["colormap"].colors[-1], [1, 0, 0, 1])
-    np.testing.assert_allclose(green[1]["colormap"].colors[-1], [0, 1, 0, 1])
+    assert (red[1]["colormap"], green[1]["colormap"]) == ("red", "green")  # napari's names
     assert [level.shape for level in green[0]] == [(1024, 768), (512, 384), (256, 192)]
     np.testing.assert_array_equal(green[0][1].array.result(), pyramid[1][1])
     ((label_levels, label_kwargs, _),) = label_layers
@@ -174,6 +174,28 @@ def test_manifest_is_valid_and_its_commands_import() -> None:
     assert reader.accepts_directories
 
 
+@pytest.mark.parametrize(
+    ("path", "offered"),
+    [
+        ("https://example.org/image.ome.zarr/labels/cells", True),  # a node inside a store
+        ("https://example.org/image.zarr", True),
+        ("http://127.0.0.1:8000/data/image/", True),  # any store URL ending in "/"
+        ("s3://bucket/image.zarr", True),
+        ("https://example.org/photo.tif", False),  # napari's own reader, unopposed
+        ("refs.json", True),
+        ("image.zarr.zip", True),
+        ("image.tif", False),
+    ],
+)
+def test_napari_offers_the_plugin_for_zarr_names_and_urls(path: str, offered: bool) -> None:
+    from npe2 import PluginManager
+
+    manager = PluginManager.instance()
+    manager.discover()
+    readers = {reader.plugin_name for reader in manager.iter_compatible_readers([path])}
+    assert ("napari-lazy-zarr" in readers) is offered
+
+
 def test_sample_data_is_generated_once_and_read_lazily(tmp_path: Path) -> None:
     from napari_lazy_zarr._sample_data import sample_path
 
@@ -186,3 +208,296 @@ def test_sample_data_is_generated_once_and_read_lazily(tmp_path: Path) -> None:
     assert layer_type == "image"
     assert [level.shape for level in levels] == [(1024, 1024), (512, 512)]
     assert kwargs["contrast_limits"] == (100, 20000)  # from the omero window
+
+
+# -- what the hook claims ---------------------------------------------------------
+
+
+def test_the_hook_claims_zarr_folders_whatever_their_name(
+    tmp_path: Path, recorded_reads: list[Any]
+) -> None:
+    import tifffile
+
+    group = zarr.open_group(str(tmp_path / "experiment"), mode="w")  # no .zarr suffix
+    group.create_array("raw", shape=(64, 64), chunks=(32, 32), dtype="u2")[...] = 7
+    _plain(tmp_path, "scan", 2)
+    tiffs = tmp_path / "tiffs"
+    tiffs.mkdir()
+    for index in range(3):
+        tifffile.imwrite(tiffs / f"plane{index}.tif", np.full((32, 32), index, np.uint16))
+    (tmp_path / "settings.json").write_text('{"theme": "dark"}')
+    assert napari_get_reader(str(tmp_path / "experiment")) is read_zarr
+    assert napari_get_reader(str(tmp_path / "scan")) is read_zarr
+    assert napari_get_reader(str(tiffs)) is None  # napari's own reader takes it
+    assert napari_get_reader(str(tiffs / "plane0.tif")) is None
+    assert napari_get_reader(str(tmp_path)) is None  # a folder holding stores is not one
+    assert napari_get_reader(str(tmp_path / "settings.json")) is None
+    assert recorded_reads == []  # from metadata alone: no chunk read
+    ((levels, kwargs, _),) = read_zarr(str(tmp_path / "experiment"))
+    assert kwargs["name"] == "raw"
+    assert int(levels.array.result().max()) == 7
+
+
+@pytest.fixture
+def served_stores(tmp_path: Path) -> Iterator[tuple[Any, Path]]:
+    """A server on 127.0.0.1 serving a v3 group, a v2 group, an OME-Zarr image and a TIFF."""
+    from tests.remote.server import FaultyServer
+
+    for zarr_format, name in [(3, "g3.zarr"), (2, "g2.zarr")]:
+        group = zarr.open_group(str(tmp_path / name), mode="w", zarr_format=zarr_format)  # type: ignore[arg-type]
+        group.create_array("raw", shape=(40, 50), chunks=(16, 16), dtype="u2")[...] = np.arange(
+            2000, dtype=np.uint16
+        ).reshape(40, 50)
+    _ome_zarr_py_store(tmp_path / "image.ome.zarr", "0.5", window=True)
+    (tmp_path / "photo.tif").write_bytes(b"II*\x00")
+    with FaultyServer(tmp_path) as server:
+        yield server, tmp_path
+
+
+def test_the_hook_claims_urls_by_their_metadata(
+    served_stores: tuple[Any, Path], recorded_reads: list[Any]
+) -> None:
+    server, _ = served_stores
+    url = server.url
+    claimed = [
+        f"{url}/g3.zarr/raw",  # an array inside a group: not named *.zarr
+        f"{url}/g2.zarr/raw",
+        f"{url}/g3.zarr/raw/",
+        f"{url}/image.ome.zarr/labels/cells",
+        f"{url}/g3.zarr",
+    ]
+    refused = [f"{url}/g3.zarr/missing", f"{url}/photo.tif", f"{url}/", "http://127.0.0.1:9/x"]
+    for location in claimed:
+        assert napari_get_reader(location) is read_zarr, location
+    for location in refused:
+        assert napari_get_reader(location) is None, location
+    documents = {key.rsplit("/", 1)[-1] for key in server.faults.requests}
+    assert documents <= {"zarr.json", ".zarray", ".zgroup"}  # no chunk was requested
+    assert recorded_reads == []
+    ((levels, kwargs, _),) = read_zarr(f"{url}/g2.zarr/raw")
+    assert kwargs["name"] == "raw"
+    np.testing.assert_array_equal(
+        levels.array.result(timeout=30), np.arange(2000, dtype=np.uint16).reshape(40, 50)
+    )
+    ((_, label_kwargs, layer_type),) = read_zarr(f"{url}/image.ome.zarr/labels/cells")
+    assert (label_kwargs["name"], layer_type) == ("cells", "labels")
+    np.testing.assert_allclose(label_kwargs["colormap"].color_dict[1], [1, 0, 0, 1])
+
+
+# -- kerchunk references, as napari opens them ---------------------------------------
+
+
+@pytest.fixture
+def hermetic_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    from napari_lazy_zarr.core.manifest import (
+        ALLOWED_REMOTES_VARIABLE,
+        ALLOWED_ROOTS_VARIABLE,
+        SETTINGS_VARIABLE,
+    )
+
+    path = tmp_path / "config" / "settings.toml"
+    monkeypatch.setenv(SETTINGS_VARIABLE, str(path))
+    monkeypatch.delenv(ALLOWED_ROOTS_VARIABLE, raising=False)
+    monkeypatch.delenv(ALLOWED_REMOTES_VARIABLE, raising=False)
+    return path
+
+
+def _hdf5_with_kerchunk(folder: Path, manifest: Path) -> np.ndarray[Any, Any]:
+    """An HDF5 file written by h5py in `folder`, and kerchunk's references to it in `manifest`."""
+    h5py = pytest.importorskip("h5py")
+    from kerchunk.hdf import SingleHdf5ToZarr
+
+    data = (np.arange(300 * 200) % 3001).astype(np.uint16).reshape(300, 200)
+    folder.mkdir(parents=True, exist_ok=True)
+    with h5py.File(folder / "scan.h5", "w") as handle:
+        handle.create_dataset("image", data=data, chunks=(100, 100), compression="gzip")
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    manifest.write_text(json.dumps(SingleHdf5ToZarr(str(folder / "scan.h5")).translate()))
+    return data
+
+
+def test_kerchunk_output_opens_beside_its_file_and_elsewhere_once_allowed(
+    tmp_path: Path, hermetic_settings: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from napari_lazy_zarr.core.manifest import ALLOWED_ROOTS_VARIABLE
+
+    data = _hdf5_with_kerchunk(tmp_path / "h5", tmp_path / "h5" / "scan.json")
+    assert napari_get_reader(str(tmp_path / "h5" / "scan.json")) is read_zarr
+    ((levels, kwargs, _),) = read_zarr(str(tmp_path / "h5" / "scan.json"))
+    assert kwargs["name"] == "image"
+    np.testing.assert_array_equal(levels.array.result(timeout=30), data)
+
+    _hdf5_with_kerchunk(tmp_path / "h5", tmp_path / "refs" / "scan.json")
+    with pytest.raises(UnsafeDataError) as refused:
+        read_zarr(str(tmp_path / "refs" / "scan.json"))
+    message = str(refused.value)
+    assert f"reference {str(tmp_path / 'h5' / 'scan.h5')!r} is outside" in message
+    assert f"add that folder to the environment variable {ALLOWED_ROOTS_VARIABLE}" in message
+    assert f"allowed_roots in {hermetic_settings}" in message
+    hermetic_settings.parent.mkdir()
+    hermetic_settings.write_text(
+        f"[references]\nallowed_roots = [{json.dumps(str(tmp_path / 'h5'))}]\n"
+    )
+    ((levels, _, _),) = read_zarr(str(tmp_path / "refs" / "scan.json"))
+    np.testing.assert_array_equal(levels.array.result(timeout=30), data)
+    hermetic_settings.unlink()
+    monkeypatch.setenv(ALLOWED_ROOTS_VARIABLE, str(tmp_path / "h5"))
+    ((levels, _, _),) = read_zarr(str(tmp_path / "refs" / "scan.json"))
+    np.testing.assert_array_equal(levels.array.result(timeout=30), data)
+
+
+def test_a_refused_reference_reaches_the_napari_user(
+    make_napari_viewer: Callable[..., Any], tmp_path: Path, hermetic_settings: Path
+) -> None:
+    _hdf5_with_kerchunk(tmp_path / "h5", tmp_path / "refs" / "scan.json")
+    viewer = make_napari_viewer()
+    with pytest.raises(Exception) as refused:  # noqa: PT011 - napari may wrap it
+        viewer.open(str(tmp_path / "refs" / "scan.json"), plugin="napari-lazy-zarr")
+    chain: list[BaseException] = []
+    error: BaseException | None = refused.value
+    while error is not None:
+        chain.append(error)
+        error = error.__cause__ or getattr(error, "original_error", None)
+    unsafe = [e for e in chain if isinstance(e, UnsafeDataError)]
+    assert unsafe, chain
+    assert "NAPARI_LAZY_ZARR_ALLOWED_ROOTS" in str(unsafe[0])
+    assert len(viewer.layers) == 0
+
+
+# -- colours and contrast ----------------------------------------------------------
+
+
+def _ome_zarr_py_store(
+    path: Path, version: str, *, window: bool, colors: tuple[str, str] = ("FF00FF", "00FF00")
+) -> np.ndarray[Any, Any]:
+    """An OME-Zarr image (2 channels) with a label image, written by ome-zarr-py."""
+    from ome_zarr.format import FormatV04, FormatV05
+    from ome_zarr.writer import write_image, write_labels
+    from ome_zarr_models.common.omero import Omero
+
+    data = np.random.default_rng(3).integers(100, 4000, size=(2, 256, 320), dtype=np.uint16)
+    data[1] //= 3
+    fmt = FormatV04() if version == "0.4" else FormatV05()
+    group = zarr.open_group(str(path), mode="w", zarr_format=fmt.zarr_format)  # type: ignore[arg-type]
+    metadata: dict[str, Any] = {}
+    if window:
+        metadata["omero"] = Omero.model_validate(
+            {
+                "channels": [
+                    {
+                        "label": f"ch{i}",
+                        "color": color,
+                        "window": {"min": 0, "max": 65535, "start": 10 * (i + 1), "end": 3000},
+                    }
+                    for i, color in enumerate(colors)
+                ]
+            }
+        )
+    write_image(data, group, axes="cyx", fmt=fmt, scale_factors=(2, 4), **metadata)
+    cells = (np.arange(256 * 320).reshape(256, 320) // 9000).astype(np.uint32)
+    write_labels(
+        cells,
+        group,
+        name="cells",
+        axes="yx",
+        fmt=fmt,
+        scale_factors=(2,),
+        label_metadata={
+            "colors": [
+                {"label-value": 1, "rgba": [255, 0, 0, 255]},
+                {"label-value": 3, "rgba": [0, 0, 255, 128]},
+            ]
+        },
+    )
+    return data
+
+
+def _label_colors(layer: Any) -> dict[Any, tuple[float, ...]]:
+    return {key: tuple(np.round(value, 4)) for key, value in layer.colormap.color_dict.items()}
+
+
+@pytest.mark.filterwarnings("ignore:color_dict did not provide a default color:UserWarning")
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+@pytest.mark.parametrize("window", [True, False], ids=["omero-window", "no-omero"])
+def test_colours_and_contrast_agree_with_napari_ome_zarr(
+    make_napari_viewer: Callable[..., Any], tmp_path: Path, version: str, window: bool
+) -> None:
+    path = tmp_path / "image.ome.zarr"
+    _ome_zarr_py_store(path, version, window=window)
+    viewer = make_napari_viewer()
+    ours = viewer.open(str(path), plugin="napari-lazy-zarr")
+    theirs = viewer.open(str(path), plugin="napari-ome-zarr")
+    our_images = [layer for layer in ours if layer._type_string == "image"]
+    their_images = [layer for layer in theirs if layer._type_string == "image"]
+    assert len(our_images) == len(their_images) == 2
+    for mine, reference in zip(our_images, their_images, strict=True):
+        assert mine.colormap.name == reference.colormap.name
+        np.testing.assert_allclose(mine.contrast_limits, reference.contrast_limits)
+    if window:
+        assert [layer.colormap.name for layer in our_images] == ["magenta", "green"]
+        assert [tuple(layer.contrast_limits) for layer in our_images] == [(10, 3000), (20, 3000)]
+    (our_labels,) = [layer for layer in ours if layer._type_string == "labels"]
+    (their_labels,) = [layer for layer in theirs if layer._type_string == "labels"]
+    assert _label_colors(our_labels) == _label_colors(their_labels)
+    assert _label_colors(our_labels)[1] == (1.0, 0.0, 0.0, 1.0)
+    np.testing.assert_allclose(our_labels.get_color(3), [0, 0, 1, 128 / 255], atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("color", "name"),
+    [("FF00FF", "magenta"), ("00FF00", "green"), ("FFFFFF", "gray"), ("0000FF", "blue")],
+)
+def test_ome_colours_take_napari_colormap_names(tmp_path: Path, color: str, name: str) -> None:
+    path = tmp_path / "image.ome.zarr"
+    _ome_zarr_py_store(path, "0.5", window=True, colors=(color, "123456"))
+    first, second = (layer for layer in read_zarr(str(path)) if layer[2] == "image")
+    assert first[1]["colormap"] == name
+    from napari.utils.colormaps import AVAILABLE_COLORMAPS
+
+    custom = AVAILABLE_COLORMAPS[second[1]["colormap"]]  # registered by napari, by colour
+    np.testing.assert_allclose(custom.colors[-1], [0x12 / 255, 0x34 / 255, 0x56 / 255, 1])
+
+
+def test_contrast_limits_sample_a_stack_throughout_within_a_budget(
+    tmp_path: Path, recorded_reads: list[Any]
+) -> None:
+    from napari_lazy_zarr import _reader
+
+    # 16 planes, each brighter than the one before: the middle plane alone would
+    # saturate the last ones and leave the first ones dark.
+    planes, side = 16, 1024
+    base = (np.arange(side * side) % 997).astype(np.uint16).reshape(side, side)
+    data = base[None] + (1000 * np.arange(planes, dtype=np.uint16))[:, None, None]
+    array = zarr.create_array(
+        str(tmp_path / "stack.zarr"), shape=data.shape, chunks=(1, 256, 256), dtype=data.dtype
+    )
+    array[...] = data
+    chunk_bytes = 256 * 256 * 2
+    stored_chunks = planes * (side // 256) ** 2
+    assert stored_chunks > _reader._CONTRAST_CHUNKS  # the budget, not the level, bounds it
+    ((levels, kwargs, _),) = read_zarr(str(tmp_path / "stack.zarr"))
+    assert len(levels) > 1  # a virtual pyramid over the one stored level
+    assert kwargs["contrast_limits"] == (float(data.min()), float(data.max()))
+    assert 0 < len(recorded_reads) <= _reader._CONTRAST_CHUNKS
+    assert len(recorded_reads) * chunk_bytes <= _reader._CONTRAST_BYTES
+    assert len(set(recorded_reads)) == len(recorded_reads)  # each stored chunk read once
+    planes_read = {coords[0] for _, coords in recorded_reads}
+    assert {0, planes - 1} <= planes_read
+    assert len(planes_read) > 2
+
+
+def test_contrast_limits_of_a_small_top_level_are_napari_s(
+    tmp_path: Path, recorded_reads: list[Any]
+) -> None:
+    """The whole coarsest stored level is read when it fits: the same limits as napari's."""
+    from napari.layers.utils.layer_utils import calc_data_range
+
+    path = tmp_path / "image.ome.zarr"
+    data = _ome_zarr_py_store(path, "0.4", window=False)
+    layers = [layer for layer in read_zarr(str(path)) if layer[2] == "image"]
+    for channel, (levels, kwargs, _) in enumerate(layers):
+        top = levels[-1].array.result(timeout=30)
+        assert top.shape == data[channel, ::4, ::4].shape
+        assert kwargs["contrast_limits"] == tuple(calc_data_range(top))
+    read_levels = {str(identity).rsplit("/", 1)[-1] for identity, _ in recorded_reads}
+    assert read_levels == {"s2"}  # only the coarsest level

@@ -19,12 +19,17 @@ one error class per cause.
 
 from __future__ import annotations
 
+import http.client
+import json
 import math
 import os
 import re
+import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import zarr
@@ -85,8 +90,12 @@ __all__ = [
 
 # What `looks_like_zarr` accepts: a directory holding one of these files...
 _MARKER_FILES: Final = (*_METADATA_FILES, ".zattrs")
-# ...a zipped store, or a URL with one of these schemes ending in ".zarr".
+# ...a zipped store, a URL with one of these schemes ending in ".zarr", or an
+# http(s) URL whose metadata document says zarr.
 _URL_SCHEMES: Final = frozenset({"http", "https", "s3"})
+_PROBE_TIMEOUT: Final = 2.0  # seconds `looks_like_zarr` may spend fetching a URL's metadata
+_PROBE_BYTES: Final = 1 << 16  # of a metadata document read to recognise it
+_ZARR_FORMAT: Final = re.compile(rb'"zarr_format"\s*:\s*([23])\b')
 _SUPPORTED_VERSIONS: Final = ("0.4", "0.5")
 _HEX_COLOR: Final = re.compile(r"#?([0-9a-fA-F]{6})")
 _MAX_PROBLEMS: Final = 4  # validation problems quoted in one error message
@@ -142,8 +151,12 @@ class ImageSpec:
     channel_names, channel_colors, contrast_limits, channel_visible
         Per channel (one for an image without a channel axis), from OME
         ``omero.channels``: ``label`` (``"<name> [<index>]"`` when absent), ``color`` as
-        ``#RRGGBB``, ``window`` start and end, ``active`` (True when absent).
+        ``#RRGGBB`` (``#FFFFFF`` for every channel when ``omero.rdefs.model`` is
+        ``"greyscale"``), ``window`` start and end, ``active`` (True when absent).
         None without omero metadata.
+    label_colors
+        For a label image, ``(label value, (r, g, b, a))`` pairs (0-255) from its
+        ``image-label`` ``colors``, in order; None when it gives none.
     version
         The NGFF version (``"0.4"``, ``"0.5"``), or None for plain zarr.
     """
@@ -158,16 +171,21 @@ class ImageSpec:
     channel_colors: tuple[str, ...] | None = None
     contrast_limits: tuple[tuple[float, float], ...] | None = None
     channel_visible: tuple[bool, ...] | None = None
+    label_colors: tuple[tuple[int, tuple[int, int, int, int]], ...] | None = None
     version: str | None = None
 
 
-def looks_like_zarr(path: str | os.PathLike[str]) -> bool:
-    """Whether `path` looks like a zarr store: a few ``stat`` calls, never raises.
+def looks_like_zarr(path: str | os.PathLike[str], *, timeout: float = _PROBE_TIMEOUT) -> bool:
+    """Whether `path` looks like a zarr store, from its metadata alone; never raises.
 
     True for a directory holding ``zarr.json``, ``.zarray``, ``.zgroup`` or
-    ``.zattrs``, for a ``*.zarr.zip`` file, and for an ``http(s)://`` or
-    ``s3://`` URL ending in ``.zarr`` (or ``.zarr/``). Nothing is parsed:
-    `describe_store` gives the reasons a store that looks like zarr is not.
+    ``.zattrs`` (a few ``stat`` calls), for a ``*.zarr.zip`` file, for an
+    ``http(s)://`` or ``s3://`` URL ending in ``.zarr`` (or ``.zarr/``), and for
+    any other ``http(s)://`` URL whose ``zarr.json``, ``.zarray`` or ``.zgroup``
+    is zarr metadata (fetched, at most `timeout` seconds in all; e.g. an array
+    inside a store, ``.../image.ome.zarr/labels/cells``). No chunk is read, and
+    local metadata is not parsed: `describe_store` gives the reasons a store
+    that looks like zarr is not.
 
     Examples
     --------
@@ -185,13 +203,53 @@ def looks_like_zarr(path: str | os.PathLike[str]) -> bool:
             return False
         if _is_url(location):
             scheme = location.split("://", 1)[0].lower()
-            return scheme in _URL_SCHEMES and location.rstrip("/").lower().endswith(".zarr")
+            if scheme not in _URL_SCHEMES:
+                return False
+            if location.rstrip("/").lower().endswith(".zarr"):
+                return True
+            return scheme in ("http", "https") and _serves_zarr_metadata(location, timeout)
         if os.path.isfile(location):
             return location.lower().endswith(".zarr.zip")
         # os.path.isfile swallows OSError and ValueError (a NUL byte): never raises.
         return any(os.path.isfile(os.path.join(location, name)) for name in _MARKER_FILES)
     except Exception:  # the napari reader hook must get an answer, whatever it is handed
         return False
+
+
+def _serves_zarr_metadata(url: str, timeout: float) -> bool:
+    """Whether the http(s) `url` serves zarr metadata (bounded in time; never raises)."""
+    parts = urlsplit(url)
+    base = parts.path.rstrip("/")
+    deadline = time.monotonic() + timeout
+    # No proxy from the environment: the reader's fsspec/aiohttp store uses none either.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    for name in _METADATA_FILES:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        document = urlunsplit(parts._replace(path=f"{base}/{name}", fragment=""))
+        try:
+            with opener.open(document, timeout=remaining) as response:
+                head = response.read(_PROBE_BYTES)
+        except (OSError, ValueError, http.client.HTTPException):
+            continue  # absent (404), refused, timed out, or not a URL urllib can fetch
+        if _is_zarr_document(head, zarr_format=3 if name == "zarr.json" else 2):
+            return True
+    return False
+
+
+def _is_zarr_document(head: bytes, *, zarr_format: int) -> bool:
+    """Whether `head` (a metadata document, or its first bytes) is zarr metadata of that format."""
+    try:
+        document = json.loads(head)
+    except ValueError:  # cut short (a large zarr.json, e.g. consolidated): recognise its start
+        match = _ZARR_FORMAT.search(head)
+        return (
+            head.lstrip().startswith(b"{")
+            and match is not None
+            and (int(match.group(1)) == zarr_format)
+        )
+    return isinstance(document, dict) and document.get("zarr_format") == zarr_format
 
 
 def describe_store(path_or_url: str | os.PathLike[str]) -> tuple[ImageSpec, ...]:
@@ -412,6 +470,9 @@ class _Walk:
         if kind == "image" and omero is not None:
             n_channels = 1 if channel_axis is None else levels[0].shape[channel_axis]
             channels = _Channels.from_omero(omero, n_channels, layer_name, full)
+        label_colors = None
+        if kind == "labels":
+            label_colors = _label_colors(document.get("image-label"), full)
         image = ImageSpec(
             name=layer_name,
             kind=kind,
@@ -423,6 +484,7 @@ class _Walk:
             channel_colors=channels.colors,
             contrast_limits=channels.limits,
             channel_visible=channels.visible,
+            label_colors=label_colors,
             version=version,
         )
         if label:
@@ -514,7 +576,12 @@ class _Walk:
         else:
             from ome_zarr_models.v05.labels import LabelsAttrs as LabelsAttrs05
 
-            names = _validate(LabelsAttrs05, document.get("ome"), full, "0.5 labels").labels
+            ome = document.get("ome")
+            if isinstance(ome, dict) and "version" not in ome:
+                # ome-zarr-py 0.21 writes {"ome": {"labels": [...]}} without the version the
+                # spec asks for; the image the group belongs to has it.
+                ome = {**ome, "version": version}
+            names = _validate(LabelsAttrs05, ome, full, "0.5 labels").labels
         labels: list[ImageSpec] = []
         label_paths = [_join(path, name) for name in names]
         for name, label_path, opened_label in zip(
@@ -691,6 +758,8 @@ class _Channels:
                 f"{full}: omero lists {len(channels)} channels but the image has {n_channels}"
             )
         names, colors, visible = [], [], []
+        rdefs = (omero.model_extra or {}).get("rdefs")
+        greyscale = isinstance(rdefs, dict) and rdefs.get("model") == "greyscale"
         for index, channel in enumerate(channels):
             # label and active are not modelled by ome-zarr-models; they arrive as extras.
             extra = channel.model_extra or {}
@@ -704,7 +773,7 @@ class _Channels:
                 raise MetadataError(
                     f"{full}: omero channel {index} color {channel.color!r} is not RRGGBB"
                 )
-            colors.append("#" + match.group(1).upper())
+            colors.append("#FFFFFF" if greyscale else "#" + match.group(1).upper())
         windows = tuple((float(c.window.start), float(c.window.end)) for c in channels)
         # A window napari cannot use (start >= end, or not finite) is a display hint, not
         # data: without it the limits are sampled from the data instead.
@@ -715,6 +784,25 @@ class _Channels:
             limits=windows if usable else None,
             visible=tuple(visible),
         )
+
+
+def _label_colors(
+    document: Any, full: str
+) -> tuple[tuple[int, tuple[int, int, int, int]], ...] | None:
+    """The ``colors`` of a label image's ``image-label`` metadata (None when it gives none).
+
+    Only the colours are read (validated as ome-zarr-models does: unique label
+    values, RGBA of 0-255 integers); ``properties`` and ``source`` are not used.
+    """
+    if not isinstance(document, dict) or document.get("colors") is None:
+        return None
+    from ome_zarr_models.common.image_label_types import LabelBase
+
+    label = _validate(LabelBase, {"colors": document["colors"]}, full, "image-label")
+    pairs = tuple(
+        (int(color.label_value), color.rgba) for color in label.colors or () if color.rgba
+    )
+    return pairs or None
 
 
 # -- plain zarr -------------------------------------------------------------

@@ -12,12 +12,17 @@ Two small JSON formats open as arrays:
 - **stack files** (``*.zstack.json``): a list of zarr arrays (or kerchunk
   references) to concatenate or stack into one array (`StackFile`).
 
-Paths in both resolve relative to the file's own directory. A reference that
-is absolute, escapes that directory (``..``, or a symbolic link pointing out of
-it) or names another protocol (``http``, ``s3``, ...) is refused with
-`UnsafeDataError` unless explicitly allowed (``allow_outside=True``,
-``allow_protocols=("s3",)``): a reference file from elsewhere must not make the
-viewer read, and show, arbitrary files of the person opening it.
+Relative paths in both resolve against the file's own folder. A reference
+that resolves (``file://`` and ``~`` expanded, normalised, symbolic links
+followed) inside that folder is accepted, absolute or relative: kerchunk writes
+absolute paths and ``file://`` URLs. Anything else (a file elsewhere, ``..``
+or a symbolic link leading out, another protocol such as ``https`` or ``s3``)
+is refused with `UnsafeDataError` unless a `ReferencePolicy` allows it: the
+user's (`ReferencePolicy.from_settings`: environment variables and the settings
+file), or one given in Python. A protocol allowed in general still does not
+reach loopback, link-local or private addresses: those must be named. A
+reference file from elsewhere must not make the viewer read, and show,
+arbitrary files of the person opening it, nor probe the network it sits on.
 """
 
 from __future__ import annotations
@@ -25,11 +30,18 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import ipaddress
 import json
 import os
+import posixpath
 import re
+import socket
+import sys
+import threading
+import tomllib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn
+from urllib.parse import unquote, urlsplit
 
 import zarr
 from zarr.abc.store import (
@@ -61,21 +73,27 @@ from napari_lazy_zarr.core.zarr_source import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterable
+    from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 
     from zarr.core.buffer import Buffer, BufferPrototype
 
 __all__ = [
+    "ALLOWED_REMOTES_VARIABLE",
+    "ALLOWED_ROOTS_VARIABLE",
+    "SETTINGS_VARIABLE",
     "ManifestSource",
     "ManifestStore",
+    "ReferencePolicy",
     "StackFile",
     "StackMember",
     "open_stack",
     "read_stack_file",
     "reference_file_kind",
+    "settings_path",
 ]
 
 type ReferenceFileKind = Literal["kerchunk", "stack"]
+type IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 STACK_SUFFIX: Final = ".zstack.json"
 # Keys whose values zarr-python parses as array or group metadata: vetted before it does.
@@ -132,33 +150,367 @@ def _read_json(location: str, what: str) -> dict[str, Any]:
     return document
 
 
-# -- where references point --------------------------------------------------
+# -- where references may point -----------------------------------------------
+
+ALLOWED_ROOTS_VARIABLE: Final = "NAPARI_LAZY_ZARR_ALLOWED_ROOTS"
+"""Environment variable: local folders references may point into (separated like ``PATH``)."""
+ALLOWED_REMOTES_VARIABLE: Final = "NAPARI_LAZY_ZARR_ALLOWED_REMOTES"
+"""Environment variable: protocols and locations references may reach (comma-separated)."""
+SETTINGS_VARIABLE: Final = "NAPARI_LAZY_ZARR_SETTINGS"
+"""Environment variable: the settings file to use instead of the default one."""
+# Protocols whose URL "host" is a bucket or container, not a network address.
+_BUCKET_PROTOCOLS: Final = frozenset(
+    {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss", "memory"}
+)
+_PROTOCOL: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+_SETTINGS_KEYS: Final = ("allowed_roots", "allowed_remotes")
+_RESOLVE_TIMEOUT: Final = 2.0  # seconds a host name may take to resolve before it is refused
+
+
+def settings_path(environ: Mapping[str, str] | None = None) -> str:
+    """The plugin's settings file (it need not exist).
+
+    ``$NAPARI_LAZY_ZARR_SETTINGS`` when set, else ``napari-lazy-zarr/settings.toml``
+    in the user's configuration folder, beside napari's own: ``$XDG_CONFIG_HOME``
+    or ``~/.config`` on Linux, ``~/Library/Application Support`` on macOS,
+    ``%APPDATA%`` on Windows.
+
+    Examples
+    --------
+    >>> settings_path({"NAPARI_LAZY_ZARR_SETTINGS": "/etc/lazy-zarr.toml"})
+    '/etc/lazy-zarr.toml'
+    """
+    env = os.environ if environ is None else environ
+    chosen = env.get(SETTINGS_VARIABLE)
+    if chosen:
+        return os.path.expanduser(chosen)
+    home = os.path.expanduser("~")
+    if sys.platform == "win32":
+        base = env.get("APPDATA") or os.path.join(home, "AppData", "Roaming")
+    elif sys.platform == "darwin":
+        base = os.path.join(home, "Library", "Application Support")
+    else:
+        base = env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    return os.path.join(base, "napari-lazy-zarr", "settings.toml")
+
+
+@dataclass(frozen=True, slots=True)
+class ReferencePolicy:
+    """Where references may point beyond their reference file's own folder.
+
+    A reference that resolves (``file://`` and ``~`` expanded, normalised,
+    symbolic links followed) inside the folder holding the reference file is
+    always allowed, absolute or relative. A policy allows more; everything
+    else is refused with `UnsafeDataError`.
+
+    `ReferencePolicy.from_settings` is the user's policy, from the
+    environment and the settings file; the readers use it unless given another.
+
+    Attributes
+    ----------
+    roots
+        Local folders references may also point into (``~`` expanded; compared
+        after resolving symbolic links, so a link inside a root that leads out
+        of it is refused).
+    remotes
+        What remote references may reach. A protocol (``"s3"``, ``"https"``)
+        allows its URLs, except those whose host is, or resolves to, a
+        loopback, link-local or private address. A location
+        (``"s3://bucket"``, ``"https://data.example.org"``,
+        ``"http://127.0.0.1:8000/data"``) allows the URLs under it, whatever
+        its address: naming a host is how a private one is allowed.
+    any_local
+        Allow local files anywhere (what ``allow_outside=True`` asks).
+
+    Raises
+    ------
+    ValueError
+        A remote entry that is neither a protocol nor a location.
+
+    Examples
+    --------
+    >>> policy = ReferencePolicy(roots=["/data"], remotes=["s3", "https://example.org"])
+    >>> policy.union(ReferencePolicy(remotes=["gs"])).remotes
+    ('s3', 'https://example.org', 'gs')
+    """
+
+    roots: tuple[str, ...] = ()
+    remotes: tuple[str, ...] = ()
+    any_local: bool = False
+
+    def __post_init__(self) -> None:
+        # Lists are welcome; the value stays hashable.
+        object.__setattr__(self, "roots", tuple(os.fspath(root) for root in self.roots))
+        object.__setattr__(self, "remotes", tuple(self.remotes))
+        for entry in self.remotes:
+            _parse_remote(entry)
+
+    @classmethod
+    def from_settings(cls, environ: Mapping[str, str] | None = None) -> ReferencePolicy:
+        """The user's policy: the environment variables and the settings file, together.
+
+        ``NAPARI_LAZY_ZARR_ALLOWED_ROOTS`` lists folders separated by
+        ``os.pathsep`` (``:``; ``;`` on Windows); ``NAPARI_LAZY_ZARR_ALLOWED_REMOTES``
+        lists protocols and locations separated by commas or spaces. The
+        settings file (`settings_path`) may hold the same under ``[references]``::
+
+            [references]
+            allowed_roots = ["/data/hdf5", "~/scans"]
+            allowed_remotes = ["s3://open-data", "https://data.example.org"]
+
+        Relative folders in the file are relative to the file. A missing file is
+        no settings. Read afresh on every call, so an edit applies to the next
+        reference file opened.
+
+        Raises
+        ------
+        MetadataError
+            The settings file cannot be read or is malformed, or an entry is
+            neither a protocol nor a location (the message names the file or
+            the variable, and the entry).
+
+        Examples
+        --------
+        >>> env = {"NAPARI_LAZY_ZARR_ALLOWED_REMOTES": "s3, https://example.org",
+        ...        "NAPARI_LAZY_ZARR_SETTINGS": "/nonexistent/settings.toml"}
+        >>> ReferencePolicy.from_settings(env).remotes
+        ('s3', 'https://example.org')
+        """
+        env = os.environ if environ is None else environ
+        roots = [
+            os.path.abspath(os.path.expanduser(root.strip()))
+            for root in env.get(ALLOWED_ROOTS_VARIABLE, "").split(os.pathsep)
+            if root.strip()
+        ]
+        remotes = [r for r in re.split(r"[,\s]+", env.get(ALLOWED_REMOTES_VARIABLE, "")) if r]
+        for entry in remotes:
+            _check_remote(entry, ALLOWED_REMOTES_VARIABLE)
+        path = settings_path(env)
+        table = _settings_table(path)
+        folder = os.path.dirname(os.path.abspath(path))
+        roots += [
+            os.path.join(folder, os.path.expanduser(root)) for root in table["allowed_roots"]
+        ]
+        for entry in table["allowed_remotes"]:
+            _check_remote(entry, f"{path}: allowed_remotes")
+        remotes += table["allowed_remotes"]
+        return cls(roots=tuple(roots), remotes=tuple(remotes))
+
+    def union(self, other: ReferencePolicy) -> ReferencePolicy:
+        """What either policy allows."""
+        return ReferencePolicy(
+            roots=tuple(dict.fromkeys((*self.roots, *other.roots))),
+            remotes=tuple(dict.fromkeys((*self.remotes, *other.remotes))),
+            any_local=self.any_local or other.any_local,
+        )
+
+
+def _settings_table(path: str) -> dict[str, list[str]]:
+    """The settings file's ``[references]`` lists (empty when there is no file)."""
+    empty: dict[str, list[str]] = {key: [] for key in _SETTINGS_KEYS}
+    try:
+        with open(path, "rb") as handle:
+            document = tomllib.load(handle)
+    except FileNotFoundError:
+        return empty
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        raise MetadataError(
+            f"{path}: cannot read the napari-lazy-zarr settings: {error}"
+        ) from error
+    table = document.get("references", {})
+    if not isinstance(table, dict):
+        raise MetadataError(f"{path}: 'references' must be a table ([references])")
+    unknown = sorted(set(table) - set(_SETTINGS_KEYS))
+    if unknown:
+        raise MetadataError(
+            f"{path}: [references] {unknown[0]!r} is not a setting ({', '.join(_SETTINGS_KEYS)})"
+        )
+    for key in _SETTINGS_KEYS:
+        value = table.get(key, [])
+        if not (isinstance(value, list) and all(isinstance(v, str) and v for v in value)):
+            raise MetadataError(f"{path}: [references] {key} must be a list of strings")
+        empty[key] = value
+    return empty
+
+
+@dataclass(frozen=True, slots=True)
+class _Location:
+    """A remote location a policy names: URLs of `scheme` on `host` (and `port`) under `path`."""
+
+    scheme: str
+    host: str
+    port: int | None
+    path: str
+
+    def covers(self, scheme: str, host: str, port: int | None, path: str) -> bool:
+        if (scheme, host) != (self.scheme, self.host):
+            return False
+        if self.port is not None and port != self.port:
+            return False
+        return not self.path or path == self.path or path.startswith(self.path + "/")
+
+
+def _parse_remote(entry: str) -> str | _Location:
+    """A remote entry as a protocol name (lower case) or a `_Location`; ValueError if neither."""
+    text = entry.strip() if isinstance(entry, str) else ""
+    protocol = text.removesuffix("://")
+    if _PROTOCOL.fullmatch(protocol):
+        if protocol.lower() == "file":
+            raise ValueError(
+                f"{entry!r}: local files are allowed by folder (roots), not by protocol"
+            )
+        return protocol.lower()
+    try:
+        parts = urlsplit(text)
+        scheme, host, port = parts.scheme, (parts.hostname or "").lower(), parts.port
+    except ValueError:  # e.g. a port that is not a number
+        scheme, host, port = "", "", None
+    if not (scheme and host and _PROTOCOL.fullmatch(scheme)):
+        raise ValueError(
+            f"{entry!r} is neither a protocol ('s3', 'https') nor a location "
+            "('s3://bucket', 'https://host', 'http://host:port/path')"
+        )
+    return _Location(scheme.lower(), host, port, _url_path(parts.path))
+
+
+def _check_remote(entry: str, source: str) -> None:
+    try:
+        _parse_remote(entry)
+    except ValueError as error:
+        raise MetadataError(f"{source}: {error}") from error
+
+
+def _url_path(path: str) -> str:
+    """A URL path normalised for comparison (``..`` and ``%2e`` cannot climb out of a prefix)."""
+    if not path or path == "/":
+        return ""
+    return posixpath.normpath("/" + unquote(path)).rstrip("/")
+
+
+def _address_kind(address: IPAddress) -> str | None:
+    """``"loopback"``, ``"link-local"`` or ``"private"`` for a non-public address, else None."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if address.is_loopback:
+        return "loopback"
+    if address.is_link_local:
+        return "link-local"
+    # Private ranges, and everything else that is not public: 0.0.0.0 (which reaches
+    # this machine), shared, reserved and multicast addresses.
+    if address.is_private or not address.is_global or address.is_multicast:
+        return "private"
+    return None
+
+
+def _resolve(host: str, timeout: float) -> list[IPAddress] | None:
+    """The addresses `host` resolves to ([] if it does not), or None after `timeout` seconds.
+
+    `socket.getaddrinfo` cannot be interrupted: it runs in a daemon thread
+    that is left to finish on its own when it takes too long.
+    """
+    found: list[str] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            found.extend(str(info[4][0]) for info in socket.getaddrinfo(host, None))
+        except (OSError, UnicodeError):
+            pass  # does not resolve: nothing can be reached through it
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="lazy-zarr-resolve", daemon=True).start()
+    if not done.wait(timeout):
+        return None
+    addresses: list[IPAddress] = []
+    for text in found:
+        try:
+            addresses.append(ipaddress.ip_address(text.split("%", 1)[0]))
+        except ValueError:
+            continue
+    return addresses
+
+
+def _address_problem(host: str, timeout: float = _RESOLVE_TIMEOUT) -> str | None:
+    """Why `host` may not be reached by protocol alone (a non-public address), else None."""
+    name = host.rstrip(".").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return f"the loopback host {host!r}"
+    try:
+        literal: IPAddress | None = ipaddress.ip_address(name)
+    except ValueError:
+        literal = None
+    if literal is not None:
+        kind = _address_kind(literal)
+        return None if kind is None else f"the {kind} address {literal}"
+    addresses = _resolve(name, timeout)
+    if addresses is None:
+        return f"the host {host!r}, whose address did not resolve within {timeout:g} s"
+    for address in addresses:
+        kind = _address_kind(address)
+        if kind is not None:
+            return f"the {kind} address {address} ({host!r} resolves to it)"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Rules:
+    """A policy prepared for checking: real roots, protocol names, locations."""
+
+    roots: tuple[str, ...]
+    protocols: frozenset[str]
+    locations: tuple[_Location, ...]
+    any_local: bool
+
+    @classmethod
+    def of(cls, policy: ReferencePolicy) -> _Rules:
+        parsed = [_parse_remote(entry) for entry in policy.remotes]
+        return cls(
+            roots=tuple(os.path.realpath(os.path.expanduser(root)) for root in policy.roots),
+            protocols=frozenset(p for p in parsed if isinstance(p, str)),
+            locations=tuple(p for p in parsed if isinstance(p, _Location)),
+            any_local=policy.any_local,
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class _Target:
-    """A resolved reference: a local file's real path, or a URL of an allowed protocol."""
+    """A resolved reference: a local file's real path, or an allowed URL."""
 
     path: str
     remote: bool = False
 
 
+def _policy_source(
+    policy: ReferencePolicy | None, allow_outside: bool, allow_protocols: Iterable[str]
+) -> Callable[[], ReferencePolicy]:
+    """The policy a reader uses, made when first needed: given, or the user's settings.
+
+    The settings are read only once a reference leaves the reference file's
+    folder, so a broken settings file does not stop files that need none.
+    """
+    explicit = ReferencePolicy(remotes=tuple(allow_protocols), any_local=bool(allow_outside))
+    if policy is not None:
+        combined = policy.union(explicit)
+        return lambda: combined
+    return lambda: ReferencePolicy.from_settings().union(explicit)
+
+
 class _Resolver:
-    """Resolves the paths a reference file names, refusing what it may not reach.
+    """Resolves the paths a reference file names, refusing what its policy does not allow.
 
     Resolutions are remembered: a manifest's many references usually name a
-    few files.
+    few files (and hosts).
     """
 
-    def __init__(
-        self, document: str, *, allow_outside: bool, allow_protocols: Iterable[str]
-    ) -> None:
+    def __init__(self, document: str, policy: Callable[[], ReferencePolicy]) -> None:
         self._document = document
         self._base = os.path.dirname(os.path.abspath(document))
         self._real_base = os.path.realpath(self._base)
-        self._allow_outside = allow_outside
-        self._protocols = frozenset(p.lower().removesuffix("://") for p in allow_protocols)
+        self._policy = policy
+        self._rules: _Rules | None = None
         self._resolved: dict[str, _Target] = {}
+        self._hosts: dict[str, str | None] = {}
 
     def resolve(self, reference: str, where: str) -> _Target:
         """Where `reference` (named in the file at `where`) points, or `UnsafeDataError`."""
@@ -168,46 +520,103 @@ class _Resolver:
             self._resolved[reference] = target
         return target
 
-    def _refuse(self, reference: str, where: str, why: str, allow: str) -> NoReturn:
-        raise UnsafeDataError(
-            f"{self._document}: {where}: reference {reference!r} {why}; references must stay "
-            f"inside {self._real_base} unless allowed explicitly ({allow})"
-        )
+    def _allowed(self) -> _Rules:
+        if self._rules is None:
+            self._rules = _Rules.of(self._policy())
+        return self._rules
 
     def _resolve(self, reference: str, where: str) -> _Target:
         path = reference
         if "://" in reference:
             scheme = reference.split("://", 1)[0].lower()
             if scheme != "file":
-                if scheme not in self._protocols:
-                    self._refuse(
-                        reference,
-                        where,
-                        f"uses the protocol {scheme!r}",
-                        f"allow_protocols=({scheme!r},)",
-                    )
-                return _Target(reference, remote=True)
+                return self._remote(reference, scheme, where)
             path = reference[len("file://") :]
+            if path.lower().startswith("localhost/"):
+                path = path[len("localhost") :]
+            if os.name == "nt" and re.match(r"/[A-Za-z]:", path):  # file:///C:/...
+                path = path[1:]
         if not path:
             raise MetadataError(f"{self._document}: {where}: empty reference")
-        if os.path.isabs(path) or path.startswith("~"):
-            if not self._allow_outside:
-                self._refuse(reference, where, "is an absolute path", "allow_outside=True")
-            return _Target(os.path.realpath(os.path.expanduser(path)))
-        lexical = os.path.normpath(os.path.join(self._base, path))
+        return self._local(reference, path, where)
+
+    def _local(self, reference: str, path: str, where: str) -> _Target:
+        expanded = os.path.expanduser(path)
+        lexical = os.path.normpath(os.path.join(self._base, expanded))
         real = os.path.realpath(lexical)
-        if not self._allow_outside and not _inside(real, self._real_base):
-            why = (
-                "escapes the directory with '..'"
-                if not _inside(lexical, self._base)
-                else f"leads through a symbolic link to {real}"
+        if _inside(real, self._real_base):
+            return _Target(real)
+        rules = self._allowed()
+        if rules.any_local or any(_inside(real, root) for root in rules.roots):
+            return _Target(real)
+        if not os.path.isabs(expanded) and not _inside(lexical, self._base):
+            why = "escapes the reference file's folder with '..'"
+        elif _inside(lexical, self._base) or _inside(lexical, self._real_base):
+            why = f"leads through a symbolic link to {real}"
+        else:
+            why = "is outside the reference file's folder"
+        folder = os.path.dirname(real)
+        raise UnsafeDataError(
+            f"{self._document}: {where}: reference {reference!r} {why}. References may point "
+            f"only inside {self._real_base} unless allowed. To allow the files under {folder}, "
+            f"add that folder to the environment variable {ALLOWED_ROOTS_VARIABLE} or to "
+            f"[references] allowed_roots in {settings_path()} "
+            f"(in Python: policy=ReferencePolicy(roots=[{folder!r}]))"
+        )
+
+    def _remote(self, reference: str, scheme: str, where: str) -> _Target:
+        try:
+            parts = urlsplit(reference)
+            host, port = (parts.hostname or "").lower(), parts.port
+        except ValueError as error:
+            raise MetadataError(
+                f"{self._document}: {where}: malformed URL {reference!r}: {error}"
+            ) from error
+        rules = self._allowed()
+        path = _url_path(parts.path)
+        if any(loc.covers(scheme, host, port, path) for loc in rules.locations):
+            return _Target(reference, remote=True)
+        shown_host = f"[{host}]" if ":" in host else host
+        location = f"{scheme}://{shown_host}" + ("" if port is None else f":{port}")
+        if scheme not in rules.protocols:
+            self._refuse_remote(
+                reference,
+                where,
+                f"uses the protocol {scheme!r}, which is not allowed",
+                f"add {location!r} (this location) or {scheme!r} (any public {scheme} URL)",
+                location,
             )
-            self._refuse(reference, where, why, "allow_outside=True")
-        return _Target(real)
+        if scheme not in _BUCKET_PROTOCOLS:
+            if host not in self._hosts:
+                self._hosts[host] = _address_problem(host) if host else "no host"
+            problem = self._hosts[host]
+            if problem is not None:
+                self._refuse_remote(
+                    reference,
+                    where,
+                    f"points to {problem}, which allowing the protocol {scheme!r} does not "
+                    "allow (loopback, link-local and private addresses must be named)",
+                    f"add {location!r}",
+                    location,
+                )
+        return _Target(reference, remote=True)
+
+    def _refuse_remote(
+        self, reference: str, where: str, why: str, how: str, location: str
+    ) -> NoReturn:
+        raise UnsafeDataError(
+            f"{self._document}: {where}: reference {reference!r} {why}. To allow it, {how} to "
+            f"the environment variable {ALLOWED_REMOTES_VARIABLE} or to [references] "
+            f"allowed_remotes in {settings_path()} "
+            f"(in Python: policy=ReferencePolicy(remotes=[{location!r}]))"
+        )
 
 
 def _inside(path: str, directory: str) -> bool:
-    return os.path.commonpath([path, directory]) == directory
+    try:
+        return os.path.commonpath([path, directory]) == directory
+    except ValueError:  # different drives (Windows)
+        return False
 
 
 # -- kerchunk references as a zarr store -------------------------------------
@@ -283,20 +692,25 @@ class ManifestStore(Store):
     ----------
     manifest
         The reference JSON file.
+    policy
+        Where references may point beyond the manifest's folder (default: the
+        user's settings, `ReferencePolicy.from_settings`, read only if a
+        reference leaves the folder).
     allow_outside
-        Allow local references outside the manifest's directory (absolute
-        paths, ``..``, symbolic links leading out).
+        Also allow local references anywhere.
     allow_protocols
-        Protocols other than local files to allow (``"s3"``, ``"https"``, ...),
-        read with fsspec.
+        Also allow these protocols (``"s3"``, ``"https"``) or locations
+        (``"https://example.org"``), read with fsspec.
 
     Raises
     ------
     StoreNotFoundError, MetadataError
-        The file is missing, not JSON, or malformed as references.
+        The file is missing, not JSON, or malformed as references (or the
+        settings file is malformed, when it is needed).
     UnsafeDataError
-        A reference is not allowed, or the metadata names a pickle codec or an
-        object dtype; the message names the manifest, the key and the reference.
+        A reference is not allowed (the message names the manifest, the key,
+        the reference, and how to allow it), or the metadata names a pickle
+        codec or an object dtype.
     UnsupportedDataError
         Generated references (``gen``) or an unknown version.
     """
@@ -309,16 +723,16 @@ class ManifestStore(Store):
         self,
         manifest: str | os.PathLike[str],
         *,
+        policy: ReferencePolicy | None = None,
         allow_outside: bool = False,
         allow_protocols: Iterable[str] = (),
     ) -> None:
         super().__init__(read_only=True)
         self._manifest = os.fspath(manifest)
-        self._options = (bool(allow_outside), tuple(sorted(allow_protocols)))
+        protocols = tuple(allow_protocols)
+        self._options = (policy, bool(allow_outside), tuple(sorted(protocols)))
         references, templates = _references(self._manifest, _read_json(self._manifest, "manifest"))
-        resolver = _Resolver(
-            self._manifest, allow_outside=allow_outside, allow_protocols=allow_protocols
-        )
+        resolver = _Resolver(self._manifest, _policy_source(policy, allow_outside, protocols))
         self._entries: dict[str, bytes | _Range] = {
             key: self._entry(key, value, templates, resolver) for key, value in references.items()
         }
@@ -346,6 +760,11 @@ class ManifestStore(Store):
                 raise MetadataError(
                     f"{self._manifest}: {where}: malformed base64: {error}"
                 ) from error
+        if isinstance(value, list) and value and value[0] is None:
+            raise MetadataError(
+                f"{self._manifest}: {where}: reference {value!r} names no file (kerchunk "
+                "writes null when it was given an open file without its URL)"
+            )
         if not (
             isinstance(value, list)
             and len(value) in (1, 3)
@@ -543,8 +962,8 @@ class ManifestSource(ZarrChunkSource):
         The reference JSON file.
     path
         The array's path among the references, when they describe a group.
-    allow_outside, allow_protocols
-        As for `ManifestStore`.
+    policy, allow_outside, allow_protocols
+        Where references may point, as for `ManifestStore`.
 
     Examples
     --------
@@ -568,12 +987,13 @@ class ManifestSource(ZarrChunkSource):
         manifest: str | os.PathLike[str],
         *,
         path: str = "",
+        policy: ReferencePolicy | None = None,
         allow_outside: bool = False,
         allow_protocols: Iterable[str] = (),
     ) -> None:
         location = os.fspath(manifest)
         store = ManifestStore(
-            location, allow_outside=allow_outside, allow_protocols=allow_protocols
+            location, policy=policy, allow_outside=allow_outside, allow_protocols=allow_protocols
         )
         full = f"{location}/{path}" if path else location
         node = open_node(store, path, full)
@@ -640,16 +1060,20 @@ class StackFile:
     axis_names: tuple[str, ...] | None = None
 
     def open(
-        self, *, allow_outside: bool = False, allow_protocols: Iterable[str] = ()
+        self,
+        *,
+        policy: ReferencePolicy | None = None,
+        allow_outside: bool = False,
+        allow_protocols: Iterable[str] = (),
     ) -> ConcatSource:
         """The composite source: a `StackSource` or a `ConcatSource` of the members.
 
         Members are resolved and refused as kerchunk references are (see the
-        module docstring); each is opened from its metadata only.
+        module docstring and `ManifestStore` for the arguments); each is opened
+        from its metadata only.
         """
-        resolver = _Resolver(
-            self.location, allow_outside=allow_outside, allow_protocols=allow_protocols
-        )
+        protocols = tuple(allow_protocols)
+        resolver = _Resolver(self.location, _policy_source(policy, allow_outside, protocols))
         sources: list[ZarrChunkSource] = []
         for index, member in enumerate(self.members):
             target = resolver.resolve(member.store, f"member {index}")
@@ -658,8 +1082,9 @@ class StackFile:
                     ManifestSource(
                         target.path,
                         path=member.path,
+                        policy=policy,
                         allow_outside=allow_outside,
-                        allow_protocols=allow_protocols,
+                        allow_protocols=protocols,
                     )
                 )
             else:
@@ -734,6 +1159,7 @@ def read_stack_file(path: str | os.PathLike[str]) -> StackFile:
 def open_stack(
     path: str | os.PathLike[str],
     *,
+    policy: ReferencePolicy | None = None,
     allow_outside: bool = False,
     allow_protocols: Iterable[str] = (),
 ) -> ConcatSource:
@@ -752,4 +1178,6 @@ def open_stack(
     >>> movie.shape, int(movie.read_chunk((2, 0, 0)).max())
     ((3, 4, 4), 2)
     """
-    return read_stack_file(path).open(allow_outside=allow_outside, allow_protocols=allow_protocols)
+    return read_stack_file(path).open(
+        policy=policy, allow_outside=allow_outside, allow_protocols=allow_protocols
+    )
