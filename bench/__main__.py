@@ -19,9 +19,15 @@ if TYPE_CHECKING:
 
 
 def _benchmarks() -> dict[str, Callable[[bool], str]]:
-    from bench import engine, napari_pan, remote
+    from bench import engine, inspector, napari_pan, remote, view_cycle
 
-    return {"engine": engine.run, "napari": napari_pan.run, "remote": remote.run}
+    return {
+        "engine": engine.run,
+        "napari": napari_pan.run,
+        "remote": remote.run,
+        "view": view_cycle.run,
+        "inspector": inspector.run,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
