@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from napari.layers import Layer
 
     from napari_lazy_zarr.core import ChunkedArray, ChunkKey
@@ -62,6 +64,7 @@ class LayerLoader:
         self.levels = [LayerLevel(self, i, a) for i, a in enumerate(controller.arrays)]
         self._layer: weakref.ReferenceType[Layer] | None = None
         self._throttle: Any = None
+        self._slots: tuple[Callable[..., None], Callable[..., None]] | None = None
 
     def __getattr__(self, name: str) -> Any:  # cache, settled, complete, view_keys, ...
         return getattr(self.controller, name)
@@ -99,15 +102,22 @@ class LayerLoader:
         self._layer = weakref.ref(layer)
         start_emitting_from_queue(msec=10)
         self._throttle = qthrottled(self._refresh_layer, timeout=_REFRESH_MS, leading=True)
-        self.controller.view_changed.connect(self._throttle, thread="main")
-        self.controller.failures_found.connect(self._report_failures, thread="main")
+        # psygnal queues a worker's emission for the main thread holding only a weak
+        # reference to the slot: one queued just before the layer is removed would find it
+        # collected and raise ReferenceError in whatever next runs the event loop. These
+        # plain functions are held strongly and look the loader up weakly.
+        self._slots = _main_thread_slots(self)
+        self.controller.view_changed.connect(self._slots[0], thread="main")
+        self.controller.failures_found.connect(self._slots[1], thread="main")
         layer.events.set_data.connect(self._on_slice_applied)
         self._throttle()  # napari sliced before we were attached: show what landed since
 
     def detach(self) -> None:
         """Stop refreshing the layer; release the views' pinned chunks."""
-        self.controller.view_changed.disconnect(self._throttle)
-        self.controller.failures_found.disconnect(self._report_failures)
+        if self._slots is not None:
+            self.controller.view_changed.disconnect(self._slots[0])
+            self.controller.failures_found.disconnect(self._slots[1])
+            self._slots = None
         layer = self.layer
         if layer is not None:
             layer.events.set_data.disconnect(self._on_slice_applied)
@@ -159,6 +169,25 @@ class LayerLoader:
             f"napari-lazy-zarr: layer {self.controller.name!r}: chunk {keys[0]}{more} failed to "
             f"load: {error}. Failed chunks stay empty until retried (cache.retry_failed())."
         )
+
+
+def _main_thread_slots(
+    loader: LayerLoader,
+) -> tuple[Callable[..., None], Callable[..., None]]:
+    """Slots for the controller's main-thread signals that do not keep `loader` alive."""
+    ref = weakref.ref(loader)
+
+    def view_changed(*_: Any) -> None:
+        alive = ref()
+        if alive is not None and alive._throttle is not None:
+            alive._throttle()
+
+    def failures_found(keys: tuple[ChunkKey, ...]) -> None:
+        alive = ref()
+        if alive is not None and alive._slots is not None:
+            alive._report_failures(keys)
+
+    return view_changed, failures_found
 
 
 def wait_until_complete(viewer: Any, timeout: float = 60.0) -> bool:

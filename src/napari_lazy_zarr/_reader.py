@@ -31,14 +31,16 @@ from napari_lazy_zarr._layer_data import LayerLoader, loader_of
 from napari_lazy_zarr.core import ChunkCache
 from napari_lazy_zarr.core.array import REMOTE_CONCURRENCY
 from napari_lazy_zarr.core.cache import DEFAULT_TOTAL_BYTES_LIMIT
-from napari_lazy_zarr.core.errors import LazyZarrError
+from napari_lazy_zarr.core.errors import LazyZarrError, UnsupportedDataError
 from napari_lazy_zarr.core.layout import (
     ImageSpec,
+    PlateStoreError,
     describe_store,
     looks_like_zarr,
     open_level_sources,
 )
 from napari_lazy_zarr.core.manifest import reference_file_kind
+from napari_lazy_zarr.core.plate import describe_plate, field_opener, plate_level_sources
 from napari_lazy_zarr.core.pyramid import DecimatedSource, virtual_levels
 from napari_lazy_zarr.core.view import AxisMap, ViewController
 from napari_lazy_zarr.core.zarr_source import is_remote
@@ -148,18 +150,57 @@ def read_zarr(path: PathOrPaths) -> list[LayerDataTuple]:
     """
     location = _single(path)
     cache = shared_cache(remote=is_remote(location))
+    try:
+        specs = describe_store(location)
+    except PlateStoreError as plate_store:
+        plate = _plate_layers(location, cache, plate_store)
+        _watch_current_viewer()
+        return plate
+    # napari shows images of two dimensions or more: a 1-D array beside them (the coordinate
+    # array kerchunk's MultiZarrToZarr writes, a table) is not a layer.
+    images = [spec for spec in specs if len(spec.levels[0].shape) >= 2]
+    if not images:
+        raise UnsupportedDataError(
+            f"{location}: nothing napari can show: "
+            + ", ".join(f"{spec.name!r} has shape {spec.levels[0].shape}" for spec in specs)
+            + " (images need at least two dimensions)"
+        )
     layers: list[LayerDataTuple] = []
-    for spec in describe_store(location):
+    for spec in images:
         layers.extend(layer_data(location, spec, cache))
     _watch_current_viewer()
     return layers
 
 
-def layer_data(
-    location: str, spec: ImageSpec, cache: ChunkCache, *, prefetch: bool = True
+def _plate_layers(
+    location: str, cache: ChunkCache, found: PlateStoreError
 ) -> list[LayerDataTuple]:
-    """The layer data tuples of one image (one per channel if it has a channel axis)."""
-    sources: list[ChunkSource] = open_level_sources(location, spec)
+    """An HCS plate as one mosaic image (per channel): `core.plate`.
+
+    Reads the plate's, its first well's and first field's metadata; every other
+    field's array is opened by the worker that reads its first chunk.
+    """
+    layout = describe_plate(location, attributes=found.attributes, zarr_format=found.zarr_format)
+    template = open_level_sources(f"{layout.location}/{layout.template_path}", layout.template)
+    sources = plate_level_sources(layout, template, field_opener(layout))
+    return layer_data(location, layout.image, cache, sources=sources)
+
+
+def layer_data(
+    location: str,
+    spec: ImageSpec,
+    cache: ChunkCache,
+    *,
+    prefetch: bool = True,
+    sources: list[ChunkSource] | None = None,
+) -> list[LayerDataTuple]:
+    """The layer data tuples of one image (one per channel if it has a channel axis).
+
+    `sources` are the levels' chunk sources when the caller opened them (a
+    plate's mosaic); by default `open_level_sources` opens `spec`'s.
+    """
+    if sources is None:
+        sources = open_level_sources(location, spec)
     scale = spec.levels[0].scale
     translate = spec.levels[0].translate
     if len(sources) == 1:
@@ -193,8 +234,8 @@ def layer_data(
             "metadata": {"napari_lazy_zarr": {"location": location}},
         }
         units = [spec.axis_units[a] for a in keep]
-        if all(units):
-            kwargs["units"] = tuple(units)
+        if any(units):  # an axis without a unit (time in frames) stays in pixels, as napari's
+            kwargs["units"] = tuple(unit or "pixel" for unit in units)
         if layer_type == "image":
             kwargs.update(_image_kwargs(spec, channel, loader))
         elif spec.label_colors:

@@ -105,6 +105,17 @@ MAX_LEVELS: Final = 64  # pyramid levels: 2**64 pixels would need no more
 _OPEN_CONCURRENCY: Final = 16
 
 
+class PlateStoreError(NotAZarrStoreError):
+    """`describe_store` was given an OME-Zarr HCS plate (see `core.plate`).
+
+    Carries the plate group's attributes and Zarr format, so describing the
+    plate next fetches nothing twice.
+    """
+
+    attributes: dict[str, Any] | None = None
+    zarr_format: Literal[2, 3] | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class LevelSpec:
     """One resolution level of an image: a zarr array and its place in world space.
@@ -318,6 +329,15 @@ def describe_store(path_or_url: str | os.PathLike[str]) -> tuple[ImageSpec, ...]
         if isinstance(root, zarr.Array):
             _check_safe(location, root)
             return (_plain_image(root, walk.basename, keep=walk.keep_arrays),)
+        attributes: dict[str, Any] = dict(root.attrs.asdict())
+        ome = attributes.get("ome")
+        if "plate" in attributes or (isinstance(ome, dict) and "plate" in ome):
+            error = PlateStoreError(
+                f"{location}: an OME-Zarr HCS plate: its wells are not images "
+                "(napari_lazy_zarr.core.plate lays them out as one mosaic)"
+            )
+            error.attributes, error.zarr_format = attributes, root.metadata.zarr_format
+            raise error
         return walk.group(root)
     finally:
         if isinstance(store, zarr.storage.ZipStore):

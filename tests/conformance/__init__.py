@@ -1,0 +1,1 @@
+"""The conformance corpus: stores written at test time by third-party writers."""

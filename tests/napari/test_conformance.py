@@ -1,0 +1,72 @@
+"""The conformance corpus (`tests/conformance/cases.py`) in a real napari viewer (Xvfb).
+
+Every store is written at test time by a third-party writer (ome-zarr-py,
+zarr-python, TensorStore, kerchunk; a bioformats2raw layout), opened with this
+plugin, and its pixels compared with the writer's arrays — level 0 read through
+the layer's lazy arrays and the slice napari displays. Where napari-ome-zarr
+reads the case, its layers are the reference for the structure: layer count,
+names, channel split, colormaps, contrast limits, visibility, scale, translate,
+units and label colours. One viewer per writer keeps the corpus fast.
+`docs/compatibility.py` runs the same cases and checks into docs/compatibility.md.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tests.conformance.cases import GROUPS, cases_of
+from tests.conformance.check import open_case, structure_differences
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+    from pytestqt.qtbot import QtBot
+
+# Cases this plugin does not read correctly, with the reason (also marked in the table).
+KNOWN_FAILURES: dict[str, str] = {}
+
+# Accepted differences from napari-ome-zarr's layers ("<case>: <difference>", regular
+# expressions), each a choice of this plugin documented in docs/user-guide.md.
+ACCEPTED_DIFFERENCES: tuple[str, ...] = (
+    # napari-ome-zarr prefixes a channel's label with the image name ("image: ch0").
+    r".*: layer \d+ name: (.+) != image: \1",
+    # Without an omero window the limits come from the whole coarsest level (every plane);
+    # napari-ome-zarr leaves them to napari, which uses the plane shown first.
+    r"ome-zarr-py/0\.[45] t?z?yx: layer 0 contrast_limits: .*",
+    # napari-ome-zarr hides an image's label layers; this plugin shows them.
+    r"ome-zarr-py/.* \+ labels: layer 3 visible: True != False",
+)
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_conformance_corpus(
+    make_napari_viewer: Callable[..., Any], qtbot: QtBot, tmp_path: Path, group: str
+) -> None:
+    viewer = make_napari_viewer(show=True)
+    viewer.window.resize(700, 600)
+    failures: dict[str, str] = {}
+    differences: dict[str, list[str]] = {}
+    for number, case in enumerate(cases_of(group)):
+        folder = tmp_path / str(number)
+        folder.mkdir()
+        written = case.write(folder)
+        ours = open_case(viewer, written, "napari-lazy-zarr", qtbot.waitUntil)
+        if not ours.ok:
+            failures[case.id] = ours.error or "; ".join(ours.problems)
+        if case.group in ("ome-zarr-py", "bioformats2raw", "ome-zarr-py plate"):
+            reference = open_case(viewer, written, "napari-ome-zarr", qtbot.waitUntil)
+            if reference.opened:
+                found = [
+                    d
+                    for d in structure_differences(ours, reference)
+                    if not any(re.fullmatch(p, f"{case.id}: {d}") for p in ACCEPTED_DIFFERENCES)
+                ]
+                if found:
+                    differences[case.id] = found
+    expected = {k: v for k, v in KNOWN_FAILURES.items() if k.startswith(f"{group}/")}
+    assert sorted(failures) == sorted(expected), failures
+    assert differences == {}
