@@ -1,7 +1,9 @@
 """The `napari-lazy-zarr` command.
 
-- `napari-lazy-zarr PATH_OR_URL` opens a store in napari with the plugin's reader;
-  `--screenshot FILE` waits for the view to complete, saves it and exits.
+- `napari-lazy-zarr PATH_OR_URL` opens a store in napari with the plugin's reader and
+  docks the chunk inspector. `--screenshot FILE` waits for the view to complete, saves
+  the canvas at `--size WxH` (default 1024x768; no inspector beside it) — or with
+  `--window` the whole window, inspector included (default 1600x1000) — and exits.
 - `napari-lazy-zarr demo` generates the synthetic OME-Zarr pyramid once (user
   cache directory) and opens it.
 - `napari-lazy-zarr engine-demo` reads a generated store through the chunk
@@ -14,7 +16,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
@@ -107,16 +109,67 @@ def demo(directory: Path, size: int, total_bytes_limit: int, concurrency: int | 
     return 1 if wrong else 0
 
 
+DEFAULT_CANVAS: Final = (1024, 768)
+"""The size (width, height) of a canvas screenshot."""
+DEFAULT_WINDOW: Final = (1600, 1000)
+"""The size (width, height) of the window, for `--window` screenshots and by default."""
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """``"WxH"`` as (width, height).
+
+    Examples
+    --------
+    >>> parse_size("640x480")
+    (640, 480)
+    """
+    width, sep, height = text.lower().partition("x")
+    try:
+        size = (int(width), int(height))
+    except ValueError:
+        size = (0, 0)
+    if not sep or not (16 <= size[0] <= 16384 and 16 <= size[1] <= 16384):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected WIDTHxHEIGHT, e.g. 1024x768")
+    return size
+
+
+def _fit_canvas(viewer: Any, width: int, height: int) -> bool:
+    """Resize the window until napari's canvas is `width` x `height` (False if it cannot be).
+
+    The window, not the canvas, is resized, so napari slices (and the plugin loads)
+    exactly the region the screenshot shows.
+    """
+    from napari.qt import get_qapp
+
+    app = get_qapp()
+    for _ in range(6):
+        app.processEvents()
+        canvas_h, canvas_w = viewer.canvas.size
+        if (canvas_w, canvas_h) == (width, height):
+            return True
+        _, _, window_w, window_h = viewer.window.geometry()
+        viewer.window.resize(window_w + width - canvas_w, window_h + height - canvas_h)
+    canvas_h, canvas_w = viewer.canvas.size
+    return (canvas_w, canvas_h) == (width, height)
+
+
 def view(
     location: str,
     *,
     screenshot: Path | None,
+    size: tuple[int, int] | None = None,
+    window: bool = False,
     total_bytes_limit: int | None,
     concurrency: int | None,
     prefetch: bool,
     timeout: float,
 ) -> int:
-    """Open `location` in napari with the plugin's reader; optionally screenshot and exit."""
+    """Open `location` in napari with the plugin's reader; optionally screenshot and exit.
+
+    A screenshot is of the canvas at `size` (the inspector is not docked, so it
+    does not squeeze the canvas), or with `window` of the whole window at `size`,
+    the chunk inspector docked beside the canvas.
+    """
     import napari
 
     from napari_lazy_zarr._layer_data import loader_of, wait_until_complete
@@ -125,7 +178,11 @@ def view(
     configure(total_bytes_limit=total_bytes_limit, concurrency=concurrency)
     viewer = napari.Viewer(show=True, title=f"napari-lazy-zarr: {location}")
     watch_viewer(viewer)
-    viewer.window.add_plugin_dock_widget("napari-lazy-zarr", "Chunk inspector")
+    canvas_only = screenshot is not None and not window
+    width, height = size or (DEFAULT_CANVAS if canvas_only else DEFAULT_WINDOW)
+    if not canvas_only:
+        viewer.window.resize(width, height)
+        viewer.window.add_plugin_dock_widget("napari-lazy-zarr", "Chunk inspector")
     layers = viewer.open(location, plugin="napari-lazy-zarr")
     for layer in layers:
         loader = loader_of(layer)
@@ -134,14 +191,42 @@ def view(
     if screenshot is None:
         napari.run()
         return 0
-    complete = wait_until_complete(viewer, timeout)
-    viewer.screenshot(str(screenshot), canvas_only=True, flash=False)
+    fitted = True
+    for _ in range(3):  # the layer controls take their width once a layer is shown
+        if canvas_only:
+            fitted = _fit_canvas(viewer, width, height)
+        viewer.reset_view()
+        complete = wait_until_complete(viewer, timeout)
+        if not canvas_only or tuple(viewer.canvas.size) == (height, width):
+            break
+    if window:
+        _let_widgets_refresh()
+    image = viewer.screenshot(str(screenshot), canvas_only=canvas_only, flash=False)
     viewer.close()
     if not complete:
         print(f"napari-lazy-zarr: the view was not complete after {timeout} s", file=sys.stderr)
         return 1
-    print(f"napari-lazy-zarr: saved {screenshot}")
+    if canvas_only and not fitted:
+        print(
+            f"napari-lazy-zarr: the canvas could not be made {width}x{height} (the screen is "
+            f"too small?); saved {image.shape[1]}x{image.shape[0]}",
+            file=sys.stderr,
+        )
+    print(f"napari-lazy-zarr: saved {screenshot} ({image.shape[1]}x{image.shape[0]})")
     return 0
+
+
+def _let_widgets_refresh() -> None:
+    """Run the event loop for two refreshes of the inspector (it refreshes at 10 Hz)."""
+    from napari.qt import get_qapp
+
+    from napari_lazy_zarr.widgets._inspector import REFRESH_MS
+
+    app = get_qapp()
+    deadline = time.monotonic() + 2.5 * REFRESH_MS / 1000
+    while time.monotonic() < deadline:
+        app.processEvents()
+        time.sleep(0.005)
 
 
 def _common_options(parser: argparse.ArgumentParser) -> None:
@@ -158,6 +243,19 @@ def _viewer_options(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         help="wait until the view is complete, save a screenshot of the canvas, and exit",
+    )
+    parser.add_argument(
+        "--size",
+        type=parse_size,
+        default=None,
+        metavar="WxH",
+        help="the screenshot's size in pixels: the canvas's (default 1024x768), or with "
+        "--window the whole window's (default 1600x1000); without --screenshot, the window's",
+    )
+    parser.add_argument(
+        "--window",
+        action="store_true",
+        help="screenshot the whole window, chunk inspector included, not just the canvas",
     )
     parser.add_argument("--timeout", type=float, default=120.0, help="for --screenshot (s)")
     parser.add_argument(
@@ -214,9 +312,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("location", help="a .zarr store: a local path or an http(s):// URL")
     _viewer_options(parser)
     args = parser.parse_args(args_list)
+    if args.window and args.screenshot is None:
+        parser.error("--window needs --screenshot")
     return view(
         args.location,
         screenshot=args.screenshot,
+        size=args.size,
+        window=args.window,
         total_bytes_limit=args.total_bytes_limit,
         concurrency=args.concurrency,
         prefetch=args.prefetch,

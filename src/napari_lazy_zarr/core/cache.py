@@ -37,7 +37,7 @@ import time
 from collections import Counter, OrderedDict, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast, overload
 
 import numpy as np
 from psygnal import Signal
@@ -60,9 +60,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_TOTAL_BYTES_LIMIT",
+    "CacheCounters",
     "CacheStatistics",
     "ChunkCache",
     "ChunkRef",
+    "ChunkStatus",
     "Request",
     "default_concurrency",
 ]
@@ -71,6 +73,7 @@ DEFAULT_TOTAL_BYTES_LIMIT: Final = 1 << 30
 """1 GiB: TensorStore's usual cache pool size for interactive viewing."""
 
 _LATENCY_WINDOW: Final = 1024
+_QUEUE_COUNT_LIMIT: Final = 10_000  # `status` stops counting the loads ahead here
 
 
 def default_concurrency() -> int:
@@ -130,6 +133,97 @@ class CacheStatistics:
     def hit_rate(self) -> float:
         total = self.hits + self.misses
         return self.hits / total if total else math.nan
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkStatus:
+    """Why one chunk is where it is: its state and the cache's bookkeeping about it.
+
+    A snapshot taken under the cache's lock (`ChunkCache.status`); immutable, so
+    safe to hand to any thread.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from napari_lazy_zarr.core.loader import ManualExecutor
+    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> source = ArraySource(np.zeros((8,)), chunks=(2,), name="s")
+    >>> cache = ChunkCache(1 << 20, concurrency=1, executor=ManualExecutor())
+    >>> request = cache.request([ChunkRef.of(source, (i,)) for i in range(4)])
+    >>> last = cache.status(ChunkRef.of(source, (3,)).key)
+    >>> last.state.name, last.queue_ahead, last.pins
+    ('QUEUED', 3, 1)
+    >>> cache.status(ChunkRef.of(source, (1,)).key).queue_ahead  # nearest the centre
+    0
+    >>> request.release(); cache.close()
+    """
+
+    key: ChunkKey
+    state: ChunkState
+    """Its state (NEW for a chunk the cache has never seen)."""
+    pins: int
+    """How many live requests pin it (a pinned chunk is never evicted)."""
+    nbytes: int
+    """Decoded bytes held (0 unless READY)."""
+    cost: int
+    """Stored chunk reads a load of it stands for (1 for a stored chunk)."""
+    queue_ahead: int | None
+    """QUEUED and in the load queue: how many other chunks will be taken before it
+    (counted up to 10,000). None when it is not in the queue."""
+    load_class: LoadClass | None
+    """The priority class of its most urgent queue item (None when not in the queue)."""
+    stale: bool
+    """Its queue items all belong to views that have moved on: when it reaches the
+    front it is parked rather than loaded."""
+    parked: bool
+    """QUEUED but out of the queue: its view moved on; it loads only when asked again."""
+    inputs_missing: int
+    """A derived chunk deferred until its inputs load: how many are still missing."""
+    loading_seconds: float | None
+    """LOADING: how long ago a worker took it."""
+    error: BaseException | None
+    """FAILED: what it failed with."""
+
+
+@dataclass(frozen=True, slots=True)
+class CacheCounters:
+    """The cache's running counters: `CacheStatistics` without latencies and tables.
+
+    Taken in O(1) under the lock (`ChunkCache.counters`), for displays that
+    refresh often; immutable, safe to hand to any thread.
+
+    Examples
+    --------
+    >>> with ChunkCache(1 << 20) as cache:
+    ...     counters = cache.counters()
+    >>> counters.hits, counters.queued, counters.total_bytes_limit
+    (0, 0, 1048576)
+    """
+
+    hits: int
+    """Chunks requested that were READY."""
+    misses: int
+    """Chunks requested that were not (queued, loading or FAILED)."""
+    loads: int
+    """Chunks that became READY."""
+    failures: int
+    """Chunks that became FAILED."""
+    evictions: int
+    """Chunks evicted."""
+    resident_bytes: int
+    """Decoded bytes held by READY chunks."""
+    pinned_bytes: int
+    """Of those, bytes of chunks pinned by live requests."""
+    total_bytes_limit: int
+    """The capacity."""
+    in_flight: int
+    """LOADING chunks."""
+    queued: int
+    """QUEUED chunks waiting for a worker (parked and deferred ones excluded)."""
+    parked: int
+    """QUEUED chunks dropped from the queue because their view moved on."""
+    deferred: int
+    """QUEUED derived chunks waiting for their inputs."""
 
 
 class _Entry:
@@ -541,6 +635,136 @@ class ChunkCache:
         with self._lock:
             entry = self._entries.get(key)
             return entry is not None and entry.pins > 0
+
+    def status(self, key: ChunkKey) -> ChunkStatus:
+        """Everything the cache knows about one chunk, in one locked section (read-only).
+
+        Counting the loads ahead of a queued chunk walks only the part of the
+        queue's heap that sorts before it (capped), so it is cheap near the front.
+        """
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return ChunkStatus(
+                    key=key,
+                    state=ChunkState.NEW,
+                    pins=0,
+                    nbytes=0,
+                    cost=1,
+                    queue_ahead=None,
+                    load_class=None,
+                    stale=False,
+                    parked=False,
+                    inputs_missing=0,
+                    loading_seconds=None,
+                    error=None,
+                )
+            ahead: int | None = None
+            load_class: LoadClass | None = None
+            stale = False
+            if entry.state is ChunkState.QUEUED and entry.queue_items:
+                heap = self._queue._heap  # a binary heap of QueueItems (read-only here)
+                mine = [item for item in heap if item.key == key]
+                live = [i for i in mine if not self._queue.is_stale(i, self._current_generation)]
+                if mine:
+                    # Stale items are skipped when they reach the front: the chunk's place
+                    # in line is its most urgent live item's.
+                    best = min(live or mine)
+                    load_class = LoadClass(best.load_class)
+                    stale = not live
+                    ahead = self._count_ahead(heap, best)
+            record = self._deferred.get(key)
+            return ChunkStatus(
+                key=key,
+                state=entry.state,
+                pins=entry.pins,
+                nbytes=entry.nbytes,
+                cost=entry.cost,
+                queue_ahead=ahead,
+                load_class=load_class,
+                stale=stale,
+                parked=key in self._parked,
+                inputs_missing=0 if record is None else len(record.missing),
+                loading_seconds=(
+                    time.perf_counter() - entry.started
+                    if entry.state is ChunkState.LOADING
+                    else None
+                ),
+                error=entry.error if entry.state is ChunkState.FAILED else None,
+            )
+
+    @overload
+    def counters(self) -> CacheCounters: ...
+    @overload
+    def counters(self, *, wait: bool) -> CacheCounters | None: ...
+
+    def counters(self, *, wait: bool = True) -> CacheCounters | None:
+        """The running counters, in O(1) (read-only; `statistics` adds latencies and tables).
+
+        With ``wait=False`` it returns None rather than wait for the lock (a UI
+        thread refreshing a display keeps its previous counters instead of
+        waiting behind a request of thousands of chunks).
+        """
+        if not self._lock.acquire(blocking=wait):
+            return None
+        try:
+            return CacheCounters(
+                hits=self._hits,
+                misses=self._misses,
+                loads=self._loads,
+                failures=self._failures,
+                evictions=self._evictions,
+                resident_bytes=self._resident,
+                pinned_bytes=self._pinned,
+                total_bytes_limit=self._limit,
+                in_flight=self._state_counts[ChunkState.LOADING],
+                queued=self._state_counts[ChunkState.QUEUED]
+                - len(self._parked)
+                - len(self._deferred),
+                parked=len(self._parked),
+                deferred=len(self._deferred),
+            )
+        finally:
+            self._lock.release()
+
+    def parked_and_deferred(self) -> tuple[frozenset[ChunkKey], frozenset[ChunkKey]]:
+        """The QUEUED chunks no worker will take now: parked ones and deferred ones.
+
+        Parked: their view moved on (they load only when asked again). Deferred:
+        derived chunks waiting for their inputs. Read-only, one locked section.
+
+        Examples
+        --------
+        >>> with ChunkCache(1 << 20) as cache:
+        ...     cache.parked_and_deferred()
+        (frozenset(), frozenset())
+        """
+        with self._lock:
+            return frozenset(self._parked), frozenset(self._deferred)
+
+    def _count_ahead(self, heap: list[QueueItem], item: QueueItem) -> int:
+        """Distinct QUEUED chunks, other than `item`'s, whose live items sort before it.
+
+        In a binary heap every item sorting before `item` has only such items
+        above it, so the walk visits just them (lock held; stops at a cap).
+        """
+        ahead: set[ChunkKey] = set()
+        stack = [0] if heap else []
+        while stack and len(ahead) < _QUEUE_COUNT_LIMIT:
+            index = stack.pop()
+            node = heap[index]
+            if not node < item:
+                continue
+            entry = self._entries.get(node.key)
+            if (
+                node.key != item.key
+                and entry is not None
+                and entry.state is ChunkState.QUEUED
+                and not self._queue.is_stale(node, self._current_generation)
+            ):
+                ahead.add(node.key)
+            stack.extend(child for child in (2 * index + 1, 2 * index + 2) if child < len(heap))
+        return len(ahead)
 
     @property
     def statistics(self) -> CacheStatistics:

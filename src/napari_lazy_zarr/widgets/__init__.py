@@ -1,7 +1,11 @@
 """Qt widgets for napari-lazy-zarr (the only package that imports Qt, superqt and magicgui).
 
-`ChunkInspector` is the dock widget: the chunk map of a layer's level, the
-state machine with live counts, the event log, statistics and controls.
+`ChunkInspector` is the dock widget: for every chunk of the level napari
+displays, what the view shows (final, a coarser level standing in, the fill
+value), its state and why it is not final yet; the levels and planes resident
+under the view, rates over time, the state machine with live counts, the event
+log and the cache's controls. Qt-free models (`_grid_state`, `_mirror`,
+`_view_cells`, `_explain`, `_names`, `_rates`) sit beside thin Qt views.
 """
 
 from napari_lazy_zarr.widgets._inspector import ChunkInspector

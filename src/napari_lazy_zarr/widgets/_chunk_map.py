@@ -1,46 +1,72 @@
-"""`QChunkMap`: every chunk of a level as a cell coloured by state, the view outlined."""
+"""`QChunkMap`: every chunk of a level as a cell coloured by state, the view's chunks marked."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import weakref
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
-from qtpy.QtCore import QPoint, QRectF, QSize, Qt
+from qtpy.QtCore import QLineF, QPoint, QRectF, QSize, Qt
 from qtpy.QtGui import QColor, QImage, QMouseEvent, QPainter, QPen
 from qtpy.QtWidgets import QMenu, QToolTip, QWidget
 
 from napari_lazy_zarr.core import ChunkState
-from napari_lazy_zarr.widgets._grid_state import ChunkGridState, keys_coords, rgb_blocks
+from napari_lazy_zarr.widgets._grid_state import ChunkGridState, Shown, cell_image
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
-    from qtpy.QtGui import QPaintEvent
+    from qtpy.QtGui import QPaintEvent, QResizeEvent
 
-    from napari_lazy_zarr.core import ChunkKey
+    from napari_lazy_zarr.core import ChunkCache
+    from napari_lazy_zarr.widgets._view_cells import ViewCells
 
-__all__ = ["QChunkMap"]
+__all__ = ["BACKGROUND", "QChunkMap"]
+
+BACKGROUND: Final = QColor(16, 17, 20)
+_GRID_LINE: Final = QColor(16, 17, 20)
+_FRAME: Final = QColor(200, 204, 214)
+_TOUCHED: Final = QColor(255, 255, 255)
+_REQUESTED: Final = QColor(255, 140, 0)
+_MARK_MIN_PX: Final = 9  # a chunk is drawn with its mark when at least this many pixels wide
+_LINES_MIN_PX: Final = 8  # grid lines between chunks from this size up
 
 
 class QChunkMap(QWidget):
-    """Paints a `ChunkGridState` plane; hover shows a chunk, clicking a FAILED one offers retry.
+    """Paints one plane of a `ChunkGridState`; hover explains a chunk, click retries a FAILED one.
 
-    The plane is the 2D grid of the displayed axes at the current position of
-    the others (`set_plane`). Grids larger than the widget are aggregated into
-    blocks coloured by the mix of their chunks' states.
+    The plane is the 2D grid of the view's displayed axes at the view's
+    position on the others. Chunks of the view carry a mark in their centre
+    unless final: white for a provisional stand-in (a coarser level), black for
+    the fill value. The white rectangle bounds the chunks the view touches,
+    the orange one the region napari asked for. Grids larger than the widget
+    are aggregated into blocks coloured by the mix of their chunks' states.
+
+    The image is rebuilt only by `refresh()` and repainted only when it or the
+    view changed: an unchanged grid costs nothing.
     """
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setMouseTracking(True)
-        self.setMinimumSize(QSize(160, 160))
+        self.setMinimumSize(QSize(160, 140))
+        # It paints every pixel: Qt need not repaint the (style-sheeted) dock behind it.
+        self.setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
         self._grid: ChunkGridState | None = None
+        self._cache: ChunkCache | None = None
+        self._cells: ViewCells | None = None
         self._index: tuple[int | None, ...] = ()
-        self._touched: set[tuple[int, int]] = set()
-        self._viewport: tuple[tuple[float, float], tuple[float, float]] | None = None
         self._image: QImage | None = None
+        self._pixels: np.ndarray[Any, Any] | None = None
+        self._bytes = b""
+        self._size = (140, 160)  # (height, width), as of the latest resize
+        self._per_chunk = 1
         self._block = (1, 1)
+        self._message = "no chunk grid"
+        self._hovered: tuple[int, ...] | None = None
+        self._explain: Callable[[], Callable[[tuple[int, ...]], str] | None] | None = None
         self.paints = 0
+        self.builds = 0
 
     # -- model ---------------------------------------------------------------
 
@@ -48,155 +74,274 @@ class QChunkMap(QWidget):
     def grid(self) -> ChunkGridState | None:
         return self._grid
 
-    def set_grid(self, grid: ChunkGridState | None) -> None:
-        self._grid = grid
+    def set_grid(
+        self,
+        grid: ChunkGridState | None,
+        cache: ChunkCache | None = None,
+        message: str = "no chunk grid",
+    ) -> None:
+        """Show `grid` (chunks of `cache`, for retries), or `message` when None."""
+        if grid is self._grid and cache is self._cache:
+            return
+        self._grid, self._cache, self._message = grid, cache, message
         rank = 0 if grid is None else len(grid.shape)
         self._index = tuple([0] * max(0, rank - 2) + [None] * min(2, rank))
-        self._touched = set()
-        self._viewport = None
+        self._cells = None
+        self.refresh()
+
+    def set_view(self, cells: ViewCells | None) -> None:
+        """The view's chunks at this grid's level (None: no view here); shows its plane."""
+        self._cells = cells
+        grid = self._grid
+        if cells is not None and grid is not None and len(grid.shape) >= 2:
+            displayed = cells.request.displayed
+            kept = (
+                list(displayed[-2:]) if len(displayed) >= 2 else list(range(len(grid.shape)))[-2:]
+            )
+            # The plane through the view: the middle of the view's chunks on other axes.
+            self._index = tuple(
+                None if axis in kept else (a + b - 1) // 2
+                for axis, (a, b) in enumerate(zip(cells.start, cells.stop, strict=True))
+            )
         self.refresh()
 
     def set_plane(self, index: Sequence[int | None]) -> None:
-        """Which plane of an nD grid to show: chunk indices, None for the two displayed axes."""
+        """Which plane of an nD grid to show: chunk indices, None for the two axes kept."""
         self._index = tuple(index)
         self.refresh()
 
-    def set_view(
-        self,
-        keys: frozenset[ChunkKey],
-        viewport: tuple[tuple[float, float], tuple[float, float]] | None,
-    ) -> None:
-        """Outline the chunks `keys` touch; `viewport` is ((y0, x0), (y1, x1)) in chunk units."""
-        grid = self._grid
-        touched = set() if grid is None else keys_coords(grid, keys)
-        self._touched = {self._plane_coords(c) for c in touched if self._in_plane(c)}
-        self._viewport = viewport
-        self.update()
+    @property
+    def plane_index(self) -> tuple[int | None, ...]:
+        return self._index
+
+    def _plane_shown(self) -> np.ndarray[Any, np.dtype[np.uint8]] | None:
+        """The view's `Shown` codes over the plane (OUTSIDE elsewhere), or None."""
+        grid, cells = self._grid, self._cells
+        if grid is None or cells is None:
+            return None
+        shown_now = cells.shown_now(grid)
+        selection: list[slice | int] = []
+        target: list[slice] = []
+        for axis, i in enumerate(self._index):
+            a, b = cells.start[axis], cells.stop[axis]
+            if i is None:
+                selection.append(slice(None))
+                target.append(slice(a, b))
+            elif a <= i < b:
+                selection.append(i - a)
+            else:
+                return None  # the view is on another plane
+        plane = np.zeros(grid.plane(self._index).shape, dtype=np.uint8)
+        plane[tuple(target)] = shown_now[tuple(selection)]
+        return plane
 
     @property
     def touched(self) -> set[tuple[int, int]]:
-        """The outlined cells (row, column) of the shown plane."""
-        return set(self._touched)
+        """The cells (row, column) of the shown plane that the view touches."""
+        shown = self._plane_shown()
+        if shown is None:
+            return set()
+        rows, cols = np.nonzero(shown)
+        return {(int(r), int(c)) for r, c in zip(rows, cols, strict=True)}
+
+    def shown_at(self, row: int, column: int) -> Shown:
+        """What the view shows for a cell of the plane (OUTSIDE if not in the view)."""
+        shown = self._plane_shown()
+        return Shown.OUTSIDE if shown is None else Shown(int(shown[row, column]))
 
     def cell_color(self, row: int, column: int) -> tuple[int, int, int]:
-        """The colour drawn for a cell (or its block when aggregated)."""
-        if self._image is None:
+        """The colour drawn for a cell (or its block when aggregated), outside its mark."""
+        if self._pixels is None:
             raise ValueError("no grid shown")
-        pixel = self._image.pixelColor(column // self._block[1], row // self._block[0])
-        return (pixel.red(), pixel.green(), pixel.blue())
+        pixel = self._pixels[
+            row // self._block[0] * self._per_chunk, column // self._block[1] * self._per_chunk
+        ]
+        return (int(pixel[2]), int(pixel[1]), int(pixel[0]))  # stored blue, green, red
+
+    def mark_color(self, row: int, column: int) -> tuple[int, int, int] | None:
+        """The colour of a cell's mark, or None when it has none (final, outside, or small)."""
+        if self._pixels is None or self._per_chunk == 1:
+            return None
+        centre = self._per_chunk // 2
+        mark = self._pixels[row * self._per_chunk + centre, column * self._per_chunk + centre]
+        color = (int(mark[2]), int(mark[1]), int(mark[0]))
+        return None if color == self.cell_color(row, column) else color
 
     def refresh(self) -> None:
-        """Rebuild the image from the grid's codes and repaint."""
+        """Rebuild the image from the grid's codes and the view, and repaint."""
         grid = self._grid
-        if grid is None or not grid.shape or len(grid.shape) < 2:
-            self._image = None
-        else:
-            plane = grid.plane(self._index)
-            rgb, self._block = rgb_blocks(plane, (max(1, self.height()), max(1, self.width())))
-            pixels = np.ascontiguousarray(rgb).tobytes()
-            image = QImage(
-                pixels, rgb.shape[1], rgb.shape[0], 3 * rgb.shape[1], QImage.Format.Format_RGB888
-            )
-            self._image = image.copy()  # own the pixels: `pixels` is freed after this call
+        if grid is None or not grid.shape or min(grid.shape) == 0:
+            self._image = self._pixels = None
+            self.update()
+            return
+        self.builds += 1
+        codes = grid.plane(self._index) if len(grid.shape) >= 2 else grid.codes[None, :]
+        marks = len(grid.shape) >= 2 and self._side(codes.shape) >= _MARK_MIN_PX
+        pixels, self._per_chunk, self._block = cell_image(
+            codes, self._plane_shown() if marks else None, self._size, bgra=True
+        )
+        # 32-bit pixels: Qt scales them several times faster than 24-bit ones.
+        self._pixels = np.ascontiguousarray(pixels)
+        height, width = self._pixels.shape[:2]
+        self._bytes = self._pixels.tobytes()  # the QImage reads these bytes: keep them
+        self._image = QImage(self._bytes, width, height, 4 * width, QImage.Format.Format_RGB32)
         self.update()
+
+    def resizeEvent(self, event: QResizeEvent | None) -> None:
+        super().resizeEvent(event)
+        # Kept in Python: each call into Qt may wait for the GIL behind loading workers.
+        self._size = (max(1, self.height()), max(1, self.width()))
+        self.refresh()  # marks and aggregation depend on the size
 
     # -- geometry ------------------------------------------------------------
 
     def _plane_axes(self) -> list[int]:
         return [axis for axis, i in enumerate(self._index) if i is None]
 
-    def _in_plane(self, coords: tuple[int, ...]) -> bool:
-        return all(i is None or coords[axis] == i for axis, i in enumerate(self._index))
-
-    def _plane_coords(self, coords: tuple[int, ...]) -> tuple[int, int]:
-        rows, cols = self._plane_axes()
-        return coords[rows], coords[cols]
-
     def _plane_shape(self) -> tuple[int, int]:
         assert self._grid is not None
+        if len(self._grid.shape) == 1:
+            return 1, self._grid.shape[0]
         rows, cols = self._plane_axes()
         return self._grid.shape[rows], self._grid.shape[cols]
 
-    def _cell_rect(self) -> tuple[float, float]:
-        """Cell height and width: square cells, the grid as large as the widget allows."""
-        rows, cols = self._plane_shape()
-        side = min(self.height() / max(rows, 1), self.width() / max(cols, 1))
-        return side, side
+    def _side(self, shape: tuple[int, ...] | None = None) -> float:
+        """The side of a chunk on screen: square cells, the grid as large as the widget allows."""
+        rows, cols = shape if shape is not None else self._plane_shape()
+        height, width = self._size
+        return min((height - 2) / max(rows, 1), (width - 2) / max(cols, 1))
 
     def _origin(self) -> tuple[float, float]:
         """The top-left corner of the grid (centred in the widget)."""
         rows, cols = self._plane_shape()
-        cell_h, cell_w = self._cell_rect()
-        return (self.height() - rows * cell_h) / 2, (self.width() - cols * cell_w) / 2
+        side = self._side()
+        height, width = self._size
+        return (height - rows * side) / 2, (width - cols * side) / 2
 
     def cell_at(self, point: QPoint) -> tuple[int, ...] | None:
         """The grid coordinates under a widget position, or None."""
         if self._grid is None or self._image is None:
             return None
-        cell_h, cell_w = self._cell_rect()
+        side = self._side()
         top, left = self._origin()
-        row, col = int((point.y() - top) // cell_h), int((point.x() - left) // cell_w)
+        row, col = int((point.y() - top) // side), int((point.x() - left) // side)
         rows, cols = self._plane_shape()
         if not (0 <= row < rows and 0 <= col < cols):
             return None
+        if len(self._grid.shape) == 1:
+            return (col,)
         coords = [i if i is not None else 0 for i in self._index]
         row_axis, col_axis = self._plane_axes()
         coords[row_axis], coords[col_axis] = row, col
         return tuple(coords)
+
+    def cell_center(self, row: int, column: int) -> QPoint:
+        """The widget position of a cell's centre (for tests and tools)."""
+        side = self._side()
+        top, left = self._origin()
+        return QPoint(int(left + (column + 0.5) * side), int(top + (row + 0.5) * side))
 
     # -- painting and interaction ---------------------------------------------
 
     def paintEvent(self, event: QPaintEvent | None) -> None:
         self.paints += 1
         painter = QPainter(self)
-        painter.fillRect(self.rect(), QColor(30, 32, 38))
+        painter.fillRect(self.rect(), BACKGROUND)
         if self._image is None or self._grid is None:
             painter.setPen(QColor(200, 200, 200))
-            painter.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, "no chunk grid")
+            painter.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, self._message)
             painter.end()
             return
-        cell_h, cell_w = self._cell_rect()
+        side = self._side()
         top, left = self._origin()
         rows, cols = self._plane_shape()
-        painter.drawImage(QRectF(left, top, cols * cell_w, rows * cell_h), self._image)
-        painter.setPen(QPen(QColor(255, 255, 255), 1))
-        if len(self._touched) <= 4096:
-            for row, col in self._touched:
-                painter.drawRect(QRectF(left + col * cell_w, top + row * cell_h, cell_w, cell_h))
-        if self._viewport is not None:
-            (y0, x0), (y1, x1) = self._viewport
-            painter.setPen(QPen(QColor(255, 140, 0), 2))
-            painter.drawRect(
-                QRectF(
-                    left + x0 * cell_w, top + y0 * cell_h, (x1 - x0) * cell_w, (y1 - y0) * cell_h
-                )
-            )
+        extent = QRectF(left, top, cols * side, rows * side)
+        painter.drawImage(extent, self._image)
+        if side >= _LINES_MIN_PX:
+            painter.setPen(QPen(_GRID_LINE, 1))
+            lines = [
+                QLineF(left + c * side, top, left + c * side, top + rows * side)
+                for c in range(1, cols)
+            ]
+            lines += [
+                QLineF(left, top + r * side, left + cols * side, top + r * side)
+                for r in range(1, rows)
+            ]
+            if lines:
+                painter.drawLines(lines[0], *lines[1:])
+        painter.setPen(QPen(_FRAME, 1))
+        painter.drawRect(extent.adjusted(-1, -1, 0, 0))
+        self._paint_view(painter, top, left, side)
         painter.end()
 
+    def _paint_view(self, painter: QPainter, top: float, left: float, side: float) -> None:
+        cells, grid = self._cells, self._grid
+        if cells is None or grid is None or len(grid.shape) < 2:
+            return
+        axes = self._plane_axes()
+        if any(
+            i is not None and not cells.start[axis] <= i < cells.stop[axis]
+            for axis, i in enumerate(self._index)
+        ):
+            return
+        (r0, r1), (c0, c1) = ((cells.start[a], cells.stop[a]) for a in axes)
+        painter.setPen(QPen(_TOUCHED, 1))
+        painter.drawRect(
+            QRectF(left + c0 * side, top + r0 * side, (c1 - c0) * side, (r1 - r0) * side)
+        )
+        # The region napari asked for, in chunk units (fractions within edge chunks).
+        units = []
+        for axis in axes:
+            lo, hi = cells.request.box[axis]
+            units.append((self._units(axis, lo), self._units(axis, hi)))
+        (y0, y1), (x0, x1) = units
+        painter.setPen(QPen(_REQUESTED, 2))
+        painter.drawRect(
+            QRectF(left + x0 * side, top + y0 * side, (x1 - x0) * side, (y1 - y0) * side)
+        )
+
+    def _units(self, axis: int, value: int) -> float:
+        assert self._grid is not None
+        starts = self._grid.starts[axis]
+        extent = self._grid.source.shape[axis]
+        chunk = max(0, int(np.searchsorted(starts, value, side="right")) - 1)
+        begin = int(starts[chunk])
+        end = int(starts[chunk + 1]) if chunk + 1 < len(starts) else extent
+        return chunk + (value - begin) / max(end - begin, 1)
+
+    def set_explainer(self, explain: Callable[[tuple[int, ...]], str]) -> None:
+        """Where hover texts come from (by default a chunk's state).
+
+        A bound method is held weakly: the map never keeps its owner alive.
+        """
+        if hasattr(explain, "__self__"):
+            self._explain = weakref.WeakMethod(explain)
+        else:
+            self._explain = lambda: explain
+
     def describe(self, coords: tuple[int, ...]) -> str:
-        """The hover text of a chunk: key, state, size and its latest events."""
-        grid = self._grid
-        assert grid is not None
-        key = grid.key_at(coords)
-        state = grid.state_at(coords)
-        data = grid.cache.lookup(key) if state is ChunkState.READY else None
-        size = f"{data.nbytes / 1024:.0f} KiB" if data is not None else "not resident"
-        events = [e for e in grid.cache.events() if e.key == key][-4:]
-        lines = [f"chunk {coords}: {key}", f"state {state.name}, {size}"]
-        lines += [f"  {e.previous.name} -> {e.current.name} ({e.reason})" for e in events]
-        error = grid.cache.error(key)
-        if error is not None:
-            lines.append(f"error: {error}")
-        if state is ChunkState.FAILED:
-            lines.append("click to retry")
-        return "\n".join(lines)
+        """The hover text of a chunk."""
+        explain = None if self._explain is None else self._explain()
+        if explain is not None:
+            return explain(coords)
+        assert self._grid is not None
+        return f"chunk {coords}: {self._grid.state_at(coords).name}"
 
     def mouseMoveEvent(self, event: QMouseEvent | None) -> None:
         if event is None:
             return
         coords = self.cell_at(event.position().toPoint())
-        if coords is not None:
+        if coords is None:
+            self._hovered = None
+            QToolTip.hideText()
+            return
+        if coords != self._hovered:
+            self._hovered = coords
             QToolTip.showText(event.globalPosition().toPoint(), self.describe(coords), self)
+
+    def leaveEvent(self, event: Any) -> None:
+        self._hovered = None
+        super().leaveEvent(event)
 
     def mousePressEvent(self, event: QMouseEvent | None) -> None:
         if event is None or self._grid is None:
@@ -207,10 +352,11 @@ class QChunkMap(QWidget):
         menu = QMenu(self)
         action = menu.addAction(f"Retry chunk {coords}")
         chosen = menu.exec(event.globalPosition().toPoint())
+        menu.deleteLater()
         if chosen is action:
             self.retry(coords)
 
     def retry(self, coords: tuple[int, ...]) -> bool:
         """Re-queue the FAILED chunk at `coords`; False if it is not FAILED."""
-        grid = self._grid
-        return grid is not None and grid.cache.retry(grid.key_at(coords))
+        grid, cache = self._grid, self._cache
+        return grid is not None and cache is not None and cache.retry(grid.key_at(coords))
