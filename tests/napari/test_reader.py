@@ -68,6 +68,8 @@ def test_nonblocking_levels_never_wait(tmp_path: Path) -> None:
     levels[0].array.cache.evict_unpinned()  # forget the contrast sample: start cold
     region = (slice(1000, 1200), slice(1000, 1200))
     view = levels[0][region]
+    # The contrast sample read chunks spread over level 0: start from a cold cache.
+    view.array.cache.evict_unpinned()
     shown = np.asarray(view)  # what napari does: returns at once
     first = shown.copy()  # the array napari holds keeps filling in as chunks land
     # Each pixel is the data, the fill value, or resident coarser data (upsampled).
