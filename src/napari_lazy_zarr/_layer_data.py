@@ -14,6 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from napari_lazy_zarr._napari_compat import (
+    clear_thumbnail_copy,
+    displayed_ndim,
+    set_loading_indicator,
+)
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -90,7 +96,7 @@ class LayerLoader:
         if layer is None:
             return "thumbnail"
         locked = getattr(layer, "locked_data_level", None)
-        ndisplay = getattr(getattr(layer, "_slice_input", None), "ndisplay", 2)
+        ndisplay = displayed_ndim(layer)
         shown = locked if locked is not None else last if ndisplay == 3 else layer.data_level
         return "view" if shown == last else "thumbnail"
 
@@ -132,10 +138,7 @@ class LayerLoader:
         if layer is None or not layer.visible:
             self.controller.refresh_skipped()
             return
-        materialized = getattr(layer, "_level_materializer", None)
-        if materialized is not None and hasattr(materialized, "cache_clear"):
-            # napari 2D keeps its own copy of the whole coarsest level (our placeholders).
-            materialized.cache_clear()
+        clear_thumbnail_copy(layer)  # napari 2D keeps a copy of the coarsest level
         from qtpy.QtCore import QTimer
 
         started = time.perf_counter()
@@ -154,11 +157,8 @@ class LayerLoader:
 
     def _on_slice_applied(self, event: Any = None) -> None:
         self.controller.slice_applied()
-        layer = self.layer
-        state = getattr(layer, "_slicing_state", None)
-        if state is not None and hasattr(state, "_set_loaded"):
-            # napari's layer-list loading indicator (after napari's own bookkeeping).
-            state._set_loaded(self.controller.complete)
+        # napari's layer-list loading indicator (after napari's own bookkeeping).
+        set_loading_indicator(self.layer, self.controller.complete)
 
     def _report_failures(self, keys: tuple[ChunkKey, ...]) -> None:
         from napari.utils.notifications import show_warning

@@ -663,7 +663,7 @@ class ChunkCache:
             load_class: LoadClass | None = None
             stale = False
             if entry.state is ChunkState.QUEUED and entry.queue_items:
-                heap = self._queue._heap  # a binary heap of QueueItems (read-only here)
+                heap = self._queue.items()
                 mine = [item for item in heap if item.key == key]
                 live = [i for i in mine if not self._queue.is_stale(i, self._current_generation)]
                 if mine:

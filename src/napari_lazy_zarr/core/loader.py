@@ -263,5 +263,9 @@ class PriorityQueue:
         """Queue `item` again below all current work."""
         heapq.heappush(self._heap, replace(item, load_class=int(LoadClass.STALE)))
 
+    def items(self) -> list[QueueItem]:
+        """The queued items in heap order (a copy, for inspection: `heapq` invariants hold)."""
+        return list(self._heap)
+
     def clear(self) -> None:
         self._heap.clear()
