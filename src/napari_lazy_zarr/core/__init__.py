@@ -21,9 +21,12 @@ from napari_lazy_zarr.core.composite import (
     StackSource,
 )
 from napari_lazy_zarr.core.errors import (
+    CacheClosedError,
     ChunkReadError,
     IncompatibleSourcesError,
     LazyZarrError,
+    LoadCancelledError,
+    LoadTimeoutError,
     MetadataError,
     NotAZarrStoreError,
     ReadOnlyError,
@@ -34,7 +37,8 @@ from napari_lazy_zarr.core.errors import (
 from napari_lazy_zarr.core.loader import InlineExecutor, LoadClass, ManualExecutor
 from napari_lazy_zarr.core.manifest import ManifestSource, ManifestStore, StackFile, open_stack
 from napari_lazy_zarr.core.reader import CacheReader
-from napari_lazy_zarr.core.source import ArraySource, ChunkSource, DerivedSource
+from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS, RetryPolicy, Timeouts
+from napari_lazy_zarr.core.source import ArraySource, CancellableSource, ChunkSource, DerivedSource
 from napari_lazy_zarr.core.state import (
     LEGAL_MOVES,
     ChunkEvent,
@@ -46,12 +50,15 @@ from napari_lazy_zarr.core.view import AxisMap, ViewController, ViewRequest, Vie
 from napari_lazy_zarr.core.zarr_source import ZarrChunkSource, open_zarr_source
 
 __all__ = [
+    "DEFAULT_TIMEOUTS",
     "DEFAULT_TOTAL_BYTES_LIMIT",
     "LEGAL_MOVES",
     "ArraySource",
     "AxisMap",
+    "CacheClosedError",
     "CacheReader",
     "CacheStatistics",
+    "CancellableSource",
     "CastSource",
     "ChunkCache",
     "ChunkEvent",
@@ -70,7 +77,9 @@ __all__ = [
     "IncompatibleSourcesError",
     "InlineExecutor",
     "LazyZarrError",
+    "LoadCancelledError",
     "LoadClass",
+    "LoadTimeoutError",
     "ManifestSource",
     "ManifestStore",
     "ManualExecutor",
@@ -79,9 +88,11 @@ __all__ = [
     "PartialRead",
     "ReadOnlyError",
     "Request",
+    "RetryPolicy",
     "StackFile",
     "StackSource",
     "StoreNotFoundError",
+    "Timeouts",
     "UnsafeDataError",
     "UnsupportedDataError",
     "ViewController",

@@ -6,9 +6,12 @@ Every message names the path (or chunk key) and the cause, so a user can act on 
 from __future__ import annotations
 
 __all__ = [
+    "CacheClosedError",
     "ChunkReadError",
     "IncompatibleSourcesError",
     "LazyZarrError",
+    "LoadCancelledError",
+    "LoadTimeoutError",
     "MetadataError",
     "NotAZarrStoreError",
     "ReadOnlyError",
@@ -52,3 +55,19 @@ class IncompatibleSourcesError(LazyZarrError, ValueError):
 
 class ReadOnlyError(LazyZarrError, NotImplementedError):
     """A write was attempted through a source or store that can only be read."""
+
+
+class LoadTimeoutError(ChunkReadError, TimeoutError):
+    """A read exceeded its time cap (connect, idle read or total); retryable."""
+
+
+class LoadCancelledError(LazyZarrError):
+    """A load was cancelled (its views moved on, or the cache closed) before it finished.
+
+    Not a failure of the data: the cache puts a cancelled chunk back in the
+    queue (or parks it), never in FAILED.
+    """
+
+
+class CacheClosedError(LazyZarrError, RuntimeError):
+    """The chunk cache was closed while this call waited on it, or before it was made."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, runtime_checkable
 
 import numpy as np
 
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ArraySource",
+    "CancellableSource",
     "ChunkSource",
     "DerivedSource",
     "SourceFields",
@@ -109,6 +110,23 @@ class DerivedSource(ChunkSource, Protocol):
 
         The input arrays are read-only. Called on a worker thread, outside any lock.
         """
+        ...
+
+
+@runtime_checkable
+class CancellableSource(ChunkSource, Protocol):
+    """A `ChunkSource` whose in-flight `read_chunk` calls can be cancelled.
+
+    The cache calls `cancel_load(coords)` (from any thread, never holding its
+    lock) when nobody wants a LOADING chunk any more: every view that asked
+    for it moved on, or the cache closed. The `read_chunk` call for `coords`
+    running on a worker should then return promptly by raising
+    `LoadCancelledError`; the cache puts the chunk back to QUEUED (parked),
+    never FAILED. Cancelling a chunk that is not loading does nothing.
+    """
+
+    def cancel_load(self, coords: tuple[int, ...]) -> None:
+        """Ask the in-flight read of chunk `coords` (if any) to stop."""
         ...
 
 
