@@ -1,0 +1,63 @@
+"""The plugin's time caps from the settings file and the environment."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import pytest
+
+from napari_lazy_zarr.core.errors import MetadataError
+from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS, Timeouts
+from napari_lazy_zarr.core.settings import timeouts_from_settings
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def _env(path: Path, **more: str) -> dict[str, str]:
+    return {"NAPARI_LAZY_ZARR_SETTINGS": str(path), **more}
+
+
+def test_no_settings_are_the_defaults(tmp_path: Path) -> None:
+    assert timeouts_from_settings(_env(tmp_path / "absent.toml")) == DEFAULT_TIMEOUTS
+
+
+def test_the_file_then_the_environment(tmp_path: Path) -> None:
+    settings = tmp_path / "settings.toml"
+    settings.write_text("[timeouts]\nconnect = 2\nread = 3.5\n")
+    assert timeouts_from_settings(_env(settings)) == Timeouts(connect=2, read=3.5)
+    env = _env(settings, NAPARI_LAZY_ZARR_TIMEOUT_READ="7", NAPARI_LAZY_ZARR_TIMEOUT_TOTAL="9")
+    assert timeouts_from_settings(env) == Timeouts(connect=2, read=7, total=9)
+
+
+@pytest.mark.parametrize(
+    ("text", "variable", "message"),
+    [
+        ("[timeouts]\nread = -1\n", None, "read"),
+        ("[timeouts]\nread = nan\n", None, "read"),
+        ("[timeouts]\nread = true\n", None, "read"),
+        ("[timeouts]\nidle = 1\n", None, "'idle' is not a setting"),
+        ("timeouts = 3\n", None, "must be a table"),
+        ("[timeouts\n", None, "cannot read"),
+        ("", "inf", "NAPARI_LAZY_ZARR_TIMEOUT_CONNECT"),
+        ("", "soon", "NAPARI_LAZY_ZARR_TIMEOUT_CONNECT"),
+    ],
+)
+def test_bad_values_are_refused_by_name(
+    tmp_path: Path, text: str, variable: str | None, message: str
+) -> None:
+    settings = tmp_path / "settings.toml"
+    settings.write_text(text)
+    env = _env(settings)
+    if variable is not None:
+        env["NAPARI_LAZY_ZARR_TIMEOUT_CONNECT"] = variable
+    with pytest.raises(MetadataError, match=message):
+        timeouts_from_settings(env)
+
+
+def test_a_fifo_settings_file_does_not_block(tmp_path: Path) -> None:
+    fifo = tmp_path / "settings.toml"
+    os.mkfifo(fifo)
+    with pytest.raises(MetadataError, match="not a regular file"):
+        timeouts_from_settings(_env(fifo))
