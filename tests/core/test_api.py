@@ -168,3 +168,67 @@ def test_mixed_regular_and_irregular_axes_partition_exactly() -> None:
             image.oindex[[36, 0], [9, 1, 4]].result(), data[np.ix_([36, 0], [9, 1, 4])]
         )
         np.testing.assert_array_equal(image[30:, ::-1].result(), data[30:, ::-1])
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "match"),
+    [
+        ({"concurrency": 2.5}, TypeError, r"concurrency must be an int >= 1, got 2\.5"),
+        ({"concurrency": "4"}, TypeError, r"concurrency must be an int >= 1, got '4'"),
+        ({"concurrency": True}, TypeError, r"concurrency must be an int >= 1, got True"),
+        ({"concurrency": 0}, ValueError, r"concurrency must be an int >= 1, got 0"),
+        ({"total_bytes_limit": float("nan")}, TypeError, r"total_bytes_limit .* got nan"),
+        ({"total_bytes_limit": float("inf")}, TypeError, r"total_bytes_limit .* got inf"),
+        ({"total_bytes_limit": 2.0**30}, TypeError, r"total_bytes_limit .* \(float\)"),
+        ({"total_bytes_limit": -1}, ValueError, r"total_bytes_limit must be an int >= 0"),
+        ({"timeouts": 5.0}, TypeError, r"timeouts must be a Timeouts, got 5\.0"),
+        ({"retry": 3}, TypeError, r"retry must be a RetryPolicy, got 3"),
+    ],
+)
+def test_open_array_checks_its_arguments_before_any_io(
+    tmp_path: Path, arguments: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    # The store does not exist: a bad argument is reported first, as a programming error.
+    with pytest.raises(error, match=match):
+        napari_lazy_zarr.open_array(tmp_path / "absent.zarr", **arguments)
+
+
+def test_open_array_on_a_silent_server_fails_within_its_timeouts(tmp_path: Path) -> None:
+    """A server that accepts and never answers: a clear error once the caps pass."""
+    from napari_lazy_zarr.core import LazyZarrError, RetryPolicy, Timeouts
+    from tests.remote.server import Faults, FaultyServer
+
+    (tmp_path / "a.zarr").mkdir()
+    faults = Faults(silent={"*"})
+    timeouts = Timeouts(connect=0.5, read=0.5, total=1.0)
+    with FaultyServer(tmp_path, faults) as server:
+        url = f"{server.url}/a.zarr"
+        with pytest.raises(LazyZarrError, match=r"a\.zarr") as raised:
+            napari_lazy_zarr.open_array(url, timeouts=timeouts, retry=RetryPolicy(attempts=1))
+    assert raised.value.__cause__ is not None or raised.value.__context__ is not None
+
+
+def test_result_is_woken_by_close_from_another_thread() -> None:
+    import threading
+
+    from napari_lazy_zarr.core import CacheClosedError, ManualExecutor
+
+    cache = ChunkCache(1 << 20, executor=ManualExecutor())  # nothing ever loads
+    image = ChunkedArray(ArraySource(np.zeros((8, 8)), chunks=(4, 4)), cache)
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            image.result(timeout=30)
+        except BaseException as error:
+            errors.append(error)
+
+    queued = threading.Event()
+    cache.state_changed.connect(lambda events: queued.set())  # after the request is made
+    reader = threading.Thread(target=read)
+    reader.start()
+    assert queued.wait(timeout=30)
+    cache.close()
+    reader.join(timeout=30)
+    assert not reader.is_alive()
+    assert [type(e) for e in errors] == [CacheClosedError]

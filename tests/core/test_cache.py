@@ -10,6 +10,7 @@ import pytest
 from napari_lazy_zarr.core import (
     LEGAL_MOVES,
     ArraySource,
+    CacheClosedError,
     ChunkCache,
     ChunkEvent,
     ChunkRef,
@@ -59,6 +60,7 @@ def test_legal_moves_are_exactly_the_design() -> None:
         (s.QUEUED, s.LOADING),
         (s.LOADING, s.READY),
         (s.LOADING, s.FAILED),
+        (s.LOADING, s.QUEUED),  # a cancelled load: back to the queue, never FAILED
         (s.READY, s.EVICTED),
         (s.FAILED, s.QUEUED),
         (s.EVICTED, s.QUEUED),
@@ -333,5 +335,25 @@ def test_wrong_shaped_chunk_fails_instead_of_showing_wrong_pixels(
 def test_closed_cache_refuses_requests(source: ArraySource) -> None:
     cache = ChunkCache(1 << 20)
     cache.close()
-    with pytest.raises(RuntimeError, match="closed"):
+    cache.close()  # idempotent
+    with pytest.raises(CacheClosedError, match="closed"):
         cache.request(refs(source, (0, 0)))
+    with pytest.raises(CacheClosedError, match="closed"):
+        cache.retry_failed()
+
+
+def test_pinned_chunks_leave_the_lru_and_return_as_most_recent(source: ArraySource) -> None:
+    """Eviction only walks unpinned chunks; an unpinned chunk counts as just used."""
+    with ChunkCache(3 * CHUNK_BYTES, executor=InlineExecutor()) as cache:
+        a, b, c, d = refs(source, (0, 0), (0, 1), (0, 2), (0, 3))
+        pinned = cache.request([a])
+        cache.request([b, c]).release()
+        cache.lookup(a.key)  # pinned: not in the LRU order, nothing to update
+        pinned.release()  # a is now the most recently used
+        cache.request([d]).release()
+        assert [cache.state(r.key) for r in (a, b, c, d)] == [
+            ChunkState.READY,
+            ChunkState.EVICTED,
+            ChunkState.READY,
+            ChunkState.READY,
+        ]

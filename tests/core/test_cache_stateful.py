@@ -5,6 +5,8 @@ The chunks come from a stored source and two virtual levels derived from it
 inputs), so derived chunks wait for, share, fail through and park with their
 inputs.
 
+Reads may also be cancelled (a `LoadCancelledError`, once per arming).
+
 Invariants after every step: only legal moves happen and each chunk's events
 chain; replaying the event log gives the cache's states; resident bytes never
 exceed the limit plus the pinned working set, and both are what the states
@@ -34,6 +36,7 @@ from napari_lazy_zarr.core import (
     ManualExecutor,
     Request,
 )
+from napari_lazy_zarr.core.errors import LoadCancelledError
 from napari_lazy_zarr.core.loader import LoadClass
 from napari_lazy_zarr.core.pyramid import DecimatedSource
 from napari_lazy_zarr.core.source import grid_shape
@@ -50,10 +53,27 @@ _LEVEL_CHUNKS[2] = _LEVEL_CHUNKS[1]
 _CHUNKS = [(level, c) for level, coords in _LEVEL_CHUNKS.items() for c in coords]
 
 
+class CancellingSource(FaultySource):
+    """A `FaultySource` whose next read of a chunk in `cancel_once` is cancelled (once),
+    as a `CancellableSource`'s read is when asked to stop."""
+
+    def __init__(self, inner: ChunkSource) -> None:
+        super().__init__(inner)
+        self.cancel_once: set[tuple[int, ...]] = set()
+
+    def read_chunk(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any]:
+        with self._lock:
+            cancel = coords in self.cancel_once
+            self.cancel_once.discard(coords)
+        if cancel:
+            raise LoadCancelledError(f"chunk {coords}: cancelled")
+        return super().read_chunk(coords)
+
+
 class CacheMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.source = FaultySource(ArraySource(_DATA, chunks=(4, 4), name="m"))
+        self.source = CancellingSource(ArraySource(_DATA, chunks=(4, 4), name="m"))
         level1 = DecimatedSource(self.source, 2, chunk_size=3)
         level2 = DecimatedSource(self.source, 4, parent=level1, chunk_size=2)
         self.levels: list[ChunkSource] = [self.source, level1, level2]
@@ -117,6 +137,11 @@ class CacheMachine(RuleBasedStateMachine):
             self.source.failing.add(coords)
         else:
             self.source.failing.discard(coords)
+
+    @rule(coords=st.sampled_from(_COORDS))
+    def cancel_next_read(self, coords: tuple[int, int]) -> None:
+        # The load goes back to QUEUED: loaded again if still wanted, else parked.
+        self.source.cancel_once.add(coords)
 
     @rule(chunk=st.sampled_from(_CHUNKS))
     def retry(self, chunk: tuple[int, tuple[int, int]]) -> None:

@@ -114,7 +114,7 @@ def test_tifffile_references_read_equal_to_the_tiff(
     manifest = json.loads((tmp_path / "image.json").read_text())
     assert manifest["templates"] == {"u": "./image.tif"}
     source = ManifestSource(tmp_path / "image.json")
-    assert source._transform is not None  # the synchronous decode path, as for local stores
+    assert source._sync_io  # the synchronous decode path, as for local stores
     np.testing.assert_array_equal(
         _read(source, threaded_cache), tifffile.imread(tmp_path / "image.tif")
     )
@@ -215,7 +215,8 @@ def test_version_0_and_groups(tmp_path: Path, inline_cache: ChunkCache) -> None:
     with pytest.raises(NotAZarrStoreError, match=r"v0\.json: .*group.*'img'"):
         ManifestSource(tmp_path / "v0.json")
     source = ManifestSource(tmp_path / "v0.json", path="img")
-    assert source.identity == f"{tmp_path / 'v0.json'}/img"
+    assert str(source.identity) == f"{tmp_path / 'v0.json'}/img"
+    assert source.identity.version == source.store.version  # type: ignore[attr-defined]
     np.testing.assert_array_equal(_read(source, inline_cache), data)
     (image,) = describe_store(tmp_path / "v0.json")
     assert (image.name, image.levels[0].path, image.levels[0].shape) == ("img", "img", (4, 6))
@@ -601,7 +602,7 @@ def test_pickle_codecs_are_refused_by_key(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("document", "error", "message"),
     [
-        ("{not json", MetadataError, "malformed JSON in the manifest"),
+        ("{not json", MetadataError, "the manifest: malformed JSON"),
         ('["a list"]', MetadataError, "not a JSON object"),
         ({"version": 2, "refs": {}}, UnsupportedDataError, "version 2 is not supported"),
         ({"version": 1, "refs": []}, MetadataError, "'refs' is not a JSON object"),

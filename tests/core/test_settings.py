@@ -61,3 +61,27 @@ def test_a_fifo_settings_file_does_not_block(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     with pytest.raises(MetadataError, match="not a regular file"):
         timeouts_from_settings(_env(fifo))
+
+
+def test_the_reader_opens_urls_within_the_users_timeouts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that never answers: the open fails clearly after the user's read cap."""
+    import time
+
+    import zarr
+
+    from napari_lazy_zarr.core.layout import describe_store
+    from tests.remote.server import FaultyServer
+
+    zarr.create_array(str(tmp_path / "a.zarr"), shape=(4, 4), chunks=(2, 2), dtype="u1")
+    monkeypatch.setenv("NAPARI_LAZY_ZARR_SETTINGS", str(tmp_path / "absent.toml"))
+    monkeypatch.setenv("NAPARI_LAZY_ZARR_TIMEOUT_READ", "0.3")
+    with FaultyServer(tmp_path) as server:
+        server.faults.silent.add("*")
+        started = time.monotonic()
+        with pytest.raises(MetadataError, match=r"a\.zarr"):
+            describe_store(f"{server.url}/a.zarr")
+        # The default read cap is 10 s; the user's 0.3 s applied (each document once,
+        # a timed-out metadata read is not retried).
+        assert time.monotonic() - started < 5

@@ -15,6 +15,7 @@ from napari_lazy_zarr.core import (
     ChunkState,
     open_zarr_source,
 )
+from napari_lazy_zarr.core.errors import LoadCancelledError
 from napari_lazy_zarr.core.loader import LoadClass
 from napari_lazy_zarr.core.pyramid import virtual_levels
 from tests.sources import FaultySource
@@ -143,3 +144,74 @@ def test_concurrent_reads_of_virtual_levels_equal_numpy() -> None:
         assert stats.evictions > 0
         assert stats.states[ChunkState.LOADING] == 0
         assert stats.deferred == 0
+
+
+class SlowCancellableSource(ArraySource):
+    """Reads take up to `latency` seconds and end at once, cancelled, when asked to."""
+
+    def __init__(self, data: np.ndarray[Any, Any], latency: float) -> None:
+        super().__init__(data, chunks=(16, 16), name="slow")
+        self.latency = latency
+        self._lock = threading.Lock()
+        self._cancels: dict[tuple[int, ...], threading.Event] = {}
+        self.cancelled = 0
+
+    def read_chunk(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any]:
+        with self._lock:
+            event = self._cancels.setdefault(coords, threading.Event())
+        if event.wait(self.latency):  # storage latency, cut short by a cancel
+            with self._lock:
+                del self._cancels[coords]
+                self.cancelled += 1
+            raise LoadCancelledError(f"chunk {coords}: cancelled")
+        with self._lock:
+            self._cancels.pop(coords, None)
+        return super().read_chunk(coords)
+
+    def cancel_load(self, coords: tuple[int, ...]) -> None:
+        with self._lock:
+            event = self._cancels.get(coords)
+        if event is not None:
+            event.set()
+
+
+def test_views_moving_on_cancel_loads_and_never_show_wrong_pixels() -> None:
+    data = np.arange(256 * 256, dtype=np.int32).reshape(256, 256)
+    source = SlowCancellableSource(data, latency=0.02)
+    with ChunkCache(64 * 16 * 16 * 4, concurrency=2) as cache:
+        image = ChunkedArray(source, cache)
+        errors: list[BaseException] = []
+        reads = [0] * READERS
+        stop = time.monotonic() + DURATION
+
+        def reader(index: int) -> None:
+            rng = np.random.default_rng(index)
+            try:
+                while time.monotonic() < stop:
+                    y, x = rng.integers(0, 200, size=2)
+                    selection = (slice(y, y + 56), slice(x, x + 56))
+                    # Pan: each read supersedes the view's previous one (and its loads).
+                    partial = image[selection].read_nonblocking(view=("pan", index))
+                    if reads[index] % 8 == 7:
+                        np.testing.assert_array_equal(
+                            image[selection].result(timeout=30), data[selection]
+                        )
+                    elif partial.complete:
+                        np.testing.assert_array_equal(partial.data, data[selection])
+                    reads[index] += 1
+            except BaseException as error:  # reported by the main thread
+                errors.append(error)
+
+        threads = [threading.Thread(target=reader, args=(i,)) for i in range(READERS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=DURATION + 60)
+        assert not any(t.is_alive() for t in threads), "deadlock: a reader never finished"
+        assert not errors, errors[0]
+        assert source.cancelled > 0, "no load was cancelled: the test did not exercise it"
+        stats = cache.statistics
+        assert stats.failures == 0  # a cancelled load is never FAILED
+        for index in range(READERS):
+            cache.release_view(("pan", index))
+        np.testing.assert_array_equal(image.result(timeout=60), data)

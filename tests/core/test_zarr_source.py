@@ -393,3 +393,29 @@ def test_composites_over_a_null_fill_value_hold_a_value(tmp_path: Path) -> None:
         value = composite.fill_value
         assert isinstance(value, np.generic), composite
         assert (value.dtype, value) == (composite.dtype, 0), composite
+
+
+def test_local_stores_are_read_through_bounded_stores(make_store: MakeStore) -> None:
+    from napari_lazy_zarr.core import Timeouts
+    from napari_lazy_zarr.core.zarr_source import BoundedLocalStore, ZarrIdentity
+
+    path, data = make_store()
+    source = open_zarr_source(path, timeouts=Timeouts(total=5.0))
+    assert isinstance(source.array.store, BoundedLocalStore)
+    assert source.timeouts.total == 5.0
+    assert isinstance(source.identity, ZarrIdentity)
+    assert str(source.identity) == str(path)
+    np.testing.assert_array_equal(source.read_chunk((0, 0)), data[:8, :16])
+
+
+def test_a_sharded_inner_chunk_of_a_rewritten_shard_reads_the_new_index(
+    make_store: MakeStore,
+) -> None:
+    path, data = make_store(shape=(64, 64), chunks=(8, 8), shards=(32, 32))
+    source = open_zarr_source(path)
+    np.testing.assert_array_equal(source.read_chunk((0, 0)), data[:8, :8])  # index cached
+    # Rewrite shard c/0/0 in place with other values (another layout of its bytes).
+    array = zarr.open_array(str(path), mode="r+")
+    array[:32, :32] = np.arange(32 * 32, dtype=data.dtype).reshape(32, 32)[::-1]
+    expected = np.arange(32 * 32, dtype=data.dtype).reshape(32, 32)[::-1]
+    np.testing.assert_array_equal(source.read_chunk((1, 1)), expected[8:16, 8:16])

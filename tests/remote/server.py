@@ -3,16 +3,22 @@
 Started and stopped by the tests (`FaultyServer` is a context manager). Every
 fault is decided per request from `Faults`, which tests change while the
 server runs: latency, HTTP errors for chosen keys (a number of times, or
-always), stalls (a request waits until released), truncated bodies and
-corrupt payloads. Each request is counted per path. Range requests are
-served (sharded stores read inner chunks by byte range).
+always, with a ``Retry-After`` header if asked), stalls (a request waits until
+released), truncated bodies and corrupt payloads, and hostile answers: silence
+(the request is read and never answered), a declared ``Content-Length`` of
+10**12, an endless body, a ``Content-Encoding: gzip`` bomb and a body trickled
+one byte at a time. Each request is counted per path. Range requests are
+served (sharded stores read inner chunks by byte range). Connections are kept
+alive (HTTP/1.1), as real servers keep them, unless ``keep_alive=False``.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
@@ -34,10 +40,21 @@ class Faults:
     corrupt: set[str] = field(default_factory=set)
     stalled: set[str] = field(default_factory=set)
     release: threading.Event = field(default_factory=threading.Event)
+    retry_after: dict[str, str] = field(default_factory=dict)  # key -> Retry-After of its errors
+    # Hostile answers, per key ("*": every key).
+    silent: set[str] = field(default_factory=set)  # read the request, never answer
+    silenced: threading.Event = field(default_factory=threading.Event)  # set: one was
+    huge_length: set[str] = field(default_factory=set)  # declare 10**12 bytes, send a few
+    endless: set[str] = field(default_factory=set)  # a body without length or end
+    gzip_bomb: set[str] = field(default_factory=set)  # Content-Encoding: gzip of zeros
+    bomb_bytes: int = 256 << 20  # what the gzip bomb inflates to
+    trickle: set[str] = field(default_factory=set)  # the body, one byte per `trickle_every`
+    trickle_every: float = 0.1
     random_rate: float = 0.0  # fraction of chunk requests answered 503 (deterministic by count)
     lock: threading.Lock = field(default_factory=threading.Lock)
     requests: dict[str, int] = field(default_factory=dict)
     injected: int = 0
+    connections: int = 0  # accepted so far
 
     def count(self, key: str) -> int:
         with self.lock:
@@ -47,6 +64,14 @@ class Faults:
     def total(self, prefix: str = "") -> int:
         with self.lock:
             return sum(n for k, n in self.requests.items() if k.startswith(prefix))
+
+    def hostile(self, key: str) -> str | None:
+        """The hostile answer `key` gets, if any."""
+        for mode in ("silent", "huge_length", "endless", "gzip_bomb", "trickle"):
+            keys = getattr(self, mode)
+            if key in keys or "*" in keys:
+                return mode
+        return None
 
     def error_for(self, key: str, nth: int) -> int | None:
         with self.lock:
@@ -70,9 +95,18 @@ class Faults:
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    protocol_version = "HTTP/1.1"
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # quiet
+
+    def setup(self) -> None:
+        super().setup()
+        # As real servers do on kept-alive connections: without it, a body written after
+        # its headers waits for the client's delayed ACK (Nagle), ~40 ms per response.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self.server.faults.lock:
+            self.server.faults.connections += 1
 
     def do_HEAD(self) -> None:
         self._serve(body=False)
@@ -88,9 +122,15 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(faults.latency)  # the injected latency of this request
         if key in faults.stalled:
             faults.release.wait(timeout=30)
+        hostile = faults.hostile(key)
+        if hostile is not None:
+            self._hostile(hostile, body=body)
+            return
         status = faults.error_for(key, nth)
         if status is not None:
             self.send_response(status)
+            if key in faults.retry_after:
+                self.send_header("Retry-After", faults.retry_after[key])
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
@@ -129,6 +169,49 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self.wfile.write(payload)
 
+    def _hostile(self, mode: str, *, body: bool) -> None:
+        """Answer as a hostile server would; the connection is closed afterwards."""
+        faults, stopping = self.server.faults, self.server.stopping
+        self.close_connection = True
+        if mode == "silent":
+            faults.silenced.set()
+            stopping.wait(timeout=60)  # until the test's server stops
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Connection", "close")
+        if mode == "huge_length":
+            self.send_header("Content-Length", str(10**12))
+        elif mode == "gzip_bomb":
+            self.send_header("Content-Encoding", "gzip")
+        elif mode == "trickle":
+            self.send_header("Content-Length", "64")
+        self.end_headers()
+        if not body:
+            return
+        try:
+            if mode == "trickle":
+                for _ in range(64):
+                    if stopping.wait(timeout=faults.trickle_every):
+                        return
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+            elif mode == "gzip_bomb":
+                # Streamed: the server never holds the inflated bytes either.
+                gzip = zlib.compressobj(9, zlib.DEFLATED, 31)
+                zeros = bytes(1 << 20)
+                for _ in range(faults.bomb_bytes >> 20):
+                    self.wfile.write(gzip.compress(zeros))
+                self.wfile.write(gzip.flush())
+            else:  # huge_length, endless: bytes until the client gives up
+                piece = bytes(1 << 16)
+                for _ in range(1 << 16):  # 4 GiB at most, so a test can never loop forever
+                    if stopping.is_set():
+                        return
+                    self.wfile.write(piece)
+        except OSError:
+            pass  # the client hung up: what a bounded client does
+
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
@@ -137,22 +220,31 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 128
     faults: Faults
     root: str
+    stopping: threading.Event
+
+
+class _Http10Handler(_Handler):
+    protocol_version = "HTTP/1.0"  # one request per connection
 
 
 class FaultyServer:
     """Serves `root` on 127.0.0.1 (a free port) until the context exits."""
 
-    def __init__(self, root: Path, faults: Faults | None = None) -> None:
+    def __init__(
+        self, root: Path, faults: Faults | None = None, *, keep_alive: bool = True
+    ) -> None:
         self.faults = faults or Faults()
-        self._server = _Server(("127.0.0.1", 0), _Handler)
+        handler = _Handler if keep_alive else _Http10Handler
+        self._server = _Server(("127.0.0.1", 0), handler)
         self._server.faults = self.faults
+        self._server.stopping = threading.Event()
         self._server.root = os.path.realpath(root)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def __enter__(self) -> FaultyServer:
         self._thread.start()
@@ -160,6 +252,7 @@ class FaultyServer:
 
     def __exit__(self, *exc: object) -> None:
         self.faults.release.set()
+        self._server.stopping.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=10)

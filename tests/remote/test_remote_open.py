@@ -95,7 +95,7 @@ def test_levels_read_through_the_arrays_describe_store_opened(tmp_path: Path) ->
         assert _metadata_requests(server) == described  # nothing fetched again
         for level, source in enumerate(sources):
             reopened = open_source(url, path=str(level))
-            assert (source.identity, source.shape) == (reopened.identity, shapes[level])
+            assert (str(source.identity), source.shape) == (str(reopened.identity), shapes[level])
             last = tuple(n - 1 for n in grid_shape(source))
             lo, hi = chunk_bounds(source.grid, last, source.shape)
             expected = local[str(level)][lo[0] : hi[0], lo[1] : hi[1]]

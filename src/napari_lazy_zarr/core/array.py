@@ -8,11 +8,19 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 from zarr_indexing import FixedDimension, LazyArray
 
-from napari_lazy_zarr.core.cache import DEFAULT_TOTAL_BYTES_LIMIT, ChunkCache, ChunkRef, Request
-from napari_lazy_zarr.core.errors import ChunkReadError
+from napari_lazy_zarr.core.cache import (
+    DEFAULT_TOTAL_BYTES_LIMIT,
+    ChunkCache,
+    ChunkRef,
+    Request,
+    check_concurrency,
+    check_total_bytes_limit,
+)
+from napari_lazy_zarr.core.errors import ChunkReadError, LazyZarrError, MetadataError
 from napari_lazy_zarr.core.plans import Fallback, ReadPlan, plan_read
+from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS, RetryPolicy, Timeouts
 from napari_lazy_zarr.core.source import grid_shape
-from napari_lazy_zarr.core.zarr_source import is_remote, open_zarr_source
+from napari_lazy_zarr.core.zarr_source import DEFAULT_RETRY, is_remote, open_zarr_source
 
 if TYPE_CHECKING:
     import os
@@ -213,6 +221,8 @@ class ChunkedArray:
         """Read the view, waiting for its chunks. Raises `ChunkReadError` if one FAILED.
 
         `timeout` (seconds) bounds the wait; `TimeoutError` when it passes.
+        `CacheClosedError` if the cache is closed, or closes while this waits
+        (the waiting thread is woken at once).
         """
         plan = self.plan()
         out = plan.new_buffer()
@@ -308,6 +318,8 @@ def open_array(
     concurrency: int | None = None,
     path: str = "",
     cache: ChunkCache | None = None,
+    timeouts: Timeouts = DEFAULT_TIMEOUTS,
+    retry: RetryPolicy = DEFAULT_RETRY,
 ) -> ChunkedArray:
     """Open a zarr array as a lazy `ChunkedArray` served by a chunk cache.
 
@@ -316,21 +328,33 @@ def open_array(
     path_or_url
         A local `.zarr` directory (Zarr v2 or v3) or a URL zarr-python can open.
     total_bytes_limit
-        Capacity of the chunk cache in bytes of decoded data (default 1 GiB).
+        Capacity of the chunk cache in bytes of decoded data (an int >= 0;
+        default 1 GiB).
     concurrency
-        Chunks loaded at once by worker threads (default: one per core, at least 2,
-        for local stores; 32 for URLs, as TensorStore keeps 32 HTTP requests in flight).
+        Chunks loaded at once by worker threads (an int >= 1; default: one per
+        core, at least 2, for local stores; 32 for URLs, as TensorStore keeps 32
+        HTTP requests in flight).
     path
         The array's path inside the store, for arrays inside a group.
     cache
         Share an existing cache between arrays instead of creating one
-        (`total_bytes_limit` and `concurrency` are then ignored).
+        (`total_bytes_limit` and `concurrency` are then checked but unused).
+    timeouts
+        Time caps of every storage request, metadata and chunks (connect, idle
+        read, total); a read over a cap fails with `LoadTimeoutError` and is retried.
+    retry
+        How transient failures (timeouts, resets, HTTP 429/5xx) are retried;
+        a server's ``Retry-After`` is honoured within the policy's bounds.
 
     Raises
     ------
     LazyZarrError
         A specific subclass naming the path and the problem (not found, not a
-        zarr store, malformed metadata, unsafe or unsupported dtype).
+        zarr store, malformed or unreadable metadata, unsafe or unsupported
+        dtype); any other failure to open is a `MetadataError` chaining its cause.
+    TypeError, ValueError
+        A bad argument, e.g. ``concurrency=2.5`` (programming errors: Python's
+        builtin types, naming the argument).
 
     Examples
     --------
@@ -346,7 +370,23 @@ def open_array(
     2
     >>> image.cache.close()
     """
-    source = open_zarr_source(path_or_url, path=path)
+    # Arguments first: a mistake is reported before any I/O.
+    check_total_bytes_limit(total_bytes_limit)
+    if concurrency is not None:
+        check_concurrency(concurrency)
+    if not isinstance(timeouts, Timeouts):
+        raise TypeError(f"timeouts must be a Timeouts, got {timeouts!r}")
+    if not isinstance(retry, RetryPolicy):
+        raise TypeError(f"retry must be a RetryPolicy, got {retry!r}")
+    try:
+        source = open_zarr_source(path_or_url, path=path, retry=retry, timeouts=timeouts)
+    except LazyZarrError:
+        raise
+    except Exception as error:  # the contract: nothing raw escapes to the user
+        where = f"{path_or_url}{'/' + path if path else ''}"
+        raise MetadataError(
+            f"{where}: could not open the array: {type(error).__name__}: {error}"
+        ) from error
     if cache is None:
         if concurrency is None and is_remote(path_or_url):
             # Remote chunks are latency-bound: keep many requests in flight.

@@ -24,27 +24,68 @@ again. An input that FAILS fails its deferred dependents (QUEUED -> LOADING ->
 FAILED, with a `ChunkReadError` naming the input). An input parked because its
 view moved on parks the dependents waiting for it (their gathered arrays are
 dropped); asking for a dependent again drives it, and its inputs, again.
+
+Bounded in time
+---------------
+The cache's own workers are daemon threads (`DaemonExecutor`): `close()`
+returns at once whatever storage does, and the interpreter can exit with loads
+in flight. A load that runs longer than `stalled_after` seconds stops counting
+against `concurrency` (up to `max(8, 2 * concurrency)` such loads), so one read
+hung in storage never keeps the chunks of other views waiting.
+
+Cancellation
+------------
+When nobody wants a LOADING chunk any more (every view that asked for it moved
+on or was released, no live request pins it, no derived chunk a live view
+wants waits for it), the cache calls `cancel_load(coords)` on its source if the
+source is a `CancellableSource`, outside the lock. A `read_chunk` that then
+raises (`LoadCancelledError`, or any error once cancelled) sends the chunk back
+to QUEUED (reason ``"cancelled"``), parked like superseded queued work, never
+FAILED; a view
+asking for it again queues it again. `close()` cancels every LOADING chunk of a
+cancellable source the same way, and wakes every caller waiting on a request
+with `CacheClosedError`. Loads asked for without a `view` are never cancelled
+(no newer request can supersede them). A source may name its LOADING reason (e.g.
+``"computing"``) with a `load_reason` attribute.
+
+Eviction
+--------
+Only READY chunks no live request pins are in the LRU order; pinning takes a
+chunk out and unpinning puts it back as most recently used. A landing over the
+limit therefore evicts from the front of the LRU in O(1) per chunk evicted,
+however many pinned chunks exceed the limit.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
+import logging
 import math
+import numbers
 import os
 import queue
 import threading
 import time
 from collections import Counter, OrderedDict, deque
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from concurrent import futures
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final, cast, overload
 
 import numpy as np
 from psygnal import Signal
 
-from napari_lazy_zarr.core.errors import ChunkReadError
-from napari_lazy_zarr.core.loader import Executor, LoadClass, PriorityQueue, QueueItem
-from napari_lazy_zarr.core.source import ChunkSource, chunk_key, is_derived
+from napari_lazy_zarr.core.errors import CacheClosedError, ChunkReadError, LoadCancelledError
+from napari_lazy_zarr.core.loader import (
+    DaemonExecutor,
+    Executor,
+    LoadClass,
+    PriorityQueue,
+    QueueItem,
+)
+from napari_lazy_zarr.core.source import CancellableSource, ChunkSource, chunk_key, is_derived
 from napari_lazy_zarr.core.state import (
     LEGAL_MOVES,
     ChunkEvent,
@@ -59,6 +100,7 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.source import DerivedSource
 
 __all__ = [
+    "DEFAULT_STALLED_AFTER",
     "DEFAULT_TOTAL_BYTES_LIMIT",
     "CacheCounters",
     "CacheStatistics",
@@ -66,11 +108,16 @@ __all__ = [
     "ChunkRef",
     "ChunkStatus",
     "Request",
+    "check_concurrency",
+    "check_total_bytes_limit",
     "default_concurrency",
 ]
 
 DEFAULT_TOTAL_BYTES_LIMIT: Final = 1 << 30
 """1 GiB: TensorStore's usual cache pool size for interactive viewing."""
+
+DEFAULT_STALLED_AFTER: Final = 2.0
+"""Seconds after which a running load stops counting against `concurrency`."""
 
 _LATENCY_WINDOW: Final = 1024
 _QUEUE_COUNT_LIMIT: Final = 10_000  # `status` stops counting the loads ahead here
@@ -230,6 +277,7 @@ class _Entry:
     """Mutable per-chunk record; every field is guarded by the cache lock."""
 
     __slots__ = (
+        "cancelled",
         "coords",
         "cost",
         "data",
@@ -243,6 +291,7 @@ class _Entry:
         "source",
         "started",
         "state",
+        "wants",
     )
 
     def __init__(self, ref: ChunkRef) -> None:
@@ -256,6 +305,10 @@ class _Entry:
         self.pins = 0
         self.queue_items = 0  # items in the load queue naming this chunk
         self.started = 0.0
+        # The latest queue item of each view that asked for it since it was last
+        # queued: a LOADING chunk none of them still wants may be cancelled.
+        self.wants: dict[Hashable, QueueItem] = {}
+        self.cancelled = False  # LOADING, and its source was asked to cancel the read
         self.derived = is_derived(ref.source)
         self.cost = 1  # stored chunk reads a load stands for (scheduling only)
         if self.derived:
@@ -283,7 +336,8 @@ class Request:
     """One view's need: the chunks it touches (pinned while the request is live).
 
     `done` resolves when every needed chunk is READY or FAILED; it is cancelled
-    if the request is superseded or released first. Release the request (or use
+    if the request is superseded or released first, and fails with
+    `CacheClosedError` if the cache closes first. Release the request (or use
     it as a context manager) when the view no longer needs its chunks; a newer
     request for the same `view` releases it automatically.
     """
@@ -309,28 +363,34 @@ class Request:
         self.done: Future[None] = Future()
         self._remaining = 0
         self._released = False
-        # Each needed key, once, as it is (or already was) READY or FAILED.
-        self._landed: queue.SimpleQueue[ChunkKey] = queue.SimpleQueue()
+        # Each needed key, once, as it is (or already was) READY or FAILED; None
+        # when the cache closes first.
+        self._landed: queue.SimpleQueue[ChunkKey | None] = queue.SimpleQueue()
 
     def landed(self, timeout: float | None = None) -> Iterator[ChunkKey]:
         """Yield each needed chunk's key once, as soon as it is READY or FAILED.
 
         Chunks already finished when the request was made come first. Lets a
         reader copy chunks while the others still load. Raises `TimeoutError`
-        if the whole iteration takes longer than `timeout` seconds.
+        if the whole iteration takes longer than `timeout` seconds, and
+        `CacheClosedError` as soon as the cache closes with chunks still missing.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         for _ in range(len(self.keys)):
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                yield self._landed.get(timeout=wait)
+                key = self._landed.get(timeout=wait)
             except queue.Empty:
                 raise TimeoutError(f"{self!r}: chunks still loading after {timeout} s") from None
+            if key is None:
+                raise CacheClosedError(f"{self!r}: the chunk cache closed while chunks loaded")
+            yield key
 
     @property
     def complete(self) -> bool:
         """Whether every needed chunk has finished loading (READY or FAILED)."""
-        return self.done.done() and not self.done.cancelled()
+        done = self.done
+        return done.done() and not done.cancelled() and done.exception() is None
 
     def failed(self) -> dict[ChunkKey, BaseException]:
         """The needed chunks that FAILED, with their errors."""
@@ -356,13 +416,15 @@ class Request:
 class _Outbox:
     """What to do once the lock is released."""
 
-    __slots__ = ("events", "finished", "starts", "superseded")
+    __slots__ = ("cancels", "events", "finished", "starts", "superseded", "watchdog")
 
     def __init__(self) -> None:
         self.events: list[ChunkEvent] = []
         self.finished: list[Request] = []
         self.superseded: list[Request] = []
         self.starts = 0
+        self.cancels: list[_Entry] = []  # LOADING chunks whose source is to cancel the read
+        self.watchdog: threading.Timer | None = None  # to start
 
 
 class ChunkCache:
@@ -371,14 +433,20 @@ class ChunkCache:
     Parameters
     ----------
     total_bytes_limit
-        Capacity in bytes of decoded chunk data. Chunks pinned by live requests
-        may exceed it; nothing else does.
+        Capacity in bytes of decoded chunk data, an int >= 0. Chunks pinned by
+        live requests may exceed it; nothing else does.
     concurrency
-        How many chunks load at once (worker threads).
+        How many chunks load at once (worker threads), an int >= 1.
     executor
-        Where loads run; a `ThreadPoolExecutor` owned by the cache by default.
-        Pass `InlineExecutor()` to load synchronously, or `ManualExecutor()` to
-        step loads by hand in tests.
+        Where loads run; the cache's own daemon worker threads
+        (`DaemonExecutor`) by default. Pass `InlineExecutor()` to load
+        synchronously, or `ManualExecutor()` to step loads by hand in tests.
+        An executor passed in is not shut down by `close()`.
+    stalled_after
+        Seconds after which a running load of the cache's own workers stops
+        counting against `concurrency`, so that a read hung in storage does
+        not hold up other chunks (at most ``max(8, 2 * concurrency)`` loads
+        are set aside so). None: never. Ignored with an `executor` passed in.
     event_log_size
         How many recent `ChunkEvent`s the log keeps.
     fetch_superseded
@@ -386,6 +454,12 @@ class ChunkCache:
         all current work). By default they are dropped when they reach the
         front of the queue: they stay QUEUED, *parked*, and load only if a view
         asks for them again — nothing is downloaded for views nobody looks at.
+
+    Raises
+    ------
+    TypeError, ValueError
+        A bad argument (e.g. ``concurrency=2.5``, ``total_bytes_limit=-1``):
+        programming errors, so Python's builtin types, naming the argument.
 
     Signals
     -------
@@ -421,25 +495,37 @@ class ChunkCache:
         executor: Executor | None = None,
         event_log_size: int = 10_000,
         fetch_superseded: bool = False,
+        stalled_after: float | None = DEFAULT_STALLED_AFTER,
     ) -> None:
-        if total_bytes_limit < 0:
-            raise ValueError(f"total_bytes_limit must be >= 0, got {total_bytes_limit}")
-        self._concurrency = _check_concurrency(
+        self._limit = check_total_bytes_limit(total_bytes_limit)
+        self._concurrency = check_concurrency(
             default_concurrency() if concurrency is None else concurrency
         )
-        self._owned_executor: ThreadPoolExecutor | None = None
+        if stalled_after is not None and (
+            isinstance(stalled_after, bool)
+            or not isinstance(stalled_after, int | float)
+            or not stalled_after > 0  # NaN too
+        ):
+            raise ValueError(f"stalled_after must be None or seconds > 0, got {stalled_after!r}")
+        self._owned_executor: DaemonExecutor | None = None
         if executor is None:
-            # Sized generously: the active-task count, not the pool, enforces `concurrency`.
-            self._owned_executor = ThreadPoolExecutor(
-                max_workers=64, thread_name_prefix="lazy-zarr-load"
-            )
+            # The active-task count, not the pool, enforces `concurrency`.
+            self._owned_executor = DaemonExecutor(name="lazy-zarr-load")
             executor = self._owned_executor
         self._executor: Executor = executor
         self._one_load_per_task = bool(getattr(executor, "one_load_per_task", False))
+        # Only the cache's own workers may be outnumbered: an injected executor's
+        # tasks run where its owner decides (inline, or stepped by a test).
+        self._stalled_after = stalled_after if self._owned_executor is not None else None
         self._lock = threading.Lock()
-        self._limit = int(total_bytes_limit)
         self._entries: dict[ChunkKey, _Entry] = {}
-        self._lru: OrderedDict[ChunkKey, None] = OrderedDict()  # READY keys, oldest first
+        # READY keys no live request pins, least recently used first: pinned chunks are
+        # kept out, so eviction never walks past them.
+        self._lru: OrderedDict[ChunkKey, None] = OrderedDict()
+        self._loading: dict[ChunkKey, _Entry] = {}  # LOADING, in the order they started
+        self._stalled: set[ChunkKey] = set()  # of those, not counted against concurrency
+        self._watchdog: threading.Timer | None = None
+        self._lru_visits = 0  # LRU entries eviction has looked at (tests count the work)
         self._queue = PriorityQueue()
         self._fetch_superseded = fetch_superseded
         self._parked: set[ChunkKey] = set()  # QUEUED chunks dropped from the queue
@@ -474,11 +560,11 @@ class ChunkCache:
 
     @total_bytes_limit.setter
     def total_bytes_limit(self, value: int) -> None:
-        if value < 0:
-            raise ValueError(f"total_bytes_limit must be >= 0, got {value}")
+        """Set the capacity (an int >= 0); evicts at once what no longer fits."""
+        limit = check_total_bytes_limit(value)
         outbox = _Outbox()
         with self._lock:
-            self._limit = int(value)
+            self._limit = limit
             self._evict_over_limit(outbox)
         self._flush(outbox)
 
@@ -488,9 +574,11 @@ class ChunkCache:
 
     @concurrency.setter
     def concurrency(self, value: int) -> None:
+        """Set how many chunks load at once (an int >= 1); more start at once if queued."""
+        concurrency = check_concurrency(value)
         outbox = _Outbox()
         with self._lock:
-            self._concurrency = _check_concurrency(value)
+            self._concurrency = concurrency
             self._schedule_starts(outbox)
         self._flush(outbox)
 
@@ -535,7 +623,8 @@ class ChunkCache:
         if load_class is LoadClass.STALE:
             raise ValueError("LoadClass.STALE is the cache's own class for superseded work")
         needed = _unique(chunks)
-        extra = [ref for ref in _unique(prefetch) if ref.key not in {r.key for r in needed}]
+        needed_keys = {ref.key for ref in needed}
+        extra = [ref for ref in _unique(prefetch) if ref.key not in needed_keys]
         if center is None:
             center = _bbox_center([ref.key for ref in needed])
         outbox = _Outbox()
@@ -553,10 +642,9 @@ class ChunkCache:
                 self._views[view] = request
             for ref in needed:
                 entry = self._entry(ref)
-                self._pin(entry)
+                self._pin(entry)  # a READY chunk leaves the LRU while pinned
                 if entry.state is ChunkState.READY:
                     self._hits += 1
-                    self._lru.move_to_end(entry.key)
                     request._landed.put(entry.key)
                     continue
                 self._misses += 1
@@ -571,6 +659,8 @@ class ChunkCache:
                 self._enqueue(entry, LoadClass.PREFETCH, level, center, view, generation, outbox)
             if request._remaining == 0:
                 outbox.finished.append(request)
+            if view is not None:
+                self._cancel_unwanted(outbox)  # the superseded request's loads
             self._schedule_starts(outbox)
         self._flush(outbox)
         return request
@@ -581,7 +671,7 @@ class ChunkCache:
             entry = self._entries.get(key)
             if entry is None or entry.state is not ChunkState.READY:
                 return None
-            self._lru.move_to_end(key)
+            self._touch(key)
             return entry.data
 
     def lookup_many(
@@ -600,7 +690,7 @@ class ChunkCache:
                 if entry is None:
                     continue
                 if entry.state is ChunkState.READY:
-                    self._lru.move_to_end(key)
+                    self._touch(key)
                     assert entry.data is not None
                     ready[key] = entry.data
                 elif entry.state is ChunkState.FAILED:
@@ -798,23 +888,55 @@ class ChunkCache:
         outbox = _Outbox()
         with self._lock:
             before = self._evictions
-            for key in list(self._lru):
-                entry = self._entries[key]
-                if entry.pins == 0:
-                    self._evict(entry, outbox)
+            for key in list(self._lru):  # only unpinned chunks are in it
+                self._evict(self._entries[key], outbox)
             count = self._evictions - before
         self._flush(outbox)
         return count
 
     def close(self) -> None:
-        """Stop loading: drop the queue and shut down the owned executor (idempotent)."""
+        """Stop loading, at once, whatever storage does (idempotent; any thread).
+
+        Drops the queue, asks the sources of LOADING chunks to cancel their
+        reads (`CancellableSource`), and wakes every caller waiting on a
+        request (`Request.landed`, `Request.done`, `ChunkedArray.result`) with
+        `CacheClosedError`. Never waits for a running load: the cache's own
+        workers are daemon threads, and a load finishing after `close` is
+        dropped. Resident chunks stay readable with `lookup`; new requests
+        raise `CacheClosedError`.
+        """
+        cancels: list[_Entry] = []
+        waiting: list[Request] = []
         with self._lock:
+            if self._closed:
+                return
             self._closed = True
             self._queue.clear()
             self._deferred.clear()
             self._dependents.clear()
+            if self._watchdog is not None:
+                self._watchdog.cancel()
+                self._watchdog = None
+            for entry in self._loading.values():
+                if not entry.cancelled and _cancellable(entry):
+                    entry.cancelled = True
+                    cancels.append(entry)
+            seen: set[int] = set()
+            for requests in self._waiting.values():
+                for request in requests:
+                    if id(request) not in seen:
+                        seen.add(id(request))
+                        waiting.append(request)
+            self._waiting.clear()
         if self._owned_executor is not None:
-            self._owned_executor.shutdown(wait=True, cancel_futures=True)
+            self._owned_executor.shutdown()
+        for request in waiting:
+            request._landed.put(None)
+            error = CacheClosedError(f"{request!r}: the chunk cache closed before it completed")
+            # A release may resolve it meanwhile (then set_exception raises InvalidStateError).
+            with contextlib.suppress(InvalidStateError):
+                request.done.set_exception(error)
+        _cancel_loads(cancels)
 
     def __enter__(self) -> ChunkCache:
         return self
@@ -826,7 +948,12 @@ class ChunkCache:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise RuntimeError("the chunk cache is closed")
+            raise CacheClosedError("the chunk cache is closed")
+
+    def _touch(self, key: ChunkKey) -> None:
+        """Mark a READY chunk recently used (a pinned one is out of the LRU until unpinned)."""
+        if key in self._lru:
+            self._lru.move_to_end(key)
 
     def _entry(self, ref: ChunkRef) -> _Entry:
         entry = self._entries.get(ref.key)
@@ -865,10 +992,9 @@ class ChunkCache:
         if entry.state in (ChunkState.NEW, ChunkState.EVICTED):
             reason = "prefetch" if load_class is LoadClass.PREFETCH else "requested"
             self._transition(entry, ChunkState.QUEUED, reason, outbox)
-        elif entry.state is not ChunkState.QUEUED:
-            return  # LOADING, READY, or FAILED (no retry storms)
-        self._push(entry)
-        self._queue.push(
+        elif entry.state not in (ChunkState.QUEUED, ChunkState.LOADING):
+            return  # READY, or FAILED (no retry storms)
+        item = self._queue.make(
             entry.key,
             load_class=load_class,
             level=level,
@@ -877,21 +1003,32 @@ class ChunkCache:
             generation=generation,
             cost=entry.cost,
         )
+        if entry.state is ChunkState.LOADING:
+            entry.wants[view] = item  # wanted again: not to be cancelled (or re-queued if it is)
+            return
+        self._push(entry, item)
+        self._queue.push_item(item)
 
     def _enqueue_input(self, entry: _Entry, item: QueueItem, outbox: _Outbox) -> None:
         """Queue an input of a derived chunk with that chunk's `item` (unless it is loading)."""
         if entry.state in (ChunkState.NEW, ChunkState.EVICTED):
             reason = "prefetch" if item.load_class == LoadClass.PREFETCH else "requested"
             self._transition(entry, ChunkState.QUEUED, reason, outbox)
+        elif entry.state is ChunkState.LOADING:
+            # It lands soon and reports to its dependents; wanted, not to be cancelled.
+            entry.wants[item.view] = replace(item, key=entry.key)
+            return
         elif entry.state is not ChunkState.QUEUED:
-            return  # LOADING: it lands soon and reports to its dependents
-        self._push(entry)
-        self._queue.push_item(item, entry.key)
+            return
+        own = replace(item, key=entry.key)
+        self._push(entry, own)
+        self._queue.push_item(own)
 
     def _pin(self, entry: _Entry) -> None:
         entry.pins += 1
         if entry.pins == 1 and entry.state is ChunkState.READY:
             self._pinned += entry.nbytes
+            del self._lru[entry.key]
 
     def _unpin(self, request: Request, outbox: _Outbox) -> None:
         if request._released:
@@ -902,6 +1039,7 @@ class ChunkCache:
             entry.pins -= 1
             if entry.pins == 0 and entry.state is ChunkState.READY:
                 self._pinned -= entry.nbytes
+                self._lru[key] = None  # evictable again, as most recently used
             waiting = self._waiting.get(key)
             if waiting is not None and request in waiting:
                 waiting.remove(request)
@@ -911,7 +1049,8 @@ class ChunkCache:
             del self._views[request.view]
             # Released, not replaced: its queued chunks are superseded too.
             self._generations[request.view] = self._generations.get(request.view, 0) + 1
-        self._evict_over_limit(outbox)
+        if not self._closed:
+            self._evict_over_limit(outbox)
 
     def _release(self, request: Request) -> None:
         outbox = _Outbox()
@@ -919,6 +1058,7 @@ class ChunkCache:
             if not request._released:
                 self._unpin(request, outbox)
                 outbox.superseded.append(request)
+                self._cancel_unwanted(outbox)
         self._flush(outbox)
 
     def _evict(self, entry: _Entry, outbox: _Outbox) -> None:
@@ -930,14 +1070,10 @@ class ChunkCache:
         self._evictions += 1
 
     def _evict_over_limit(self, outbox: _Outbox) -> None:
-        if self._resident <= self._limit:
-            return
-        for key in list(self._lru):
-            entry = self._entries[key]
-            if entry.pins == 0:
-                self._evict(entry, outbox)
-                if self._resident <= self._limit:
-                    return
+        """Evict least recently used unpinned chunks until under the limit: O(1) each."""
+        while self._resident > self._limit and self._lru:
+            self._lru_visits += 1
+            self._evict(self._entries[next(iter(self._lru))], outbox)
 
     def _schedule_starts(self, outbox: _Outbox) -> None:
         if self._closed:
@@ -946,6 +1082,117 @@ class ChunkCache:
         if wanted > 0:
             self._active_tasks += wanted
             outbox.starts += wanted
+        self._arm_watchdog(outbox)
+
+    # -- stalled and cancelled loads (lock held) ----------------------------
+
+    def _stall_cap(self) -> int:
+        return max(8, 2 * self._concurrency)
+
+    def _arm_watchdog(self, outbox: _Outbox) -> None:
+        """Wake up when the oldest counted load becomes stalled, if work waits behind it.
+
+        One timer at a time, armed only while chunks are queued and every
+        worker is busy: an idle cache runs no timer.
+        """
+        if (
+            self._stalled_after is None
+            or self._watchdog is not None
+            or self._closed
+            or not self._queue
+            or self._active_tasks < self._concurrency
+            or len(self._stalled) >= self._stall_cap()
+        ):
+            return
+        oldest = next(
+            (
+                e.started
+                for e in self._loading.values()
+                if e.key not in self._stalled and not e.derived
+            ),
+            None,
+        )
+        if oldest is None:
+            return
+        delay = max(0.0, oldest + self._stalled_after - time.perf_counter())
+        timer = threading.Timer(delay, self._on_watchdog)
+        timer.name = "lazy-zarr-watchdog"
+        timer.daemon = True  # cancelled by close; never holds up the interpreter's exit
+        self._watchdog = outbox.watchdog = timer
+
+    def _on_watchdog(self) -> None:
+        """Set stalled loads aside so new workers start (runs on the timer's thread)."""
+        outbox = _Outbox()
+        with self._lock:
+            if self._watchdog is None or self._closed:
+                return
+            self._watchdog = None
+            assert self._stalled_after is not None
+            now = time.perf_counter()
+            for entry in self._loading.values():
+                if len(self._stalled) >= self._stall_cap():
+                    break
+                if (
+                    entry.key not in self._stalled
+                    and not entry.derived  # combining is CPU work: more threads do not help
+                    and now - entry.started >= self._stalled_after
+                ):
+                    self._stalled.add(entry.key)
+                    self._active_tasks -= 1  # its worker no longer counts
+            self._schedule_starts(outbox)
+        self._flush(outbox)
+
+    def _wanted(self, entry: _Entry) -> bool:
+        """Whether anyone still wants a LOADING chunk (if not, its read may be cancelled)."""
+        if entry.pins or self._fetch_superseded:
+            return True
+        if any(
+            not self._queue.is_stale(i, self._current_generation) for i in entry.wants.values()
+        ):
+            return True
+        for key in self._dependents.get(entry.key, {}):
+            dependent = self._entries[key]
+            if dependent.pins or dependent.queue_items or self._awaits_inputs(dependent):
+                return True
+        return False
+
+    def _cancel_unwanted(self, outbox: _Outbox) -> None:
+        """Ask to cancel the reads of LOADING chunks nobody wants any more.
+
+        Looks only at the loads in flight (a few: about `concurrency`).
+        """
+        for entry in self._loading.values():
+            if not entry.cancelled and _cancellable(entry) and not self._wanted(entry):
+                entry.cancelled = True
+                outbox.cancels.append(entry)
+
+    def _return_cancelled(self, entry: _Entry, outbox: _Outbox) -> None:
+        """A cancelled load goes back to QUEUED: queued again if wanted, else parked."""
+        self._transition(entry, ChunkState.QUEUED, "cancelled", outbox)
+        live = [
+            item
+            for item in entry.wants.values()
+            if not self._queue.is_stale(item, self._current_generation)
+        ]
+        entry.wants.clear()
+        for item in live:
+            self._push(entry, item)
+            self._queue.push_item(item)
+        if not live and entry.pins:
+            # A live request still pins it, but no view queued it: queue it as needed.
+            item = self._queue.make(
+                entry.key,
+                load_class=LoadClass.NEEDED,
+                level=0,
+                distance=0.0,
+                view=None,
+                generation=0,
+                cost=entry.cost,
+            )
+            self._push(entry, item)
+            self._queue.push_item(item)
+        if entry.queue_items == 0:
+            self._park(entry)  # parks (or re-queues) the derived chunks waiting for it
 
     def _current_generation(self, view: Hashable) -> int | None:
         return self._generations.get(view)
@@ -969,8 +1216,7 @@ class ChunkCache:
             return 0
         entry.error = None
         self._transition(entry, ChunkState.QUEUED, "retry", outbox)
-        self._push(entry)
-        self._queue.push(
+        item = self._queue.make(
             entry.key,
             load_class=LoadClass.NEEDED,
             level=0,
@@ -979,6 +1225,8 @@ class ChunkCache:
             generation=0,
             cost=entry.cost,
         )
+        self._push(entry, item)
+        self._queue.push_item(item)
         count = 1
         if entry.derived:
             # It failed because an input did, typically: retrying it alone would fail again.
@@ -1047,14 +1295,15 @@ class ChunkCache:
                 else:
                     raw = cast("DerivedSource", entry.source).combine(entry.coords, inputs)
                 data = _checked(entry, raw)
-            except Exception as error:
+            except (Exception, asyncio.CancelledError) as error:  # the latter is no Exception
                 entry = self._finish_load(entry, None, error)
             else:
                 entry = self._finish_load(entry, data, None)
 
-    def _push(self, entry: _Entry) -> None:
-        """Account for one more queue item naming `entry` (the caller pushes it)."""
+    def _push(self, entry: _Entry, item: QueueItem) -> None:
+        """Account for one more queue item naming `entry` (the caller pushes `item`)."""
         entry.queue_items += 1
+        entry.wants[item.view] = item
         self._parked.discard(entry.key)
 
     def _spawn_then_work(self, others: int) -> None:
@@ -1084,8 +1333,11 @@ class ChunkCache:
                     and not self._gather(entry, item, outbox)
                 ):
                     continue  # deferred until its inputs land, or failed
-                self._transition(entry, ChunkState.LOADING, "started", outbox)
+                reason = getattr(entry.source, "load_reason", None) or "started"
+                self._transition(entry, ChunkState.LOADING, reason, outbox)
                 entry.started = time.perf_counter()
+                entry.cancelled = False
+                self._loading[entry.key] = entry
                 return entry
         self._active_tasks -= 1
         return None
@@ -1118,7 +1370,7 @@ class ChunkCache:
             if found.state is ChunkState.READY:
                 assert found.data is not None
                 record.gathered[key] = found.data
-                self._lru.move_to_end(key)
+                self._touch(key)
                 del record.missing[key]
                 self._forget_dependent(key, entry.key)
             elif found.state is ChunkState.FAILED:
@@ -1162,6 +1414,7 @@ class ChunkCache:
         dropped), unless queued again meanwhile; then they re-gather when taken.
         """
         self._parked.add(entry.key)
+        entry.wants.clear()
         self._drop_deferred(entry)
         for key in self._dependents.pop(entry.key, {}):
             dependent = self._entries[key]
@@ -1172,7 +1425,7 @@ class ChunkCache:
             if self._queue.is_stale(record.item, self._current_generation):
                 self._park(dependent)
             else:  # still wanted: queue it again, it re-queues its inputs
-                self._push(dependent)
+                self._push(dependent, record.item)
                 self._queue.push_item(record.item)
 
     def _fail_unstarted(self, entry: _Entry, error: BaseException, outbox: _Outbox) -> None:
@@ -1184,12 +1437,26 @@ class ChunkCache:
     def _finish_load(
         self, entry: _Entry, data: np.ndarray[Any, Any] | None, error: BaseException | None
     ) -> _Entry | None:
-        """Record a load's outcome; returns the next chunk for this worker, if it continues."""
+        """Record a load's outcome; returns the next chunk for this worker, if it continues.
+
+        After `close` the outcome is dropped and the worker stops.
+        """
         outbox = _Outbox()
         with self._lock:
-            self._latencies.append(time.perf_counter() - entry.started)
+            if self._closed:
+                return None
             entry.inputs = None
-            self._complete(entry, data, error, outbox)
+            del self._loading[entry.key]
+            if entry.key in self._stalled:
+                self._stalled.discard(entry.key)
+                self._active_tasks += 1  # counts again; retires below if over `concurrency`
+            # After a cancel the cache asked for, any error is the cancel's doing: a
+            # FAILED chunk would stay failed although only the user's view moved on.
+            if error is not None and (entry.cancelled or _is_cancellation(error)):
+                self._return_cancelled(entry, outbox)
+            else:
+                self._latencies.append(time.perf_counter() - entry.started)
+                self._complete(entry, data, error, outbox)
             if self._one_load_per_task:
                 self._active_tasks -= 1
                 following = None
@@ -1207,6 +1474,8 @@ class ChunkCache:
         outbox: _Outbox,
     ) -> None:
         """Move a LOADING chunk to READY (`data`) or FAILED (`error`) and tell who waits."""
+        entry.wants.clear()
+        entry.cancelled = False
         if data is not None:
             data.flags.writeable = False
             entry.data = data
@@ -1214,9 +1483,10 @@ class ChunkCache:
             self._transition(entry, ChunkState.READY, "loaded", outbox)
             self._loads += 1
             self._resident += entry.nbytes
-            self._lru[entry.key] = None
             if entry.pins:
                 self._pinned += entry.nbytes
+            else:
+                self._lru[entry.key] = None
         else:
             entry.error = error
             self._transition(entry, ChunkState.FAILED, f"failed: {error}", outbox)
@@ -1238,7 +1508,7 @@ class ChunkCache:
             if not record.missing:
                 del self._deferred[key]
                 dependent.inputs = record.gathered
-                self._push(dependent)
+                self._push(dependent, record.item)
                 self._queue.push_item(record.item)
         if data is not None:
             self._evict_over_limit(outbox)
@@ -1281,12 +1551,92 @@ class ChunkCache:
             # Starting a pool thread costs ~1 ms; 32 of them would stall the requesting
             # thread (napari's main thread). The first worker starts the others.
             self._executor.submit(functools.partial(self._spawn_then_work, outbox.starts - 1))
+        if outbox.watchdog is not None:
+            outbox.watchdog.start()
+        _cancel_loads(outbox.cancels)
 
 
-def _check_concurrency(value: int) -> int:
-    if int(value) < 1:
-        raise ValueError(f"concurrency must be >= 1, got {value}")
+def _check_int(name: str, value: object, minimum: int) -> int:
+    # bool is an int to Python, but `concurrency=True` is a mistake, not 1.
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(
+            f"{name} must be an int >= {minimum}, got {value!r} ({type(value).__name__})"
+        )
+    if value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
     return int(value)
+
+
+def check_concurrency(value: object) -> int:
+    """`value` as a valid `concurrency`: an int >= 1 (bool, float and str are refused).
+
+    Bad values are programming errors, so they raise Python's builtin
+    `TypeError` (wrong type) or `ValueError` (out of range), naming the argument.
+
+    Examples
+    --------
+    >>> check_concurrency(4)
+    4
+    >>> check_concurrency(2.5)
+    Traceback (most recent call last):
+    ...
+    TypeError: concurrency must be an int >= 1, got 2.5 (float)
+    >>> check_concurrency(0)
+    Traceback (most recent call last):
+    ...
+    ValueError: concurrency must be an int >= 1, got 0
+    """
+    return _check_int("concurrency", value, 1)
+
+
+def check_total_bytes_limit(value: object) -> int:
+    """`value` as a valid `total_bytes_limit`: an int >= 0 (NaN, inf, floats, str refused).
+
+    Raises `TypeError` or `ValueError` naming the argument, as `check_concurrency`.
+
+    Examples
+    --------
+    >>> check_total_bytes_limit(1 << 20)
+    1048576
+    >>> check_total_bytes_limit(float("inf"))
+    Traceback (most recent call last):
+    ...
+    TypeError: total_bytes_limit must be an int >= 0, got inf (float)
+    """
+    return _check_int("total_bytes_limit", value, 0)
+
+
+def _cancellable(entry: _Entry) -> bool:
+    """Whether a LOADING chunk's read can be cancelled (its source is a `CancellableSource`).
+
+    Duck-typed like `is_derived` (cheaper than a runtime protocol check); a
+    derived chunk's `combine` has no cancel hook.
+    """
+    return not entry.derived and callable(getattr(entry.source, "cancel_load", None))
+
+
+def _cancel_loads(entries: Iterable[_Entry]) -> None:
+    """Ask the sources to cancel these reads (without the cache lock)."""
+    for entry in entries:
+        try:
+            cast("CancellableSource", entry.source).cancel_load(entry.coords)
+        except Exception:  # a failed cancel only means the read runs to its end
+            logging.getLogger(__name__).exception("cancel_load(%s) failed", entry.key)
+
+
+def _is_cancellation(error: BaseException) -> bool:
+    """Whether a load failed because it was cancelled: `LoadCancelledError` (maybe
+    wrapped), or the cancellation of the asyncio task or future it waited on."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(
+            current, LoadCancelledError | asyncio.CancelledError | futures.CancelledError
+        ):
+            return True
+        seen.add(id(current))
+        current = current.__cause__
+    return False
 
 
 def _checked(entry: _Entry, data: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:

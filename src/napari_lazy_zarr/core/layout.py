@@ -19,22 +19,20 @@ one error class per cause.
 
 from __future__ import annotations
 
-import http.client
 import json
 import math
 import os
 import re
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
-from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import zarr
 import zarr.errors
 import zarr.storage
+from zarr.abc.store import RangeByteRequest
 
 from napari_lazy_zarr.core.errors import (
     LazyZarrError,
@@ -43,6 +41,7 @@ from napari_lazy_zarr.core.errors import (
     StoreNotFoundError,
     UnsupportedDataError,
 )
+from napari_lazy_zarr.core.http_store import HttpStore
 from napari_lazy_zarr.core.manifest import (
     STACK_SUFFIX,
     ManifestSource,
@@ -51,8 +50,10 @@ from napari_lazy_zarr.core.manifest import (
     read_stack_file,
     reference_file_kind,
 )
+from napari_lazy_zarr.core.retry import NO_RETRY, Timeouts
 from napari_lazy_zarr.core.zarr_source import (
     _METADATA_FILES,
+    MAX_METADATA_BYTES,
     ZarrChunkSource,
     _check_local,
     _check_safe,
@@ -228,23 +229,31 @@ def looks_like_zarr(path: str | os.PathLike[str], *, timeout: float = _PROBE_TIM
 
 
 def _serves_zarr_metadata(url: str, timeout: float) -> bool:
-    """Whether the http(s) `url` serves zarr metadata (bounded in time; never raises)."""
-    parts = urlsplit(url)
-    base = parts.path.rstrip("/")
+    """Whether the http(s) `url` serves zarr metadata (bounded in time and bytes; never raises).
+
+    Each document is asked for by range (its first `_PROBE_BYTES`) through
+    `HttpStore`, within what is left of `timeout`, never retried.
+    """
     deadline = time.monotonic() + timeout
-    # No proxy from the environment: the reader's fsspec/aiohttp store uses none either.
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     for name in _METADATA_FILES:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return False
-        document = urlunsplit(parts._replace(path=f"{base}/{name}", fragment=""))
+        store = HttpStore(
+            url,
+            timeouts=Timeouts(connect=remaining, read=remaining, total=remaining),
+            retry=NO_RETRY,
+            max_body_bytes=MAX_METADATA_BYTES,  # a server that ignores the range
+        )
         try:
-            with opener.open(document, timeout=remaining) as response:
-                head = response.read(_PROBE_BYTES)
-        except (OSError, ValueError, http.client.HTTPException):
-            continue  # absent (404), refused, timed out, or not a URL urllib can fetch
-        if _is_zarr_document(head, zarr_format=3 if name == "zarr.json" else 2):
+            head = store.get_sync(name, byte_range=RangeByteRequest(0, _PROBE_BYTES))
+        except (LazyZarrError, OSError, ValueError):
+            continue  # refused, timed out, too large, or not a URL it can fetch
+        finally:
+            store.close()
+        if head is not None and _is_zarr_document(
+            head.to_bytes(), zarr_format=3 if name == "zarr.json" else 2
+        ):
             return True
     return False
 

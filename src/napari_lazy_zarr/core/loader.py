@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import threading
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.state import ChunkKey
 
 __all__ = [
+    "DaemonExecutor",
     "Executor",
     "InlineExecutor",
     "LoadClass",
@@ -70,6 +72,93 @@ class InlineExecutor:
                 pending.popleft()()
         finally:
             self._local.pending = None
+
+
+class DaemonExecutor:
+    """Runs submitted tasks on daemon threads it starts on demand and lets idle ones go.
+
+    `ChunkCache`'s own workers. Unlike `concurrent.futures.ThreadPoolExecutor`,
+    nothing ever waits for a running task: `shutdown` returns at once, and the
+    interpreter exits with tasks still running (its threads are daemons and it
+    registers no exit hook), so a read stuck in storage cannot hold up
+    `ChunkCache.close` or the end of the program. The caller bounds how many
+    tasks run at once; `max_workers` is only a safety net.
+
+    Thread contract: `submit` and `shutdown` may be called from any thread.
+
+    Examples
+    --------
+    >>> done = threading.Event()
+    >>> executor = DaemonExecutor()
+    >>> executor.submit(done.set)
+    >>> done.wait(timeout=10)
+    True
+    >>> executor.shutdown()
+    >>> executor.submit(done.set)  # after shutdown: dropped
+    """
+
+    def __init__(
+        self,
+        max_workers: int = 256,
+        *,
+        name: str = "lazy-zarr-load",
+        idle_seconds: float = 10.0,
+    ) -> None:
+        self._max_workers = max_workers
+        self._name = name
+        self._idle_seconds = idle_seconds
+        self._condition = threading.Condition(threading.Lock())
+        self._tasks: deque[Callable[[], Any]] = deque()
+        self._threads = 0
+        self._idle = 0
+        self._shutdown = False
+
+    @property
+    def threads(self) -> int:
+        """Threads alive now (running a task or idle)."""
+        with self._condition:
+            return self._threads
+
+    def submit(self, fn: Callable[[], Any], /) -> None:
+        """Run `fn()` on a worker thread soon; dropped after `shutdown`."""
+        with self._condition:
+            if self._shutdown:
+                return
+            self._tasks.append(fn)
+            if len(self._tasks) > self._idle and self._threads < self._max_workers:
+                self._threads += 1
+                start = True
+            else:
+                self._condition.notify()
+                start = False
+        if start:
+            # Started outside the lock: a thread start costs ~0.1-1 ms.
+            threading.Thread(target=self._run, name=self._name, daemon=True).start()
+
+    def shutdown(self) -> None:
+        """Drop the tasks not yet started and let every thread end; never waits."""
+        with self._condition:
+            self._shutdown = True
+            self._tasks.clear()
+            self._condition.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._condition:
+                while not self._tasks and not self._shutdown:
+                    self._idle += 1
+                    woken = self._condition.wait(self._idle_seconds)
+                    self._idle -= 1
+                    if not woken and not self._tasks:
+                        break  # idle too long: a quiet cache holds no threads
+                if not self._tasks:
+                    self._threads -= 1
+                    return
+                task = self._tasks.popleft()
+            try:
+                task()
+            except BaseException:  # a task's bug must not kill the thread uncounted
+                logging.getLogger(__name__).exception("a chunk loading task failed")
 
 
 class ManualExecutor:
@@ -214,6 +303,29 @@ class PriorityQueue:
     def __len__(self) -> int:
         return len(self._heap)
 
+    def make(
+        self,
+        key: ChunkKey,
+        *,
+        load_class: LoadClass,
+        level: int,
+        distance: float,
+        view: Hashable,
+        generation: int,
+        cost: int = 1,
+    ) -> QueueItem:
+        """A new item for a load of `key` (numbered in push order), not queued yet."""
+        return QueueItem(
+            int(load_class),
+            cost_rank(cost),
+            -level,
+            distance,
+            next(self._sequence),
+            key,
+            view,
+            generation,
+        )
+
     def push(
         self,
         key: ChunkKey,
@@ -226,15 +338,14 @@ class PriorityQueue:
         cost: int = 1,
     ) -> QueueItem:
         """Queue a load of `key`; `cost` is in stored chunk reads (1 for a stored chunk)."""
-        item = QueueItem(
-            int(load_class),
-            cost_rank(cost),
-            -level,
-            distance,
-            next(self._sequence),
+        item = self.make(
             key,
-            view,
-            generation,
+            load_class=load_class,
+            level=level,
+            distance=distance,
+            view=view,
+            generation=generation,
+            cost=cost,
         )
         heapq.heappush(self._heap, item)
         return item

@@ -23,6 +23,14 @@ file), or one given in Python. A protocol allowed in general still does not
 reach loopback, link-local or private addresses: those must be named. A
 reference file from elsewhere must not make the viewer read, and show,
 arbitrary files of the person opening it, nor probe the network it sits on.
+
+Every read is bounded, whatever the files say (see `ManifestStore`): only
+regular files are read (`core.bounds`: a FIFO or a device named anywhere is
+refused at once), reference and stack files up to a size cap and a JSON depth
+limit, each reference up to its key's byte cap (checked before reading or
+decoding) and, when remote, within `Timeouts`. A referenced file changed since
+the references were opened is refused, never served torn or under the old
+version's identity.
 """
 
 from __future__ import annotations
@@ -30,19 +38,24 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import email.utils
+import hashlib
+import http.client
 import ipaddress
-import json
+import math
 import os
 import posixpath
 import re
 import socket
 import sys
 import threading
+import time
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn
 from urllib.parse import unquote, urlsplit
 
+import numpy as np
 import zarr
 from zarr.abc.store import (
     ByteRequest,
@@ -53,9 +66,11 @@ from zarr.abc.store import (
 )
 from zarr.core.buffer import default_buffer_prototype
 
+from napari_lazy_zarr.core.bounds import FileStamp, load_json, read_regular_file, read_stamped
 from napari_lazy_zarr.core.composite import ConcatSource, StackSource
 from napari_lazy_zarr.core.errors import (
     ChunkReadError,
+    LoadTimeoutError,
     MetadataError,
     NotAZarrStoreError,
     ReadOnlyError,
@@ -63,8 +78,11 @@ from napari_lazy_zarr.core.errors import (
     UnsafeDataError,
     UnsupportedDataError,
 )
+from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS, RetryPolicy, Timeouts
 from napari_lazy_zarr.core.zarr_source import (
+    MAX_METADATA_BYTES,
     ZarrChunkSource,
+    ZarrIdentity,
     _check_document,
     _group_arrays,
     _is_url,
@@ -73,14 +91,16 @@ from napari_lazy_zarr.core.zarr_source import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+    from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Mapping
 
     from zarr.core.buffer import Buffer, BufferPrototype
 
 __all__ = [
     "ALLOWED_REMOTES_VARIABLE",
     "ALLOWED_ROOTS_VARIABLE",
+    "MAX_MANIFEST_BYTES",
     "SETTINGS_VARIABLE",
+    "ManifestIdentity",
     "ManifestSource",
     "ManifestStore",
     "ReferencePolicy",
@@ -101,14 +121,19 @@ _METADATA_KEYS: Final = frozenset({".zarray", ".zgroup", "zarr.json", ".zmetadat
 _TEMPLATE: Final = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _SNIFF_BYTES: Final = 1 << 16
 _KERCHUNK_MARKERS: Final = (b'"refs"', b'.zarray"', b'.zgroup"', b'zarr.json"')
+_METADATA_RETRY: Final = RetryPolicy()  # metadata read at open, retried as chunks are
+MAX_MANIFEST_BYTES: Final = 256 << 20
+"""Reference files larger than this are refused (kerchunk's output for a million chunks is
+~100 MB; parsed, it takes several times that in memory)."""
 
 
 def reference_file_kind(path: str | os.PathLike[str]) -> ReferenceFileKind | None:
     """``"stack"`` for a ``*.zstack.json`` file, ``"kerchunk"`` for kerchunk references, else None.
 
-    Cheap (a ``stat`` and at most 64 KiB read) and never raises: a JSON file
-    is taken for kerchunk references when it starts like a JSON object naming
-    ``refs`` or zarr metadata keys. Nothing is validated here.
+    Cheap (a ``stat`` and at most 64 KiB read) and never raises nor blocks: a
+    JSON file is taken for kerchunk references when it is a regular file that
+    starts like a JSON object naming ``refs`` or zarr metadata keys (a FIFO or
+    a device named ``*.json`` is None). Nothing is validated here.
 
     Examples
     --------
@@ -126,8 +151,7 @@ def reference_file_kind(path: str | os.PathLike[str]) -> ReferenceFileKind | Non
             return None
         if lower.endswith(STACK_SUFFIX):
             return "stack"
-        with open(location, "rb") as handle:
-            head = handle.read(_SNIFF_BYTES)
+        head = read_regular_file(location, limit=_SNIFF_BYTES, length=_SNIFF_BYTES)
         if head.lstrip().startswith(b"{") and any(m in head for m in _KERCHUNK_MARKERS):
             return "kerchunk"
         return None
@@ -135,19 +159,27 @@ def reference_file_kind(path: str | os.PathLike[str]) -> ReferenceFileKind | Non
         return None
 
 
-def _read_json(location: str, what: str) -> dict[str, Any]:
-    try:
-        with open(location, "rb") as handle:
-            document = json.loads(handle.read())
-    except FileNotFoundError as error:
-        raise StoreNotFoundError(f"{location}: no such file") from error
-    except OSError as error:
-        raise MetadataError(f"{location}: cannot read the {what}: {error}") from error
-    except ValueError as error:
-        raise MetadataError(f"{location}: malformed JSON in the {what}: {error}") from error
+def _read_json(location: str, what: str, limit: int) -> tuple[dict[str, Any], bytes]:
+    """A JSON object from a small local file (a manifest, a stack file), with its bytes.
+
+    Read as every local file is (`bounds.read_regular_file`: a regular file
+    only, at most `limit` bytes, never torn) and parsed with a depth limit
+    (`bounds.load_json`).
+
+    Raises
+    ------
+    StoreNotFoundError
+        No such file.
+    MetadataError
+        Not a regular file (a FIFO, a device, a directory), larger than
+        `limit`, malformed or too deeply nested JSON, or not an object; the
+        message names the file.
+    """
+    raw = read_regular_file(location, limit=limit, error=MetadataError)
+    document = load_json(raw, where=f"{location}: the {what}")
     if not isinstance(document, dict):
         raise MetadataError(f"{location}: the {what} is not a JSON object")
-    return document
+    return document, raw
 
 
 # -- where references may point -----------------------------------------------
@@ -651,21 +683,324 @@ def _window(length: int, byte_range: ByteRequest | None) -> tuple[int, int]:
     raise TypeError(f"unexpected byte range {byte_range!r}")
 
 
-def _read_bytes(target: _Target, start: int, count: int) -> bytes:
-    if target.remote:
-        filesystem, path = _remote(target.path)
-        data: bytes = filesystem.cat_file(path, start=start, end=start + count)
-        return data
-    with open(target.path, "rb") as handle:
-        handle.seek(start)
-        return handle.read(count)
+@dataclass(frozen=True, slots=True)
+class _Inline:
+    """Inline data as the manifest writes it; decoded once its key's cap is known."""
+
+    text: str
+    base64: bool
 
 
-def _size(target: _Target) -> int:
-    if target.remote:
-        filesystem, path = _remote(target.path)
-        return int(filesystem.size(path))
-    return os.path.getsize(target.path)
+@dataclass(frozen=True, slots=True)
+class _Refused:
+    """A key whose value is refused without reading (too large): reading it fails with `reason`."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Cap:
+    """The most bytes a key's value may hold, and what sets it (for messages)."""
+
+    size: int
+    what: str
+
+    def refusal(self, holding: str, count: int) -> str:
+        return f"{holding} {count:,} bytes, more than {self.what} ({self.size:,}); refused"
+
+
+class _TooLargeError(OSError):
+    """A referenced value is larger than its key's cap (found before reading it)."""
+
+
+def _is_metadata(key: str) -> bool:
+    return key.rsplit("/", 1)[-1] in _METADATA_KEYS
+
+
+def _version_of(path: str) -> FileStamp | None:
+    """A local file's version now (None if it cannot be stat'ed: its read will say why)."""
+    try:
+        return FileStamp.of(os.stat(path))
+    except (OSError, ValueError):
+        return None
+
+
+def _chunk_cap(document: dict[str, Any]) -> int | None:
+    """The byte cap of one stored chunk (a shard, when sharded) of the array `document` describes.
+
+    Twice the chunk's decoded size plus 1 MiB, as `ZarrChunkSource` allows a
+    chunk file; None for a group, or a document that does not say (zarr-python
+    refuses to open those). An irregular chunk grid is capped by the whole array.
+
+    Examples
+    --------
+    >>> _chunk_cap({"zarr_format": 2, "shape": [100, 100], "chunks": [10, 10], "dtype": "<u2"})
+    1048976
+    >>> _chunk_cap({"zarr_format": 3, "node_type": "group"}) is None
+    True
+    """
+    if document.get("zarr_format") == 3:
+        if document.get("node_type") != "array":
+            return None
+        grid = document.get("chunk_grid")
+        grid = grid if isinstance(grid, dict) else {}
+        configuration = grid.get("configuration")
+        if grid.get("name") == "regular" and isinstance(configuration, dict):
+            shape = configuration.get("chunk_shape")
+        else:
+            shape = document.get("shape")
+        dtype = document.get("data_type")
+        name = dtype.get("name") if isinstance(dtype, dict) else dtype
+    else:
+        shape, name = document.get("chunks"), document.get("dtype")
+    if not (
+        isinstance(shape, list)
+        and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)
+    ):
+        return None
+    return 2 * math.prod(shape) * _itemsize(name) + (1 << 20)
+
+
+def _itemsize(name: Any) -> int:
+    """Bytes per element of a zarr dtype; 16 (the largest numeric one) when NumPy cannot tell."""
+    if isinstance(name, str):
+        if re.fullmatch(r"r[0-9]+", name):  # raw bits (v3)
+            return max(1, int(name[1:]) // 8)
+        try:
+            return max(1, np.dtype(name).itemsize)
+        except Exception:  # not a NumPy dtype name: the generous default
+            pass
+    return 16
+
+
+def _read_local(
+    path: str,
+    offset: int,
+    length: int | None,
+    byte_range: ByteRequest | None,
+    cap: _Cap,
+    opened: FileStamp | None,
+    timeout: float,
+) -> bytes:
+    """What `byte_range` asks of `length` bytes at `offset` of a local file (None: all of it).
+
+    Read as every local file is (`bounds.read_stamped`: a regular file only,
+    at most `cap` bytes, re-read if it changes while it is read, never torn),
+    and only as it was when the references were opened (`opened`: its stamp
+    then, None if it could not be stat'ed): a file changed since is refused.
+    Its offsets may describe the old file, and the source's identity is the
+    old version; opening the references again reads the new one.
+    """
+    if length is None:  # a whole file: `byte_range` applies to the file itself
+        start, count, suffix = 0, None, None
+        match byte_range:
+            case RangeByteRequest(start=first, end=end):
+                start, count = first, max(0, end - first)
+            case OffsetByteRequest(offset=first):
+                start = first
+            case SuffixByteRequest(suffix=last):
+                suffix = last
+        data, stamp = read_stamped(
+            path, limit=cap.size, offset=start, length=count, suffix=suffix, timeout=timeout
+        )
+    else:
+        start, stop = _window(length, byte_range)
+        data, stamp = read_stamped(
+            path, limit=cap.size, offset=offset + start, length=stop - start, timeout=timeout
+        )
+        if len(data) != stop - start and stamp == opened:
+            raise OSError(
+                f"{path} holds {len(data)} of the {stop - start} bytes at offset "
+                f"{offset + start} (the file is shorter than the reference)"
+            )
+    if stamp != opened:
+        then = "did not exist or could not be read" if opened is None else "was different"
+        raise OSError(
+            f"{path} changed since the references were opened (it {then} then): its byte "
+            "offsets may describe the old file; open the references again"
+        )
+    return data
+
+
+def _read_remote(
+    url: str,
+    offset: int,
+    length: int | None,
+    byte_range: ByteRequest | None,
+    cap: _Cap,
+    timeouts: Timeouts,
+) -> bytes:
+    """What `byte_range` asks of a remote reference, within `cap` bytes and `timeouts`.
+
+    A byte range is fetched as asked; a whole file (`length` None) is fetched
+    whole, at most `cap` bytes, and then windowed.
+    """
+    get = _http_get if url.split("://", 1)[0].lower() in ("http", "https") else _fsspec_get
+    if length is None:
+        whole = get(url, offset, None, cap, timeouts)
+        start, stop = _window(len(whole), byte_range)
+        return whole[start:stop]
+    start, stop = _window(length, byte_range)
+    if stop == start:
+        return b""
+    data = get(url, offset + start, stop - start, cap, timeouts)
+    if len(data) != stop - start:
+        raise OSError(
+            f"{url} holds {len(data)} of the {stop - start} bytes at offset {offset + start} "
+            "(the file is shorter than the reference)"
+        )
+    return data
+
+
+class _HttpStatusError(OSError):
+    """An HTTP error status: `status` and `retry_after` (seconds) say if and when to retry."""
+
+    def __init__(self, message: str, status: int, retry_after: float | None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+
+def _retry_after(value: str | None) -> float | None:
+    """A ``Retry-After`` header in seconds (delta-seconds or an HTTP date), else None."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _http_get(url: str, start: int, count: int | None, cap: _Cap, timeouts: Timeouts) -> bytes:
+    """`count` bytes of `url` from `start` (None: to its end, at most `cap`), with time caps.
+
+    One ``GET`` with a ``Range`` header and no content coding: a declared
+    length over what was asked is refused before the body is read, a body is
+    read no further than asked, a compressed answer is refused, and redirects
+    are not followed (they could lead where the policy does not allow).
+    `timeouts` caps connecting, every wait for data, and the whole request
+    (`TimeoutError`, which `LoadTimeoutError` reports as retryable).
+    """
+    parts = urlsplit(url)
+    https = parts.scheme.lower() == "https"
+    kind = http.client.HTTPSConnection if https else http.client.HTTPConnection
+    connect = min(timeouts.connect, timeouts.total)
+    connection = kind(parts.hostname or "", parts.port, timeout=connect)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    wanted = cap.size + 1 if count is None else count
+    deadline = time.monotonic() + timeouts.total
+    phase = f"could not connect within {connect:g} s"
+    late = f"{url}: no complete answer within {timeouts.total:g} s"
+
+    def wait() -> float:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(late)
+        return min(timeouts.read, left)
+
+    response: http.client.HTTPResponse | None = None
+    try:
+        headers = {"Range": f"bytes={start}-{'' if count is None else start + count - 1}"}
+        connection.request("GET", target, headers={**headers, "Accept-Encoding": "identity"})
+        sock = connection.sock
+        assert sock is not None
+        phase = f"no data for {timeouts.read:g} s"
+        sock.settimeout(wait())
+        response = connection.getresponse()
+        _check_answer(url, response, start)
+        if response.status == 416:  # the range starts past the end: a short file
+            return b""
+        declared = response.getheader("Content-Length", "")
+        if declared.isdigit() and int(declared) > cap.size and count is None:
+            raise _TooLargeError(cap.refusal(f"{url} declares", int(declared)))
+        if declared.isdigit() and int(declared) > wanted and response.status == 206:
+            raise OSError(f"{url}: answers {int(declared):,} bytes for a range of {wanted:,}")
+        body = bytearray()
+        while len(body) < wanted:
+            sock.settimeout(wait())
+            # read1: what has arrived (read(n) would wait for all n, past the total cap)
+            piece = response.read1(min(wanted - len(body), 1 << 16))
+            if not piece:
+                break
+            body += piece
+    except TimeoutError as error:
+        overdue = time.monotonic() >= deadline - 0.01  # the socket's last wait was the rest
+        raise TimeoutError(late if overdue else f"{url}: {phase}") from error
+    except http.client.HTTPException as error:
+        raise OSError(f"{url}: {type(error).__name__}: {error}") from error
+    finally:
+        if response is not None:
+            response.close()
+        connection.close()
+    if count is None and len(body) > cap.size:
+        raise _TooLargeError(f"{url} holds more than {cap.what} ({cap.size:,}); refused")
+    return bytes(body)
+
+
+def _check_answer(url: str, response: http.client.HTTPResponse, start: int) -> None:
+    """Refuse an answer that is not (a range of) the file as stored."""
+    status = response.status
+    if status == 404:
+        raise FileNotFoundError(f"{url}: not found (HTTP 404)")
+    if status in (401, 403):
+        raise PermissionError(f"{url}: access denied (HTTP {status})")
+    if 300 <= status < 400:
+        raise OSError(
+            f"{url}: HTTP {status}: redirects to {response.getheader('Location')!r} are not "
+            "followed; a reference must name the data's own URL"
+        )
+    if status not in (200, 206, 416):
+        raise _HttpStatusError(
+            f"{url}: HTTP {status} {response.reason}",
+            status,
+            _retry_after(response.getheader("Retry-After")),
+        )
+    coding = (response.getheader("Content-Encoding") or "identity").strip().lower()
+    if coding != "identity":
+        raise OSError(
+            f"{url}: the answer is {coding!r}-encoded, though no encoding was accepted; refused "
+            "(a compressed body could expand without bound)"
+        )
+    if status == 200 and start > 0:
+        raise OSError(f"{url}: the server ignores range requests (HTTP 200 for bytes {start}-)")
+
+
+def _fsspec_get(url: str, start: int, count: int | None, cap: _Cap, timeouts: Timeouts) -> bytes:
+    """`count` bytes of `url` from `start` (None: to its end, at most `cap`) read with fsspec.
+
+    Only the bytes referenced are asked for; an asynchronous file system
+    (s3, gcs, ...) is given `timeouts.total` per call.
+    """
+    filesystem, path = _remote(url)
+
+    def call(method: str, *args: Any, **options: Any) -> Any:
+        if not getattr(filesystem, "async_impl", False):
+            return getattr(filesystem, method)(*args, **options)
+        from fsspec.asyn import sync  # type: ignore[import-untyped]
+
+        async def capped() -> Any:
+            job = getattr(filesystem, f"_{method}")(*args, **options)
+            return await asyncio.wait_for(job, timeouts.total)
+
+        try:
+            return sync(filesystem.loop, capped)
+        except TimeoutError as error:
+            raise TimeoutError(f"{url}: no complete answer within {timeouts.total:g} s") from error
+
+    if count is None:
+        size = int(call("size", path))
+        if size - start > cap.size:
+            raise _TooLargeError(cap.refusal(f"{url} holds from offset {start}", size - start))
+        count = size - start
+    data = bytes(call("cat_file", path, start=start, end=start + count))
+    if len(data) > count:
+        raise OSError(f"{url}: {len(data):,} bytes answered for a range of {count:,}")
+    return data
 
 
 def _remote(url: str) -> tuple[Any, str]:
@@ -688,10 +1023,22 @@ class ManifestStore(Store):
     kerchunk. Reads are synchronous file reads, so zarr's fused codec
     pipeline decodes in the calling worker thread; thread-safe.
 
+    Every read is bounded. Only regular files are read (the manifest too;
+    a FIFO or a device is refused at once, never waited on). A key's value
+    may hold at most: for metadata documents, ``MAX_METADATA_BYTES``; for
+    an array's chunk (or shard), twice its decoded size plus 1 MiB, as
+    `ZarrChunkSource` allows a chunk file. A reference (``[url, offset,
+    length]``, a whole file ``[url]``, inline or base64 data) over its key's
+    cap is refused before it is read, naming the key; remote references are
+    read within the cap and `timeouts`. A referenced local file is read as it
+    was when the store was made: one changed since, before or while a read,
+    is refused, never served torn (its offsets may describe the old file;
+    open the manifest again to read the new one).
+
     Parameters
     ----------
     manifest
-        The reference JSON file.
+        The reference JSON file (at most `MAX_MANIFEST_BYTES`).
     policy
         Where references may point beyond the manifest's folder (default: the
         user's settings, `ReferencePolicy.from_settings`, read only if a
@@ -700,19 +1047,42 @@ class ManifestStore(Store):
         Also allow local references anywhere.
     allow_protocols
         Also allow these protocols (``"s3"``, ``"https"``) or locations
-        (``"https://example.org"``), read with fsspec.
+        (``"https://example.org"``): ``http``/``https`` read with capped
+        requests of our own, other protocols with fsspec.
+    timeouts
+        Time caps of one remote read (connect, idle read, total); a read over
+        a cap raises `LoadTimeoutError`, which is retried as transient.
 
     Raises
     ------
     StoreNotFoundError, MetadataError
-        The file is missing, not JSON, or malformed as references (or the
-        settings file is malformed, when it is needed).
+        The file is missing, not a regular file, too large, not JSON (or
+        nested too deeply), or malformed as references (or the settings file
+        is malformed, when it is needed), or a metadata document cannot be
+        read within its cap.
     UnsafeDataError
         A reference is not allowed (the message names the manifest, the key,
         the reference, and how to allow it), or the metadata names a pickle
         codec or an object dtype.
     UnsupportedDataError
         Generated references (``gen``) or an unknown version.
+
+    Examples
+    --------
+    >>> import json, os, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> zarray = {"zarr_format": 2, "shape": [4, 4], "chunks": [2, 4], "dtype": "<u2",
+    ...           "compressor": None, "filters": None, "fill_value": 0, "order": "C"}
+    >>> refs = {".zarray": json.dumps(zarray), "0.0": ["pixels.raw", 0, 1 << 30]}
+    >>> with open(os.path.join(folder, "big.json"), "w") as handle:
+    ...     json.dump({"version": 1, "refs": refs}, handle)
+    >>> store = ManifestStore(os.path.join(folder, "big.json"))
+    >>> try:
+    ...     store.get_sync("0.0")
+    ... except ChunkReadError as error:
+    ...     print(str(error).split(": ", 2)[2])  # doctest: +NORMALIZE_WHITESPACE
+    reference ['pixels.raw', 0, 1073741824] asks 1,073,741,824 bytes, more than any
+    encoding of the chunk could take (1,048,608); refused before reading
     """
 
     supports_writes: bool = False
@@ -726,40 +1096,80 @@ class ManifestStore(Store):
         policy: ReferencePolicy | None = None,
         allow_outside: bool = False,
         allow_protocols: Iterable[str] = (),
+        timeouts: Timeouts = DEFAULT_TIMEOUTS,
     ) -> None:
         super().__init__(read_only=True)
+        if not isinstance(timeouts, Timeouts):
+            raise TypeError(f"timeouts must be a Timeouts, got {timeouts!r}")
         self._manifest = os.fspath(manifest)
+        self._timeouts = timeouts
         protocols = tuple(allow_protocols)
         self._options = (policy, bool(allow_outside), tuple(sorted(protocols)))
-        references, templates = _references(self._manifest, _read_json(self._manifest, "manifest"))
+        document, raw = _read_json(self._manifest, "manifest", MAX_MANIFEST_BYTES)
+        references, templates = _references(self._manifest, document)
         resolver = _Resolver(self._manifest, _policy_source(policy, allow_outside, protocols))
-        self._entries: dict[str, bytes | _Range] = {
+        self._entries: dict[str, bytes | _Range | _Inline | _Refused] = {
             key: self._entry(key, value, templates, resolver) for key, value in references.items()
         }
+        del document, references  # the parsed manifest: can be large, and is no longer needed
+        # The referenced files' versions now: reads check them, and they are the identity.
+        self._opened = {
+            path: _version_of(path)
+            for path in sorted(
+                {e.target.path for e in self._entries.values() if isinstance(e, _Range)}
+            )
+            if not _is_url(path)
+        }
+        self._caps: dict[str, int] = {}  # array path -> cap of one stored chunk (bytes)
+        metadata = [key for key in self._entries if _is_metadata(key)]
+        for key in metadata:
+            self._decode_inline(key)
+            cap = _chunk_cap(self._vet_metadata(key))
+            if cap is not None:
+                self._caps[key.rpartition("/")[0]] = cap
         for key in self._entries:
-            if key.rsplit("/", 1)[-1] in _METADATA_KEYS:
-                self._vet_metadata(key)
+            self._decode_inline(key)
+        digest = hashlib.blake2b(raw, digest_size=16)
+        digest.update(repr(sorted(self._opened.items())).encode())
+        self._version = digest.hexdigest()
 
     @property
     def manifest(self) -> str:
         """The reference file's path."""
         return self._manifest
 
+    @property
+    def version(self) -> str:
+        """The manifest's version: a hash of its bytes and of the referenced local files'
+        sizes, modification times and inodes when the store was made (remote files: their
+        URLs only, as written in the manifest)."""
+        return self._version
+
+    @property
+    def timeouts(self) -> Timeouts:
+        """The time caps of one remote read."""
+        return self._timeouts
+
+    def _cap(self, key: str) -> _Cap:
+        """The most bytes `key`'s value may hold: its array's chunk cap, or the metadata cap."""
+        if not _is_metadata(key) and key.rsplit("/", 1)[-1] != ".zattrs":
+            parts = key.split("/")
+            for end in range(len(parts) - 1, -1, -1):
+                cap = self._caps.get("/".join(parts[:end]))
+                if cap is not None:
+                    return _Cap(cap, "any encoding of the chunk could take")
+        return _Cap(MAX_METADATA_BYTES, "a metadata document may take")
+
     def _entry(
         self, key: str, value: Any, templates: dict[str, str], resolver: _Resolver
-    ) -> bytes | _Range:
+    ) -> _Range | _Inline:
         where = f"key {key!r}"
         if not isinstance(key, str):
             raise MetadataError(f"{self._manifest}: reference key {key!r} is not a string")
         if isinstance(value, str):
-            if not value.startswith("base64:"):
-                return value.encode()
-            try:
-                return base64.b64decode(value[len("base64:") :], validate=True)
-            except (binascii.Error, ValueError) as error:
-                raise MetadataError(
-                    f"{self._manifest}: {where}: malformed base64: {error}"
-                ) from error
+            if value.startswith("base64:"):
+                return _Inline(value[len("base64:") :], base64=True)
+            return _Inline(value, base64=False)
         if isinstance(value, list) and value and value[0] is None:
             raise MetadataError(
                 f"{self._manifest}: {where}: reference {value!r} names no file (kerchunk "
@@ -781,6 +1191,30 @@ class ManifestStore(Store):
             return _Range(target, 0, None, value[0])
         return _Range(target, value[1], value[2], value[0])
 
+    def _decode_inline(self, key: str) -> None:
+        """Inline data as bytes, or refused if its size (known before decoding) is over the cap."""
+        entry = self._entries[key]
+        if not isinstance(entry, _Inline):
+            return
+        cap = self._cap(key)
+        text = entry.text
+        # base64's decoded size follows from its length; plain text is at most 4 bytes a character.
+        size = len(text) // 4 * 3 - text[-2:].count("=") if entry.base64 else len(text)
+        if size > cap.size:
+            what = "base64 data decoding to" if entry.base64 else "inline data of"
+            self._entries[key] = _Refused(cap.refusal(what, size) + " before decoding")
+            return
+        try:
+            data = base64.b64decode(text, validate=True) if entry.base64 else text.encode()
+        except (binascii.Error, ValueError) as error:
+            raise MetadataError(
+                f"{self._manifest}: key {key!r}: malformed base64: {error}"
+            ) from error
+        if len(data) > cap.size:  # text of many-byte characters
+            self._entries[key] = _Refused(cap.refusal("inline data of", len(data)))
+            return
+        self._entries[key] = data
+
     def _render(self, url: str, templates: dict[str, str], where: str) -> str:
         if "{{" not in url:
             return url
@@ -796,41 +1230,61 @@ class ManifestStore(Store):
 
         return _TEMPLATE.sub(substitute, url)
 
-    def _vet_metadata(self, key: str) -> None:
-        raw = self._fetch(key, None)
-        assert raw is not None
+    def _vet_metadata(self, key: str) -> dict[str, Any]:
+        """Read, parse and vet a metadata document; zarr-python then reads these very bytes.
+
+        Read once (retried like a chunk when it fails transiently) and kept:
+        the file cannot change between the vetting and zarr's parsing.
+        """
         where = f"{self._manifest}: key {key!r}"
         try:
-            document = json.loads(raw)
-        except ValueError as error:
-            raise MetadataError(f"{where}: malformed JSON: {error}") from error
+            raw = _METADATA_RETRY.call(lambda: self._fetch(key, None))
+        except ChunkReadError as error:
+            detail = str(error).removeprefix(f"{where}: ")  # named once is enough
+            raise MetadataError(f"{where}: cannot read the metadata: {detail}") from error
+        assert raw is not None
+        document = load_json(raw, where=where)
         if not isinstance(document, dict):
             raise MetadataError(f"{where}: metadata is not a JSON object")
         _check_document(where, document)
+        self._entries[key] = raw
+        return document
 
     def _fetch(self, key: str, byte_range: ByteRequest | None) -> bytes | None:
         entry = self._entries.get(key)
         if entry is None:
             return None
+        where = f"{self._manifest}: key {key!r}"
         if isinstance(entry, bytes):
             start, stop = _window(len(entry), byte_range)
             return entry[start:stop]
-        try:
-            length = entry.length
-            if length is None:
-                length = _size(entry.target) - entry.offset
-            start, stop = _window(length, byte_range)
-            data = _read_bytes(entry.target, entry.offset + start, stop - start)
-            if len(data) != stop - start:
-                raise OSError(
-                    f"{entry.target.path} holds {len(data)} of the {stop - start} bytes "
-                    f"at offset {entry.offset + start} (the file is shorter than the reference)"
-                )
-        except OSError as error:
+        if isinstance(entry, _Refused):
+            raise ChunkReadError(f"{where}: {entry.reason}")
+        assert not isinstance(entry, _Inline), "inline data is decoded when the store is made"
+        cap = self._cap(key)
+        if entry.length is not None and entry.length > cap.size:
             raise ChunkReadError(
-                f"{self._manifest}: key {key!r}: reference {entry.text()}: {error}"
-            ) from error
-        return data
+                f"{where}: {cap.refusal(f'reference {entry.text()} asks', entry.length)} "
+                "before reading"
+            )
+        try:
+            if entry.target.remote:
+                return _read_remote(
+                    entry.target.path, entry.offset, entry.length, byte_range, cap, self._timeouts
+                )
+            return _read_local(
+                entry.target.path,
+                entry.offset,
+                entry.length,
+                byte_range,
+                cap,
+                self._opened.get(entry.target.path),
+                self._timeouts.total,
+            )
+        except TimeoutError as error:
+            raise LoadTimeoutError(f"{where}: reference {entry.text()}: {error}") from error
+        except OSError as error:
+            raise ChunkReadError(f"{where}: reference {entry.text()}: {error}") from error
 
     # -- the read surface zarr-python uses ------------------------------------
 
@@ -914,10 +1368,11 @@ class ManifestStore(Store):
             isinstance(other, ManifestStore)
             and other._manifest == self._manifest
             and other._options == self._options
+            and other._version == self._version
         )
 
     def __hash__(self) -> int:
-        return hash((ManifestStore, self._manifest, self._options))
+        return hash((ManifestStore, self._manifest, self._options, self._version))
 
     def __str__(self) -> str:
         return self._manifest
@@ -949,6 +1404,34 @@ def _references(location: str, document: dict[str, Any]) -> tuple[dict[str, Any]
     return references, templates
 
 
+@dataclass(frozen=True, slots=True)
+class ManifestIdentity:
+    """The identity of a `ManifestSource`: its zarr array's, and the manifest's version.
+
+    Shown as the array's location.
+
+    Attributes
+    ----------
+    array
+        The identity of the array the references describe, as a
+        `ZarrChunkSource` over them has it.
+    version
+        The manifest's version when the source was opened
+        (`ManifestStore.version`).
+
+    Examples
+    --------
+    >>> str(ManifestIdentity("refs.json/data", "6b1f"))
+    'refs.json/data'
+    """
+
+    array: Hashable
+    version: str
+
+    def __str__(self) -> str:
+        return str(self.array)
+
+
 class ManifestSource(ZarrChunkSource):
     """The array described by a kerchunk reference file, as a `ZarrChunkSource`.
 
@@ -962,8 +1445,13 @@ class ManifestSource(ZarrChunkSource):
         The reference JSON file.
     path
         The array's path among the references, when they describe a group.
-    policy, allow_outside, allow_protocols
-        Where references may point, as for `ManifestStore`.
+    policy, allow_outside, allow_protocols, timeouts
+        Where references may point and the time caps of remote reads, as for
+        `ManifestStore`.
+
+    Its `identity` (a `ManifestIdentity`) includes the manifest's version: an
+    edited manifest, or one whose referenced local files were rewritten,
+    opened again is a new source, so a shared cache never shows its old chunks.
 
     Examples
     --------
@@ -990,10 +1478,15 @@ class ManifestSource(ZarrChunkSource):
         policy: ReferencePolicy | None = None,
         allow_outside: bool = False,
         allow_protocols: Iterable[str] = (),
+        timeouts: Timeouts = DEFAULT_TIMEOUTS,
     ) -> None:
         location = os.fspath(manifest)
         store = ManifestStore(
-            location, policy=policy, allow_outside=allow_outside, allow_protocols=allow_protocols
+            location,
+            policy=policy,
+            allow_outside=allow_outside,
+            allow_protocols=allow_protocols,
+            timeouts=timeouts,
         )
         full = f"{location}/{path}" if path else location
         node = open_node(store, path, full)
@@ -1004,8 +1497,14 @@ class ManifestSource(ZarrChunkSource):
                 f"{full}: the references describe a zarr group, not an array"
                 + (hint if arrays else " with no arrays")
             )
-        super().__init__(node, location=full)
+        super().__init__(node, location=full, timeouts=timeouts)
         self._store = store
+        # The store's version covers every file the references read (their stat), so
+        # unlike a zarr store's, reopening unchanged references may share cached chunks.
+        inner = self._identity
+        if isinstance(inner, ZarrIdentity):
+            inner = replace(inner, opened=0)
+        self._identity = ManifestIdentity(inner, store.version)
 
     @property
     def store(self) -> ManifestStore:
@@ -1013,7 +1512,7 @@ class ManifestSource(ZarrChunkSource):
         return self._store
 
     def __repr__(self) -> str:
-        return f"ManifestSource({self.identity!r}, shape={self.shape}, dtype={self.dtype})"
+        return f"ManifestSource({str(self.identity)!r}, shape={self.shape}, dtype={self.dtype})"
 
 
 # -- stack files --------------------------------------------------------------
@@ -1065,30 +1564,40 @@ class StackFile:
         policy: ReferencePolicy | None = None,
         allow_outside: bool = False,
         allow_protocols: Iterable[str] = (),
+        timeouts: Timeouts = DEFAULT_TIMEOUTS,
     ) -> ConcatSource:
         """The composite source: a `StackSource` or a `ConcatSource` of the members.
 
         Members are resolved and refused as kerchunk references are (see the
         module docstring and `ManifestStore` for the arguments); each is opened
-        from its metadata only.
+        from its metadata only. The composite's identity is made of its mode,
+        axis and members' identities (each with its store's version): a stack
+        file edited, or with a member rewritten, opened again is a new source.
         """
         protocols = tuple(allow_protocols)
         resolver = _Resolver(self.location, _policy_source(policy, allow_outside, protocols))
         sources: list[ZarrChunkSource] = []
         for index, member in enumerate(self.members):
             target = resolver.resolve(member.store, f"member {index}")
-            if not target.remote and target.path.lower().endswith(".json"):
-                sources.append(
-                    ManifestSource(
+            named = (member.store.lower(), target.path.lower())
+            try:
+                if not target.remote and any(n.endswith(".json") for n in named):
+                    source: ZarrChunkSource = ManifestSource(
                         target.path,
                         path=member.path,
                         policy=policy,
                         allow_outside=allow_outside,
                         allow_protocols=protocols,
+                        timeouts=timeouts,
                     )
-                )
-            else:
-                sources.append(open_zarr_source(target.path, path=member.path))
+                else:
+                    source = open_zarr_source(target.path, path=member.path, timeouts=timeouts)
+            except (StoreNotFoundError, NotAZarrStoreError, MetadataError) as error:
+                # Name the stack file and the member as written: the target may be a link's.
+                raise type(error)(
+                    f"{self.location}: member {index} ({member.store!r}): {error}"
+                ) from error
+            sources.append(source)
         if self.mode == "stack":
             return StackSource(sources, self.axis)
         return ConcatSource(sources, self.axis)
@@ -1100,11 +1609,12 @@ def read_stack_file(path: str | os.PathLike[str]) -> StackFile:
     Raises
     ------
     StoreNotFoundError, MetadataError
-        The file is missing, not JSON, or not a stack file (the message names
-        the field).
+        The file is missing, not a regular file, larger than
+        ``MAX_METADATA_BYTES``, not JSON (or nested too deeply), or not a stack
+        file (the message names the field).
     """
     location = os.fspath(path)
-    document = _read_json(location, "stack file")
+    document, _ = _read_json(location, "stack file", MAX_METADATA_BYTES)
 
     def bad(field: str, problem: str) -> NoReturn:
         raise MetadataError(f"{location}: {field!r} {problem}")
@@ -1162,6 +1672,7 @@ def open_stack(
     policy: ReferencePolicy | None = None,
     allow_outside: bool = False,
     allow_protocols: Iterable[str] = (),
+    timeouts: Timeouts = DEFAULT_TIMEOUTS,
 ) -> ConcatSource:
     """The composite source a stack file describes (`read_stack_file`, then `StackFile.open`).
 
@@ -1179,5 +1690,8 @@ def open_stack(
     ((3, 4, 4), 2)
     """
     return read_stack_file(path).open(
-        policy=policy, allow_outside=allow_outside, allow_protocols=allow_protocols
+        policy=policy,
+        allow_outside=allow_outside,
+        allow_protocols=allow_protocols,
+        timeouts=timeouts,
     )

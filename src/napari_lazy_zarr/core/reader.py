@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from zarr_indexing import ConstantMap, DimensionMap, IndexTransform, ReadContext, numpy_reader
 
+from napari_lazy_zarr.core.errors import ChunkReadError
 from napari_lazy_zarr.core.state import ChunkKey
 
 if TYPE_CHECKING:
@@ -162,10 +163,12 @@ class CacheReader:
         ref = ChunkRef.of(self._source, projection.chunk_coords)
         if ref.key == key:
             with self._cache.request([ref]) as request:
+                # Woken with CacheClosedError if the cache closes meanwhile.
                 request.done.result()
                 failed = request.failed()
                 if key in failed:
-                    raise failed[key]
+                    # The cache keeps the error: raise a new one, not the shared instance.
+                    raise ChunkReadError(f"chunk {key} failed: {failed[key]}") from failed[key]
                 data = self._cache.lookup(key)
                 assert data is not None  # pinned READY
                 apply_transform(data, projection.chunk_transform, out)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal, TypeVar
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["DEFAULT_TIMEOUTS", "RetryPolicy", "Timeouts", "classify"]
+__all__ = ["DEFAULT_TIMEOUTS", "NO_RETRY", "RetryPolicy", "Timeouts", "classify", "retry_after"]
 
 T = TypeVar("T")
 
@@ -48,6 +48,9 @@ def classify(error: BaseException) -> Verdict:
     'denied'
     >>> classify(ValueError("bad zstd frame"))
     'permanent'
+    >>> from napari_lazy_zarr.core.errors import LoadTimeoutError
+    >>> classify(LoadTimeoutError("chunk c/0/0: no byte for 30 s"))
+    'transient'
     """
     seen: set[int] = set()
     current: BaseException | None = error
@@ -59,6 +62,8 @@ def classify(error: BaseException) -> Verdict:
         if status in _TRANSIENT_STATUS:
             return "transient"
         if isinstance(current, ConnectionError | TimeoutError | asyncio.TimeoutError):
+            return "transient"
+        if getattr(current, "retryable", False) is True:  # e.g. a file changed while read
             return "transient"
         name = type(current).__name__
         # aiohttp's connection, disconnect and payload (truncated body) errors, by name so
@@ -77,6 +82,37 @@ def classify(error: BaseException) -> Verdict:
     return "permanent"
 
 
+def retry_after(error: BaseException) -> float | None:
+    """The wait, in seconds, a server asked for (``Retry-After``), found on `error`'s chain.
+
+    Looks for a `retry_after` attribute (finite seconds >= 0) on the error and
+    the errors it wraps (`__cause__`, `__context__`).
+
+    Examples
+    --------
+    >>> error = ConnectionError("503 Service Unavailable")
+    >>> error.retry_after = 3.0
+    >>> wrapped = RuntimeError("read failed")
+    >>> wrapped.__cause__ = error
+    >>> retry_after(wrapped), retry_after(ValueError())
+    (3.0, None)
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        value = getattr(current, "retry_after", None)
+        if (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and value >= 0
+        ):
+            return float(value)
+        current = current.__cause__ or current.__context__
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """How often and how patiently a chunk read is retried.
@@ -84,7 +120,12 @@ class RetryPolicy:
     Attempt `n` (from 1) that fails transiently waits
     `min(max_delay, base_delay * 2**(n-1))` times a random factor in
     `[0.5, 1.0]` (jitter, so many chunks failing together do not retry in
-    lockstep), then tries again, up to `attempts` tries in all.
+    lockstep), then tries again, up to `attempts` tries in all. When the
+    server said how long to wait (``Retry-After``, a `retry_after` attribute on
+    the error or its causes), it waits that long instead, at most
+    `max_retry_after` seconds. No wait ends later than `deadline` seconds
+    after the first try began: a retry that would is not made, and the last
+    error propagates, so retrying a read is bounded in time.
 
     Examples
     --------
@@ -101,12 +142,56 @@ class RetryPolicy:
     """
 
     attempts: int = 4
+    """Tries in all (1: never retry)."""
     base_delay: float = 0.1
+    """Seconds before the first retry (before jitter); doubles with each retry."""
     max_delay: float = 2.0
+    """Cap of the backoff, seconds."""
+    max_retry_after: float = 10.0
+    """Cap of a server's ``Retry-After``, seconds."""
+    deadline: float = 120.0
+    """Seconds from the first try after which no retry starts."""
+
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.attempts, bool)
+            or not isinstance(self.attempts, int)
+            or self.attempts < 1
+        ):
+            raise ValueError(f"RetryPolicy.attempts must be an int >= 1, got {self.attempts!r}")
+        for name in ("base_delay", "max_delay", "max_retry_after", "deadline"):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value < 0
+            ):
+                raise ValueError(
+                    f"RetryPolicy.{name} must be a finite number of seconds >= 0, got {value!r}"
+                )
 
     def delay(self, attempt: int) -> float:
+        """The backoff after failed attempt `attempt` (from 1), with jitter."""
         backoff: float = min(self.max_delay, self.base_delay * 2.0 ** (attempt - 1))
         return backoff * random.uniform(0.5, 1.0)
+
+    def wait_before_retry(self, attempt: int, error: BaseException) -> float:
+        """Seconds to wait after failed attempt `attempt`: the server's ask, or the backoff.
+
+        Examples
+        --------
+        >>> error = ConnectionError("429 Too Many Requests")
+        >>> error.retry_after = 120
+        >>> RetryPolicy(max_retry_after=5.0).wait_before_retry(1, error)
+        5.0
+        >>> 0.05 <= RetryPolicy().wait_before_retry(1, ConnectionResetError()) <= 0.1
+        True
+        """
+        asked = retry_after(error)
+        if asked is not None:
+            return min(asked, self.max_retry_after)
+        return self.delay(attempt)
 
     def call(
         self,
@@ -114,7 +199,22 @@ class RetryPolicy:
         *,
         on_retry: Callable[[int, BaseException], None] | None = None,
     ) -> T:
-        """`fn()`, retried on transient errors; the last error propagates."""
+        """`fn()`, retried on transient errors; the last error propagates.
+
+        Examples
+        --------
+        A server asking to wait longer than the deadline allows is not retried:
+
+        >>> def busy():
+        ...     error = ConnectionError("503 Service Unavailable")
+        ...     error.retry_after = 60.0
+        ...     raise error
+        >>> RetryPolicy(deadline=1.0).call(busy)
+        Traceback (most recent call last):
+        ...
+        ConnectionError: 503 Service Unavailable
+        """
+        end = time.monotonic() + self.deadline
         attempt = 1
         while True:
             try:
@@ -122,9 +222,12 @@ class RetryPolicy:
             except Exception as error:
                 if attempt >= self.attempts or classify(error) != "transient":
                     raise
+                wait = self.wait_before_retry(attempt, error)
+                if time.monotonic() + wait > end:
+                    raise  # retrying would outlast the deadline
                 if on_retry is not None:
                     on_retry(attempt, error)
-                time.sleep(self.delay(attempt))
+                time.sleep(wait)
                 attempt += 1
 
 
@@ -153,7 +256,7 @@ class Timeouts:
     """
 
     connect: float = 10.0
-    read: float = 30.0
+    read: float = 10.0
     total: float = 60.0
 
     def __post_init__(self) -> None:

@@ -40,7 +40,9 @@ class ChunkState(StrEnum):
 LEGAL_MOVES: Final[dict[ChunkState, frozenset[ChunkState]]] = {
     ChunkState.NEW: frozenset({ChunkState.QUEUED}),
     ChunkState.QUEUED: frozenset({ChunkState.LOADING}),
-    ChunkState.LOADING: frozenset({ChunkState.READY, ChunkState.FAILED}),
+    # LOADING -> QUEUED: a load cancelled because nobody wants the chunk any more (its
+    # views moved on); it is queued again or parked, never FAILED.
+    ChunkState.LOADING: frozenset({ChunkState.READY, ChunkState.FAILED, ChunkState.QUEUED}),
     ChunkState.READY: frozenset({ChunkState.EVICTED}),
     # FAILED -> QUEUED happens only through an explicit retry.
     ChunkState.FAILED: frozenset({ChunkState.QUEUED}),
@@ -94,7 +96,8 @@ class ChunkEvent:
     `time` is `time.monotonic()` at the move. `reason` is a short, closed-ish
     vocabulary: ``"requested"``, ``"prefetch"``, ``"started"``, ``"loaded"``,
     ``"missing"`` (absent key, served as fill value), ``"failed: <cause>"``,
-    ``"evicted"``, ``"retry"``.
+    ``"evicted"``, ``"retry"``, ``"cancelled"`` (LOADING back to QUEUED). A
+    source may name its own LOADING reason (a dask source says ``"computing"``).
 
     Examples
     --------

@@ -2,19 +2,32 @@
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import itertools
 import json
+import lzma
+import math
 import os
-import stat
 import threading
+import weakref
 import zipfile
+import zlib
 from collections import OrderedDict
-from contextlib import contextmanager
-from dataclasses import replace
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, Literal, Self
 
 import numpy as np
 import zarr
-from zarr.abc.store import RangeByteRequest, Store, _store_supports_sync_io
+from zarr.abc.codec import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec
+from zarr.abc.store import (
+    OffsetByteRequest,
+    RangeByteRequest,
+    Store,
+    SuffixByteRequest,
+    _store_supports_sync_io,
+)
 from zarr.codecs.sharding import ShardingCodec
 from zarr.core.array import _get_chunk_spec
 from zarr.core.buffer import default_buffer_prototype
@@ -27,24 +40,48 @@ from zarr_indexing import (
     VaryingDimension,
 )
 
+from napari_lazy_zarr.core.bounds import (
+    DECODABLE_CODECS,
+    TORN_READ_ATTEMPTS,
+    ExpansionError,
+    FileChangedError,
+    FileStamp,
+    bounded_decode,
+    check_json_depth,
+    load_json,
+    open_regular_file,
+    read_regular_file,
+    read_stamped,
+)
 from napari_lazy_zarr.core.errors import (
     ChunkReadError,
+    LoadCancelledError,
     MetadataError,
     NotAZarrStoreError,
+    ReadOnlyError,
     StoreNotFoundError,
     UnsafeDataError,
     UnsupportedDataError,
 )
-from napari_lazy_zarr.core.retry import RetryPolicy, classify
+from napari_lazy_zarr.core.http_store import http_store_of
+from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS, RetryPolicy, Timeouts, classify
 from napari_lazy_zarr.core.source import SourceFields, chunk_bounds, fill_value_of
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Sequence
 
     from zarr.abc.store import ByteRequest
     from zarr.core.buffer import Buffer, BufferPrototype
 
-__all__ = ["MetadataMemoStore", "ZarrChunkSource", "open_zarr_source"]
+__all__ = [
+    "BoundedLocalStore",
+    "BoundedZipStore",
+    "MetadataMemoStore",
+    "ZarrChunkSource",
+    "ZarrIdentity",
+    "bounded_store",
+    "open_zarr_source",
+]
 
 _METADATA_FILES: Final = ("zarr.json", ".zarray", ".zgroup")
 # Codecs whose decoding runs code stored in the file.
@@ -141,16 +178,211 @@ def _check_safe(location: str, array: zarr.Array[Any]) -> None:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class ZarrIdentity:
+    """A zarr array's identity: where it is and which version of it was opened.
+
+    `version` hashes the array's metadata document and, for local stores, the
+    metadata file's inode, size and mtime. `opened` numbers the opens in this
+    process: chunks may be rewritten in place without any metadata changing
+    (``array[...] = new`` in zarr-python), so every open is a new source, its
+    chunks get new cache keys and pixels cached for an earlier open are never
+    shown for it (TensorStore's ``recheck_cached_data="open"``, taken
+    conservatively: what was cached before the open is read again). Prints as
+    the location.
+
+    Examples
+    --------
+    >>> str(ZarrIdentity("/data/a.zarr", "3f2a", 0))
+    '/data/a.zarr'
+    """
+
+    location: str
+    """The store path or URL (and the array's path inside it)."""
+    version: str
+    """Digest of the metadata (and of its file's stat, for local stores) when opened."""
+    opened: int = 0
+    """Which open of the array this is (a process-wide count)."""
+
+    def __str__(self) -> str:
+        return self.location
+
+
+_OPENS: Final = itertools.count()  # numbers ZarrIdentity.opened (next() is atomic in CPython)
+
+
+def _store_file(store: Any, path: str) -> str | None:
+    """The local file holding `path` of `store` (a local store's file, a zip's archive)."""
+    if isinstance(store, zarr.storage.LocalStore):
+        return os.path.join(str(store.root), path)
+    if isinstance(store, BoundedZipStore):
+        return store.location
+    if isinstance(store, zarr.storage.ZipStore) and store.path is not None:
+        return str(store.path)
+    return None
+
+
+def _metadata_version(array: zarr.Array[Any]) -> str:
+    """A digest of the array's metadata and, where it is a local file, of its stat."""
+    digest = hashlib.blake2b(digest_size=12)
+    document = array.metadata.to_dict()
+    digest.update(json.dumps(document, sort_keys=True, default=str).encode())
+    name = "zarr.json" if array.metadata.zarr_format == 3 else ".zarray"
+    store_path = array.store_path
+    key = f"{store_path.path}/{name}" if store_path.path else name
+    local = _store_file(store_path.store, key)
+    if local is not None:
+        with suppress(OSError):
+            status = os.stat(local)
+            digest.update(
+                f"{status.st_ino}:{status.st_size}:{status.st_mtime_ns}:{status.st_ctime_ns}".encode()
+            )
+    return digest.hexdigest()
+
+
+def _codec_id(codec: Any) -> tuple[str, dict[str, Any]]:
+    """A codec's name and configuration, for zarr v3 codecs and numcodecs objects alike."""
+    if hasattr(codec, "get_config"):  # numcodecs (a Zarr v2 compressor)
+        config = dict(codec.get_config())
+        return str(config.pop("id", "")), config
+    document = codec.to_dict()
+    return str(document.get("name", "")), dict(document.get("configuration") or {})
+
+
+def _filters_ratio(filters: Sequence[Any] | None) -> int:
+    """How much larger than the chunk Zarr v2 filters can make the compressor's output.
+
+    Only filters that encode to a wider dtype (``astype``/``encode_dtype``) grow it.
+    """
+    ratio = 1.0
+    for codec in filters or ():
+        encoded = getattr(codec, "astype", None) or getattr(codec, "encode_dtype", None)
+        decoded = getattr(codec, "dtype", None) or getattr(codec, "decode_dtype", None)
+        if encoded is not None and decoded is not None:
+            ratio *= max(1.0, np.dtype(encoded).itemsize / np.dtype(decoded).itemsize)
+    return math.ceil(ratio)
+
+
+class _BoundedDecode:
+    """zarr's synchronous codec chain, with its compressors decoded within the chunk's size.
+
+    The bytes-to-bytes codecs (and a Zarr v2 compressor) that `bounded_decode`
+    knows are run here in decode order, each refusing output beyond the
+    chunk's decoded size (`decode_limit`); the rest of the chain (array-bytes
+    and array-array codecs, any codec after an unknown one) is zarr's own
+    transform, handed the decoded bytes. Stream codecs are decoded once, here,
+    not twice. Thread-safe (no state after construction).
+    """
+
+    unbounded: tuple[str, ...] = ()
+    """Compressors left to zarr after a filter this cannot decode (their output unbounded)."""
+
+    def __init__(self, transform: Any) -> None:
+        codecs = tuple(transform.codecs)
+        array_array = [c for c in codecs if isinstance(c, ArrayArrayCodec)]
+        array_bytes: Any = next(c for c in codecs if isinstance(c, ArrayBytesCodec))
+        bytes_bytes = [c for c in codecs if isinstance(c, BytesBytesCodec)]
+        stages: list[tuple[str, dict[str, Any]]] = []
+        for codec in reversed(bytes_bytes):
+            name, config = _codec_id(codec)
+            if name.removeprefix("numcodecs.") not in DECODABLE_CODECS:
+                break  # its output feeds the ones after it: zarr decodes the rest
+            stages.append((name, config))
+        rest = bytes_bytes[: len(bytes_bytes) - len(stages)]
+        ratio = 1
+        if not rest and hasattr(array_bytes, "filters"):
+            # A Zarr v2 chunk decodes its compressor, then its filters last to first; a
+            # compressor may also be a filter (numcodecs allows it): bound those too.
+            compressor = array_bytes.compressor
+            filters = list(array_bytes.filters or ())
+            if compressor is not None and _codec_id(compressor)[0] in DECODABLE_CODECS:
+                stages.append(_codec_id(compressor))
+                compressor = None
+            while compressor is None and filters and _codec_id(filters[-1])[0] in DECODABLE_CODECS:
+                stages.append(_codec_id(filters.pop()))
+            if len(filters) != len(array_bytes.filters or ()) or compressor is None:
+                array_bytes = replace(
+                    array_bytes, compressor=compressor, filters=tuple(filters) or None
+                )
+            ratio = _filters_ratio(filters)
+            self.unbounded = tuple(
+                _codec_id(codec)[0]
+                for codec in filters
+                if _codec_id(codec)[0] in DECODABLE_CODECS - {"crc32c"}
+            )
+        self.stages = tuple(stages)
+        # dataclasses.replace: a ChunkTransform of the remaining codecs (no new zarr import)
+        self._tail = (
+            replace(transform, codecs=(*array_array, array_bytes, *rest)) if stages else transform
+        )
+        self._array_array = tuple(array_array)
+        self._ratio = ratio
+        self._itemsize: int | None = None
+
+    def _bytes_per_element(self, spec: Any) -> int:
+        """Bytes per element the array-bytes codec decodes (after casts, if any)."""
+        if self._itemsize is None:
+            for codec in self._array_array:  # e.g. a cast: the bytes codec sees another dtype
+                spec = codec.resolve_metadata(spec)
+            self._itemsize = int(spec.dtype.to_native_dtype().itemsize) * self._ratio
+        return self._itemsize
+
+    def decode_chunk(self, raw: Buffer, spec: Any) -> Any:
+        """`raw`, the bytes of a chunk described by `spec`, decoded (an NDBuffer)."""
+        if not self.stages:
+            return self._tail.decode_chunk(raw, spec)
+        expected = math.prod(spec.shape) * self._bytes_per_element(spec)
+        data: Any = raw.as_numpy_array()
+        for name, config in self.stages:
+            data = bounded_decode(name, data, expected, config)
+        return self._tail.decode_chunk(spec.prototype.buffer.from_bytes(data), spec)
+
+
+def _range_size(byte_range: ByteRequest | None) -> int | None:
+    if isinstance(byte_range, RangeByteRequest):
+        return max(0, byte_range.end - byte_range.start)
+    if isinstance(byte_range, SuffixByteRequest):
+        return byte_range.suffix
+    return None
+
+
+def _range_arguments(byte_range: ByteRequest | None) -> tuple[int, int | None, int | None]:
+    """`read_regular_file`'s offset, length and suffix for a zarr byte range."""
+    if byte_range is None:
+        return 0, None, None
+    if isinstance(byte_range, RangeByteRequest):
+        return byte_range.start, max(0, byte_range.end - byte_range.start), None
+    if isinstance(byte_range, OffsetByteRequest):
+        return byte_range.offset, None, None
+    if isinstance(byte_range, SuffixByteRequest):
+        return 0, None, byte_range.suffix
+    raise TypeError(f"unexpected byte range {byte_range!r}")
+
+
+type Fetched = tuple[Buffer, FileStamp | None] | None
+"""Bytes read for a key and the stamp of the file version they came from (None: not a file)."""
+
+
 class ZarrChunkSource(SourceFields):
     """A `ChunkSource` over a zarr-python array (Zarr v2 or v3).
 
     Chunks are read on the *read* grid: the inner chunks of a sharded array
     (zarr's `read_chunk_sizes`), so a shard is never decoded whole. Decoding
-    uses zarr-python's codec pipeline (synchronously where the store allows,
-    so worker threads do the work, not zarr's event loop). A chunk absent from
-    the store is filled with the array's fill value (for a Zarr v2
-    ``"fill_value": null``, the dtype's zero, as zarr-python reads it).
+    uses zarr-python's codec pipeline, synchronously on the worker thread,
+    with its compressors bounded (`_BoundedDecode`): no chunk decodes to more
+    than its size, whatever its bytes declare. A chunk absent from the store is
+    filled with the array's fill value (for a Zarr v2 ``"fill_value": null``,
+    the dtype's zero, as zarr-python reads it).
 
+    Local chunk and shard files are read with `read_regular_file`: regular
+    files only, at most the largest plausible encoding of the chunk, never
+    torn (a file rewritten while read is read again). A chunk file rewritten
+    while the array stays open is read anew the next time the chunk is loaded
+    (chunks already cached keep their pixels until evicted); `version()` tells
+    whether the array's metadata changed since it was opened (open it again
+    for a new identity).
+
+    `identity` is a `ZarrIdentity`: the location and the version opened.
     `read_chunk` is thread-safe.
 
     Examples
@@ -162,6 +394,8 @@ class ZarrChunkSource(SourceFields):
     >>> source = open_zarr_source(path)
     >>> source.read_chunk((1, 1))
     array([[28, 29]], dtype=uint16)
+    >>> str(source.identity) == path, source.version() == source.identity.version
+    (True, True)
     """
 
     def __init__(
@@ -170,12 +404,14 @@ class ZarrChunkSource(SourceFields):
         *,
         location: str | None = None,
         retry: RetryPolicy = DEFAULT_RETRY,
+        timeouts: Timeouts = DEFAULT_TIMEOUTS,
     ) -> None:
         self._location = location if location is not None else str(array.store_path)
-        self._identity = self._location
         self._retry = retry
+        self._timeouts = timeouts
         _check_safe(self._location, array)
         self._array = array
+        self._identity = ZarrIdentity(self._location, _metadata_version(array), next(_OPENS))
         async_array = array._async_array
         self._metadata = async_array.metadata
         self._pipeline = async_array.codec_pipeline
@@ -200,20 +436,35 @@ class ZarrChunkSource(SourceFields):
             )
         self._grid = _read_grid(array, self._shape)
         stored = array.shards if array.shards is not None else array.chunks
-        self._max_stored_bytes = 2 * int(np.prod(stored)) * self._dtype.itemsize + (1 << 20)
+        self._max_stored_bytes = _max_encoded_bytes(stored, self._dtype)
+        # Over HTTP: no chunk body may be longer than any encoding of the chunk, and a
+        # read nobody wants any more is ended by closing its socket (`cancel_load`).
+        self._http = http_store_of(self._store_path.store)
+        if self._http is not None:
+            self._http.limit(self._store_path.path, self._max_stored_bytes)
+        self._readers: dict[tuple[int, ...], set[int]] = {}
+        self._readers_lock = threading.Lock()
         # Inner chunks per outer (stored) chunk along each axis; 1 when unsharded.
         outer = array.shards if array.shards is not None else array.chunks
         self._per_outer = tuple(o // i for o, i in zip(outer, array.chunks, strict=True))
-        self._sharded = array.shards is not None
-        # The synchronous decode path: zarr's FusedCodecPipeline transform, on a store
-        # with synchronous I/O (local files, memory). Otherwise the async pipeline.
-        sync_io = _store_supports_sync_io(self._store_path.store)
-        self._transform = (
+        self._sync_io = _store_supports_sync_io(self._store_path.store)
+        # The synchronous decode path: zarr's FusedCodecPipeline transform, bounded.
+        # Codecs without a synchronous form leave None: zarr's async pipeline reads them.
+        transform = (
             self._pipeline.sync_transform
-            if sync_io and isinstance(self._pipeline, FusedCodecPipeline)
+            if isinstance(self._pipeline, FusedCodecPipeline)
             else None
         )
-        self._shards = _ShardReader.for_pipeline(self._pipeline, self._transform is not None)
+        self._decoder = None if transform is None else _BoundedDecode(transform)
+        if self._decoder is not None and self._decoder.unbounded:
+            raise UnsupportedDataError(
+                f"{self._location}: the filter {self._decoder.unbounded[0]!r} follows a "
+                "filter whose output size cannot be checked, so it could decompress "
+                "without bound; such arrays are not read"
+            )
+        self._shards = _ShardReader.for_pipeline(
+            self._pipeline, _max_encoded_bytes(array.chunks, self._dtype)
+        )
 
     # -- ChunkSource -------------------------------------------------------
 
@@ -221,6 +472,20 @@ class ZarrChunkSource(SourceFields):
     def array(self) -> zarr.Array[Any]:
         """The wrapped zarr array."""
         return self._array
+
+    @property
+    def timeouts(self) -> Timeouts:
+        """The time caps of this source's reads (`total` caps each local file read)."""
+        return self._timeouts
+
+    def version(self) -> str:
+        """The array's version now: differs from ``identity.version`` once the store's
+        metadata was rewritten (a recheck hook; reopen the array to see the new data).
+
+        Reads the metadata file's stat for local stores (cheap); for other stores
+        the metadata as opened (a rewrite is seen on reopening).
+        """
+        return _metadata_version(self._array)
 
     def stored_key(self, coords: Sequence[int]) -> str:
         """The store key holding chunk `coords` (its shard's key for sharded arrays)."""
@@ -243,8 +508,8 @@ class ZarrChunkSource(SourceFields):
                 self._metadata, self._zarr_grid, outer, self._config, self._prototype
             )
             if self._shards is not None:
-                return self._shards.read_inner(self._store_path / key, spec, selection)
-            if self._transform is not None:
+                return self._shards.read_inner(key, spec, selection, self._fetch)
+            if self._decoder is not None:
                 return self._read_whole(key, spec, selection)
             return self._read_async(key, spec, selection)
 
@@ -252,10 +517,18 @@ class ZarrChunkSource(SourceFields):
             nonlocal attempts
             attempts = attempt + 1
 
+        reader = threading.get_ident()
+        coords = tuple(coords)
+        with self._readers_lock:
+            self._readers.setdefault(coords, set()).add(reader)
         try:
             data = self._retry.call(read, on_retry=count)
+        except LoadCancelledError:
+            raise  # not a failure of the data: the cache queues the chunk again
         except Exception as error:
             verdict = classify(error)
+            if verdict == "permanent" and getattr(error, "retryable", False):
+                verdict = "transient"  # e.g. a file that kept changing while read
             how = (
                 "access denied, not retried"
                 if verdict == "denied"
@@ -269,53 +542,92 @@ class ZarrChunkSource(SourceFields):
                 f"{self._location}: chunk {key!r} (grid position {tuple(coords)}): "
                 f"{type(error).__name__}: {error} ({how})"
             ) from error
+        finally:
+            with self._readers_lock:
+                readers = self._readers.get(coords)
+                if readers is not None:
+                    readers.discard(reader)
+                    if not readers:
+                        del self._readers[coords]
         return data if data.dtype == self._dtype else data.astype(self._dtype)
+
+    def cancel_load(self, coords: tuple[int, ...]) -> None:
+        """End the reads of chunk `coords` in flight (`CancellableSource`).
+
+        Over HTTP the request's socket is closed, so its `read_chunk` raises
+        `LoadCancelledError` at once; local reads are short and left to finish.
+        """
+        if self._http is None:
+            return
+        with self._readers_lock:
+            readers = tuple(self._readers.get(tuple(coords), ()))
+        for reader in readers:
+            self._http.cancel_thread(reader)
+
+    def _fetch(self, key: str, byte_range: ByteRequest | None = None) -> Fetched:
+        """The bytes of `key` (or of a range of it), bounded, and the file version read.
+
+        Whole values are capped at the largest plausible encoding of a stored
+        chunk, ranges at their length. Local files go through `read_stamped`
+        (regular files only, never torn, within `timeouts.total`); other stores
+        are asked through their synchronous or asynchronous interface and their
+        answer checked against the cap.
+        """
+        limit = _range_size(byte_range)
+        if limit is None:
+            limit = self._max_stored_bytes
+        store: Any = self._store_path.store
+        path = f"{self._store_path.path}/{key}" if self._store_path.path else key
+        if isinstance(store, zarr.storage.LocalStore):
+            offset, length, suffix = _range_arguments(byte_range)
+            found = read_stamped(
+                os.path.join(str(store.root), path),
+                limit=limit,
+                offset=offset,
+                length=length,
+                suffix=suffix,
+                timeout=self._timeouts.total,
+                missing_ok=True,
+            )
+            if found is None:
+                return None
+            return self._prototype.buffer.from_bytes(found[0]), found[1]
+        raw: Buffer | None
+        if isinstance(store, BoundedZipStore):
+            raw = store.get_bounded(path, self._prototype, byte_range, limit=limit)
+        elif self._sync_io:
+            raw = store.get_sync(path, prototype=self._prototype, byte_range=byte_range)
+        else:
+            raw = sync(store.get(path, self._prototype, byte_range))
+        if raw is not None and len(raw) > limit:
+            raise ChunkReadError(
+                f"{self._location}: {path!r}: {len(raw):,} bytes, more than the "
+                f"{limit:,} any encoding of its data could take"
+            )
+        return None if raw is None else (raw, None)
 
     def _read_whole(
         self, key: str, spec: Any, selection: tuple[slice, ...]
     ) -> np.ndarray[Any, Any]:
-        """Fetch one stored chunk and decode it with the pipeline's synchronous transform.
+        """Fetch one stored chunk and decode it, bounded, on this thread.
 
         The decoded array is returned as is (no scatter copy) unless the chunk is
         clipped at the array's edge.
         """
-        assert self._transform is not None
-        self._vet_local_file(key)
-        raw = (self._store_path / key).get_sync(prototype=self._prototype)
+        assert self._decoder is not None
+        found = self._fetch(key)
         shape = tuple(sel.stop - sel.start for sel in selection)
-        if raw is None:
+        if found is None:
             return np.full(shape, self._fill_value, dtype=self._dtype)
-        decoded = np.asarray(self._transform.decode_chunk(raw, spec).as_ndarray_like())
+        decoded = np.asarray(self._decoder.decode_chunk(found[0], spec).as_ndarray_like())
         if decoded.shape == shape:
             return decoded
         return np.array(decoded[selection], copy=True)
 
-    def _vet_local_file(self, key: str) -> None:
-        """Refuse a local chunk file that is not a regular file or is implausibly large.
-
-        A chunk symlinked to /dev/zero or replaced by a FIFO would otherwise be read
-        without end; a real compressed chunk is at most a little larger than its data.
-        """
-        store = self._store_path.store
-        if not isinstance(store, zarr.storage.LocalStore):
-            return
-        path = os.path.join(str(store.root), self._store_path.path, key)
-        try:
-            status = os.stat(path)
-        except FileNotFoundError:
-            return  # absent: the fill value
-        if not stat.S_ISREG(status.st_mode):
-            raise ChunkReadError(f"{path}: chunk is not a regular file")
-        if status.st_size > self._max_stored_bytes:
-            raise ChunkReadError(
-                f"{path}: chunk of {status.st_size:,} bytes is larger than any encoding of "
-                f"its data could be ({self._max_stored_bytes:,})"
-            )
-
     def _read_async(
         self, key: str, spec: Any, selection: tuple[slice, ...]
     ) -> np.ndarray[Any, Any]:
-        """Stores without synchronous I/O: the pipeline's async read on zarr's event loop."""
+        """Codecs without a synchronous form: zarr's async pipeline (not size-bounded)."""
         shape = tuple(sel.stop - sel.start for sel in selection)
         out = self._prototype.nd_buffer.empty(shape=shape, dtype=self._dtype, order="C")
         batch = [(self._store_path / key, spec, selection, (slice(None),) * len(shape), False)]
@@ -326,53 +638,105 @@ class ZarrChunkSource(SourceFields):
         return f"ZarrChunkSource({self._location!r}, shape={self._shape}, dtype={self._dtype})"
 
 
+def _max_encoded_bytes(shape: Sequence[int], dtype: np.dtype[Any]) -> int:
+    """The most bytes any encoding of a chunk of `shape` can plausibly take.
+
+    Compression of incompressible data adds a little; twice the data and a MiB
+    is generous for every real codec, and still refuses a 1 GiB file (or shard
+    range) for a 16 KiB chunk.
+    """
+    return 2 * math.prod(int(s) for s in shape) * dtype.itemsize + (1 << 20)
+
+
+class _IndexGetter:
+    """What zarr's sharding codec reads a shard index through: our bounded `fetch`."""
+
+    def __init__(self, fetch: Callable[[str, ByteRequest | None], Fetched], key: str) -> None:
+        self._fetch = fetch
+        self._key = key
+        self.stamp: FileStamp | None = None
+
+    def get_sync(
+        self, prototype: BufferPrototype | None = None, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        found = self._fetch(self._key, byte_range)
+        if found is None:
+            return None
+        self.stamp = found[1]
+        return found[0]
+
+
 class _ShardReader:
     """Reads one inner chunk of a shard: a byte-range read and the inner codecs, nothing more.
 
     zarr-python's pipeline re-reads and re-decodes a shard's index for every
     partial read (two requests and ~0.6 ms extra per 512² inner chunk here);
     this keeps decoded indexes (a few KiB each, bounded LRU), so each inner
-    chunk costs one ranged read and one decode, both done by zarr's own
-    sharding codec and inner codec chain. Thread-safe.
+    chunk costs one ranged read and one decode, by zarr's own sharding codec
+    and inner codec chain, bounded (`_BoundedDecode`). An index range longer
+    than any encoding of an inner chunk is refused before it is read. A local
+    shard rewritten since its index was read (another file version) has its
+    index read again, so a stale index never serves another file's bytes.
+    Thread-safe.
     """
 
-    def __init__(self, codec: ShardingCodec) -> None:
+    def __init__(self, codec: ShardingCodec, max_inner_bytes: int) -> None:
         self._codec = codec
-        self._indexes: OrderedDict[str, Any] = OrderedDict()
+        self._max_inner_bytes = max_inner_bytes
+        self._indexes: OrderedDict[str, tuple[Any, FileStamp | None]] = OrderedDict()
+        self._decoders: dict[Any, _BoundedDecode] = {}
         self._lock = threading.Lock()
 
     @classmethod
-    def for_pipeline(cls, pipeline: Any, sync_io: bool) -> _ShardReader | None:
-        """A reader when the pipeline is exactly one sharding codec with sync I/O, else None."""
+    def for_pipeline(cls, pipeline: Any, max_inner_bytes: int) -> _ShardReader | None:
+        """A reader when the pipeline is exactly one sharding codec, else None."""
         if not (
-            sync_io
-            and isinstance(pipeline, FusedCodecPipeline)
+            isinstance(pipeline, FusedCodecPipeline)
             and isinstance(pipeline.array_bytes_codec, ShardingCodec)
             and not pipeline.array_array_codecs
             and not pipeline.bytes_bytes_codecs
         ):
             return None
-        return cls(pipeline.array_bytes_codec)
+        return cls(pipeline.array_bytes_codec, max_inner_bytes)
 
-    def _index(self, byte_getter: Any, chunks_per_shard: tuple[int, ...]) -> Any:
-        key = str(byte_getter)
+    def _index(
+        self, key: str, chunks_per_shard: tuple[int, ...], fetch: Callable[..., Fetched]
+    ) -> tuple[Any, FileStamp | None]:
         with self._lock:
-            index = self._indexes.get(key)
-            if index is not None:
+            entry = self._indexes.get(key)
+            if entry is not None:
                 self._indexes.move_to_end(key)
-                return index
-        index = self._codec._load_shard_index_maybe_sync(byte_getter, chunks_per_shard)
+                return entry
+        getter = _IndexGetter(fetch, key)
+        index = self._codec._load_shard_index_maybe_sync(getter, chunks_per_shard)
+        entry = (index, getter.stamp)
         if index is not None:
             with self._lock:
-                self._indexes[key] = index
+                self._indexes[key] = entry
                 if len(self._indexes) > _SHARD_INDEXES_KEPT:
                     self._indexes.popitem(last=False)
-        return index
+        return entry
+
+    def _forget(self, key: str) -> None:
+        with self._lock:
+            self._indexes.pop(key, None)
+
+    def _decoder(self, shard_spec: Any) -> _BoundedDecode:
+        decoder = self._decoders.get(shard_spec)
+        if decoder is None:
+            decoder = _BoundedDecode(self._codec._get_inner_chunk_transform(shard_spec))
+            with self._lock:
+                self._decoders[shard_spec] = decoder
+        return decoder
 
     def read_inner(
-        self, byte_getter: Any, shard_spec: Any, selection: tuple[slice, ...]
+        self,
+        key: str,
+        shard_spec: Any,
+        selection: tuple[slice, ...],
+        fetch: Callable[[str, ByteRequest | None], Fetched],
     ) -> np.ndarray[Any, Any]:
-        """Exactly one inner chunk of the shard, `selection` (shard-local), clipped."""
+        """Exactly one inner chunk of shard `key`, `selection` (shard-local), clipped."""
         codec = self._codec
         inner = tuple(int(c) for c in codec.chunk_shape)
         coords = tuple(sel.start // size for sel, size in zip(selection, inner, strict=True))
@@ -382,25 +746,34 @@ class _ShardReader:
         )
         shape = tuple(sel.stop - sel.start for sel in selection)
         dtype = shard_spec.dtype.to_native_dtype()
+        fill = np.full(shape, fill_value_of(shard_spec.fill_value, dtype), dtype=dtype)
         chunks_per_shard = codec._get_chunks_per_shard(shard_spec)
-        index = self._index(byte_getter, chunks_per_shard)
-        chunk_slice = None if index is None else index.get_chunk_slice(coords)
-        if chunk_slice is None:  # absent shard or absent inner chunk
-            return np.full(shape, fill_value_of(shard_spec.fill_value, dtype), dtype=dtype)
-        chunk_spec = codec._get_chunk_spec(shard_spec)
-        raw = byte_getter.get_sync(
-            prototype=chunk_spec.prototype,
-            byte_range=RangeByteRequest(chunk_slice[0], chunk_slice[1]),
-        )
-        if raw is None:  # the shard vanished since its index was read
-            with self._lock:
-                self._indexes.pop(str(byte_getter), None)
-            return np.full(shape, fill_value_of(shard_spec.fill_value, dtype), dtype=dtype)
-        transform = codec._get_inner_chunk_transform(shard_spec)
-        decoded = np.asarray(transform.decode_chunk(raw, chunk_spec).as_ndarray_like())
-        if decoded.shape == shape:
-            return decoded
-        return np.array(decoded[local], copy=True)
+        for _ in range(TORN_READ_ATTEMPTS):
+            index, stamp = self._index(key, chunks_per_shard, fetch)
+            chunk_slice = None if index is None else index.get_chunk_slice(coords)
+            if chunk_slice is None:  # absent shard or absent inner chunk
+                return fill
+            start, stop = int(chunk_slice[0]), int(chunk_slice[1])
+            if stop - start > self._max_inner_bytes:
+                raise ExpansionError(
+                    f"shard index gives inner chunk {coords} {stop - start:,} bytes, more "
+                    f"than any encoding of it takes ({self._max_inner_bytes:,})"
+                )
+            found = fetch(key, RangeByteRequest(start, stop))
+            if found is None:  # the shard vanished since its index was read
+                self._forget(key)
+                return fill
+            raw, raw_stamp = found
+            if raw_stamp != stamp:  # the shard was rewritten since: read its index again
+                self._forget(key)
+                continue
+            decoder = self._decoder(shard_spec)
+            chunk_spec = codec._get_chunk_spec(shard_spec)
+            decoded = np.asarray(decoder.decode_chunk(raw, chunk_spec).as_ndarray_like())
+            if decoded.shape == shape:
+                return decoded
+            return np.array(decoded[local], copy=True)
+        raise FileChangedError(f"{key}: the shard kept changing while it was read; retry later")
 
 
 def _metadata_files(path: str) -> list[str]:
@@ -418,23 +791,8 @@ def _attribute_files(path: str) -> list[str]:
 
 def _read_metadata(metadata_path: str) -> Any:
     """A metadata file's JSON, refusing devices, FIFOs, huge files and absurd nesting."""
-    try:
-        status = os.stat(metadata_path)
-        if not stat.S_ISREG(status.st_mode):
-            raise MetadataError(f"{metadata_path}: metadata is not a regular file")
-        if status.st_size > MAX_METADATA_BYTES:
-            raise MetadataError(
-                f"{metadata_path}: metadata of {status.st_size:,} bytes is implausibly large "
-                f"(limit {MAX_METADATA_BYTES:,})"
-            )
-        with open(metadata_path, "rb") as handle:
-            return json.loads(handle.read(MAX_METADATA_BYTES + 1))
-    except OSError as error:
-        raise MetadataError(f"{metadata_path}: cannot read metadata: {error}") from error
-    except RecursionError as error:
-        raise MetadataError(f"{metadata_path}: metadata nested too deeply") from error
-    except ValueError as error:
-        raise MetadataError(f"{metadata_path}: malformed JSON: {error}") from error
+    data = read_regular_file(metadata_path, limit=MAX_METADATA_BYTES, error=MetadataError)
+    return load_json(data, where=metadata_path)
 
 
 def _check_local(path: str) -> None:
@@ -542,21 +900,264 @@ class MetadataMemoStore(WrapperStore[Store]):
         return f"MetadataMemoStore({self._store!r})"
 
 
-def store_for(location: str) -> tuple[Any, str | None]:
+def _is_metadata_key(key: str) -> bool:
+    return key.rsplit("/", 1)[-1] in _METADATA_DOCUMENTS
+
+
+DEFAULT_MAX_VALUE_BYTES: Final = 1 << 30
+"""The most bytes a bounded store returns for a key when the reader states no cap."""
+
+
+class BoundedLocalStore(zarr.storage.LocalStore):
+    """A read-only `LocalStore` whose every read is bounded (`read_regular_file`).
+
+    Every key zarr-python reads through it -- metadata documents while an array
+    is opened, shard indexes, chunks -- is read from a regular file only (a
+    FIFO, device or socket is refused without blocking), at most
+    `MAX_METADATA_BYTES` for a metadata document (whose JSON must nest at most
+    `MAX_JSON_DEPTH` deep), at most the range's length for a byte range, and
+    at most `max_bytes` otherwise. Torn reads are re-read.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> path = tempfile.mkdtemp() + "/a.zarr"
+    >>> _ = zarr.create_array(path, shape=(4,), dtype="u1")
+    >>> store = BoundedLocalStore(path)
+    >>> zarr.open_array(store, mode="r").shape
+    (4,)
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        read_only: bool = True,
+        max_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+        timeout: float | None = None,
+    ) -> None:
+        if not read_only:
+            raise ReadOnlyError(f"{root}: a BoundedLocalStore can only be read")
+        super().__init__(os.fspath(root), read_only=True)
+        self.max_bytes = max_bytes
+        self.timeout = timeout
+
+    def with_read_only(self, read_only: bool = False) -> Self:
+        # Always read-only: a writable copy is refused by the constructor.
+        return type(self)(self.root, max_bytes=self.max_bytes, timeout=self.timeout)
+
+    def read_bounded(self, key: str, byte_range: ByteRequest | None = None) -> bytes | None:
+        """The bytes of `key` (None when absent), bounded as the class says."""
+        path = os.path.join(str(self.root), key)
+        metadata = _is_metadata_key(key)
+        limit = _range_size(byte_range)
+        if limit is None:
+            limit = MAX_METADATA_BYTES if metadata else self.max_bytes
+        error = MetadataError if metadata else ChunkReadError
+        offset, length, suffix = _range_arguments(byte_range)
+        data = read_regular_file(
+            path,
+            limit=limit,
+            offset=offset,
+            length=length,
+            suffix=suffix,
+            timeout=self.timeout,
+            error=error,
+            missing_ok=True,
+        )
+        if metadata and data is not None and byte_range is None:
+            check_json_depth(data, where=path)
+        return data
+
+    def get_sync(
+        self,
+        key: str,
+        *,
+        prototype: BufferPrototype | None = None,
+        byte_range: ByteRequest | None = None,
+    ) -> Buffer | None:
+        if prototype is None:
+            prototype = default_buffer_prototype()
+        self._ensure_open_sync()
+        data = self.read_bounded(key, byte_range)
+        return None if data is None else prototype.buffer.from_bytes(data)
+
+    async def get(
+        self,
+        key: str,
+        prototype: BufferPrototype | None = None,
+        byte_range: ByteRequest | None = None,
+    ) -> Buffer | None:
+        await self._ensure_open()
+        return await asyncio.to_thread(
+            self.get_sync, key, prototype=prototype, byte_range=byte_range
+        )
+
+    async def get_partial_values(
+        self,
+        prototype: BufferPrototype,
+        key_ranges: Iterable[tuple[str, ByteRequest | None]],
+    ) -> list[Buffer | None]:
+        return list(await asyncio.gather(*(self.get(key, prototype, r) for key, r in key_ranges)))
+
+    def __repr__(self) -> str:
+        return f"BoundedLocalStore('{self.root}')"
+
+
+_ZIP_FAILURES: Final = (
+    RuntimeError,  # encrypted member, bad password
+    NotImplementedError,  # unsupported compression method
+    zipfile.BadZipFile,  # bad CRC, corrupt headers
+    zlib.error,
+    lzma.LZMAError,
+    EOFError,
+    OSError,
+    ValueError,
+)
+
+
+class BoundedZipStore(zarr.storage.ZipStore):
+    """A read-only `ZipStore` over a regular file whose member reads are bounded.
+
+    The archive is opened with `open_regular_file` (a FIFO or device named
+    ``.zip`` is refused without blocking). A member is refused before it is
+    decompressed when it is encrypted or its declared size exceeds the cap
+    (`MAX_METADATA_BYTES` for metadata documents, `max_bytes` otherwise), and
+    at most the cap is decompressed whatever it declares; a failure to read a
+    member (unsupported compression, bad CRC, corrupt data) is a
+    `ChunkReadError` or `MetadataError` naming the archive and member.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_VALUE_BYTES
+    ) -> None:
+        self.location = os.fspath(path)
+        archive = open_regular_file(self.location, error=NotAZarrStoreError)
+        super().__init__(archive, mode="r")
+        # zipfile leaves a file object it was handed open; the store owns this one.
+        weakref.finalize(self, archive.close)
+        self.max_bytes = max_bytes
+
+    def get_bounded(
+        self,
+        key: str,
+        prototype: BufferPrototype,
+        byte_range: ByteRequest | None = None,
+        *,
+        limit: int | None = None,
+    ) -> Buffer | None:
+        """The bytes of member `key` (None when absent), at most `limit` (else the cap)."""
+        metadata = _is_metadata_key(key)
+        error = MetadataError if metadata else ChunkReadError
+        where = f"{self.location}: member {key!r}"
+        if limit is None:
+            limit = MAX_METADATA_BYTES if metadata else self.max_bytes
+        with self._lock:
+            archive = self._zipfile()
+            try:
+                info = archive.getinfo(key)
+            except KeyError:
+                return None
+            if info.flag_bits & 0x1:
+                raise error(f"{where}: the member is encrypted; refusing to read it")
+            # Seeking into a compressed member decompresses up to the offset: the whole
+            # member is bounded, not only the range asked for.
+            if info.file_size > max(limit, self.max_bytes):
+                raise error(
+                    f"{where}: declares {info.file_size:,} bytes, more than the "
+                    f"{max(limit, self.max_bytes):,} allowed"
+                )
+            size = info.file_size
+            if byte_range is None:
+                start, count = 0, size
+            elif isinstance(byte_range, RangeByteRequest):
+                start, count = byte_range.start, max(0, byte_range.end - byte_range.start)
+            elif isinstance(byte_range, OffsetByteRequest):
+                start, count = byte_range.offset, max(0, size - byte_range.offset)
+            else:
+                start = max(0, size - byte_range.suffix)
+                count = min(byte_range.suffix, size)
+            if count > limit:
+                raise error(f"{where}: {count:,} bytes asked, more than the {limit:,} allowed")
+            try:
+                with archive.open(info) as member:
+                    if start:
+                        member.seek(start)
+                    # zipfile stops at the declared size and checks the CRC at its end.
+                    data = member.read(count)
+            except _ZIP_FAILURES as cause:
+                raise error(f"{where}: cannot read: {type(cause).__name__}: {cause}") from cause
+        if metadata and byte_range is None:
+            check_json_depth(data, where=f"{self.location}/{key}")
+        return prototype.buffer.from_bytes(data)
+
+    def _get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        return self.get_bounded(key, prototype, byte_range)
+
+    def __str__(self) -> str:
+        return f"zip://{self.location}"
+
+    def __repr__(self) -> str:
+        return f"BoundedZipStore('{self.location}')"
+
+
+def bounded_store(store: Any, *, timeouts: Timeouts = DEFAULT_TIMEOUTS) -> Any:
+    """`store` (what `store_for` returns) with its local reads bounded.
+
+    A local directory (a path string) becomes a `BoundedLocalStore`, a
+    `ZipStore` of a file a `BoundedZipStore`; anything else is returned as is.
+    """
+    if isinstance(store, str) and not _is_url(store):
+        return BoundedLocalStore(store, timeout=timeouts.total)
+    if (
+        isinstance(store, zarr.storage.ZipStore)
+        and not isinstance(store, BoundedZipStore)
+        and store.path is not None
+    ):
+        return BoundedZipStore(store.path)
+    return store
+
+
+def store_for(location: str, *, timeouts: Timeouts | None = None) -> tuple[Any, str | None]:
     """What zarr-python opens `location` with, and its local directory (None for URLs, zips).
 
     Local paths are checked first (`StoreNotFoundError`, `NotAZarrStoreError`,
     `MetadataError`, pickle codecs refused by name). A `.zip` file needs its own
     store: zarr.open takes a string path as a directory. A remote URL gets a
-    read-only fsspec store behind a `MetadataMemoStore` (the caller calls
-    `forget` when it has opened what it needed); ``file://`` URLs are left to
-    zarr-python.
+    read-only store behind a `MetadataMemoStore` (the caller calls `forget` when
+    it has opened what it needed): an ``http(s)://`` URL our bounded `HttpStore`
+    (each request within `timeouts`, bodies capped, metadata retried), any other
+    an fsspec store (``s3://`` with `timeouts` as botocore's connect and read
+    timeouts). ``file://`` URLs are left to zarr-python. Without `timeouts`, the
+    user's (`timeouts_from_settings`: the settings file's ``[timeouts]`` and the
+    ``NAPARI_LAZY_ZARR_TIMEOUT_*`` variables, else `DEFAULT_TIMEOUTS`).
     """
     if _is_url(location):
-        if location.split("://", 1)[0].lower() == "file":
+        scheme = location.split("://", 1)[0].lower()
+        if scheme == "file":
             return location, None
+        if timeouts is None:
+            from napari_lazy_zarr.core.settings import timeouts_from_settings
+
+            timeouts = timeouts_from_settings()
         with _zarr_errors(location):
-            return MetadataMemoStore(FsspecStore.from_url(location, read_only=True)), None
+            if scheme in ("http", "https"):
+                from napari_lazy_zarr.core.http_store import HttpStore
+
+                http = HttpStore(
+                    location, timeouts=timeouts, max_metadata_bytes=MAX_METADATA_BYTES
+                )
+                return MetadataMemoStore(http), None
+            options: dict[str, Any] = {}
+            if scheme in ("s3", "s3a"):
+                options["config_kwargs"] = {
+                    "connect_timeout": timeouts.connect,
+                    "read_timeout": timeouts.read,
+                }
+            store = FsspecStore.from_url(location, read_only=True, storage_options=options)
+            return MetadataMemoStore(store), None
     _check_local(location)
     if os.path.isfile(location):  # _check_local lets only .zip files through
         return zarr.storage.ZipStore(location, mode="r"), None
@@ -571,7 +1172,10 @@ def forget_metadata(store: Any) -> None:
 
 @contextmanager
 def _zarr_errors(full: str) -> Iterator[None]:
-    """zarr-python's (and fsspec's) failures to open `full`, mapped to ours naming it."""
+    """zarr-python's (and the store's) failures to open `full`, mapped to ours naming it.
+
+    A `LoadCancelledError` (the store was closed meanwhile) passes through.
+    """
     try:
         yield
     except (FileNotFoundError, zarr.errors.NodeNotFoundError) as error:
@@ -587,7 +1191,16 @@ def _zarr_errors(full: str) -> Iterator[None]:
         raise MetadataError(
             f"{full}: malformed zarr metadata: {type(error).__name__}: {error}"
         ) from error
-    except OSError as error:  # e.g. a server that refuses the connection
+    except OSError as error:  # refused, unknown host, timed out, an HTTP status, a cut body
+        raise MetadataError(
+            f"{full}: cannot read zarr metadata: {type(error).__name__}: {error}"
+        ) from error
+    except Exception as error:
+        # aiohttp's and botocore's own errors (a dropped connection, an unreachable
+        # endpoint) are no OSError: mapped too, never shown raw.
+        library = type(error).__module__.split(".", 1)[0]
+        if classify(error) == "permanent" and library not in ("aiohttp", "botocore", "s3fs"):
+            raise
         raise MetadataError(
             f"{full}: cannot read zarr metadata: {type(error).__name__}: {error}"
         ) from error
@@ -607,8 +1220,11 @@ def open_node(
     `ZarrChunkSource` drives from worker threads. `zarr_format`, when known (a
     node has its hierarchy's format), spares probing the other format's
     documents; ``consolidated=False`` spares a Zarr v2 group's ``.zmetadata``,
-    which only listing the group's members over HTTP needs.
+    which only listing the group's members over HTTP needs. A local directory
+    given as a path is read through a `BoundedLocalStore`.
     """
+    if isinstance(store, str):  # a local directory: read through a BoundedLocalStore
+        store = bounded_store(store)
     with _zarr_errors(full), zarr.config.set(_FUSED_PIPELINE):
         # zarr.open's array-else-group dispatch, but passing on the format the array
         # probe found: zarr.open probes both formats again for a group.
@@ -633,12 +1249,19 @@ def _group_arrays(group: zarr.Group) -> list[str]:
 
 
 def open_zarr_source(
-    path_or_url: str | os.PathLike[str], *, path: str = "", retry: RetryPolicy = DEFAULT_RETRY
+    path_or_url: str | os.PathLike[str],
+    *,
+    path: str = "",
+    retry: RetryPolicy = DEFAULT_RETRY,
+    timeouts: Timeouts = DEFAULT_TIMEOUTS,
 ) -> ZarrChunkSource:
     """Open the zarr array at `path_or_url` (optionally `path` inside it) as a chunk source.
 
     `retry` says how transient read failures (connection resets, timeouts,
-    HTTP 429/5xx, truncated bodies) are retried before a chunk fails.
+    HTTP 429/5xx, truncated bodies) are retried before a chunk fails;
+    `timeouts` caps each request (for local files, `total` caps each read).
+    Local directories and zip files are read through `BoundedLocalStore` and
+    `BoundedZipStore`: regular files only, every read bounded.
 
     Raises
     ------
@@ -654,11 +1277,12 @@ def open_zarr_source(
         The dtype is not an image dtype.
     """
     location = os.fspath(path_or_url)
-    store, local_dir = store_for(location)
+    store, local_dir = store_for(location, timeouts=timeouts)
     if local_dir is not None and path:
         _check_local(os.path.join(local_dir, path))
     full = f"{location.rstrip('/')}/{path}" if path else location
     try:
+        store = bounded_store(store, timeouts=timeouts)
         node = open_node(store, path, full)
     finally:
         forget_metadata(store)
@@ -670,4 +1294,4 @@ def open_zarr_source(
             else " with no arrays"
         )
         raise NotAZarrStoreError(f"{full}: is a zarr group, not an array{hint}")
-    return ZarrChunkSource(node, location=full, retry=retry)
+    return ZarrChunkSource(node, location=full, retry=retry, timeouts=timeouts)

@@ -1,0 +1,626 @@
+"""Bounded reads: regular files only, read whole or not at all, decoded within their size.
+
+Every byte the engine reads from storage is bounded twice, whatever the bytes say:
+
+- **Files** (`read_regular_file`): symlinks are resolved, the target is opened
+  with ``O_NONBLOCK`` so that a FIFO or a device cannot block, and anything
+  that is not a regular file is refused; at most the caller's cap is read (one
+  byte more tells an oversized file); a file whose size, mtime or inode
+  changes while it is read is read again, never served torn.
+- **Decoding** (`bounded_decode`): a compressed stage never yields more than
+  its expected size plus a small slack (`decode_limit`). Codecs whose frames
+  declare their decoded size (zstd, blosc, lz4) are checked from the header
+  before any allocation; stream codecs (gzip, zlib, bz2, lzma) are
+  decompressed here with a cap, and the decoded bytes are passed on.
+
+Nothing here imports zarr: the manifest and zarr sources both build on it.
+"""
+
+from __future__ import annotations
+
+import bz2
+import errno
+import json
+import lzma
+import os
+import re
+import stat
+import struct
+import time
+import zlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, BinaryIO, Final, Literal, overload
+
+import numpy as np
+
+from napari_lazy_zarr.core.errors import (
+    ChunkReadError,
+    LazyZarrError,
+    LoadTimeoutError,
+    MetadataError,
+    StoreNotFoundError,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Buffer, Callable, Mapping
+
+__all__ = [
+    "DECODABLE_CODECS",
+    "MAX_JSON_DEPTH",
+    "ExpansionError",
+    "FileChangedError",
+    "FileStamp",
+    "bounded_decode",
+    "decode_limit",
+    "load_json",
+    "open_regular_file",
+    "read_regular_file",
+    "read_stamped",
+]
+
+DECODE_SLACK: Final = 64 << 10
+"""Bytes a decoded stage may exceed its expected size by (compressor framing, padding)."""
+
+MAX_JSON_DEPTH: Final = 256
+"""Nesting a metadata document may have (real ones nest < 12 deep; OME plates < 20)."""
+
+TORN_READ_ATTEMPTS: Final = 5
+"""Reads of a file that keeps changing before `FileChangedError`."""
+
+_RACY_NS: Final = 50_000_000
+# A file modified this recently (ns) may have changed again within one tick of the
+# filesystem's timestamp clock (jiffy-grained on many kernels), unseen by fstat: such a
+# read is confirmed by a second, identical read (git's "racy clean" problem).
+_BLOCK: Final = 16 << 20  # bytes per read call: the time cap is checked between blocks
+_OPEN_FLAGS: Final = (
+    os.O_RDONLY
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_NOCTTY", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+
+type Codec = Literal["zstd", "gzip", "zlib", "bz2", "lzma", "blosc", "lz4", "crc32c"]
+
+DECODABLE_CODECS: Final[frozenset[str]] = frozenset(
+    {"zstd", "gzip", "zlib", "bz2", "lzma", "blosc", "lz4", "crc32c"}
+)
+"""Bytes-to-bytes codecs `bounded_decode` handles (zarr v3 names, numcodecs ids)."""
+
+
+class ExpansionError(ValueError):
+    """Encoded bytes would decode to more than their expected size (a decompression bomb).
+
+    Permanent: the same bytes expand the same way next time. The source that
+    reads the chunk wraps it in a `ChunkReadError` naming the key.
+    """
+
+
+class FileChangedError(ChunkReadError):
+    """A file kept changing while it was read; retrying later may succeed."""
+
+    retryable = True
+
+
+@dataclass(frozen=True, slots=True)
+class FileStamp:
+    """What identifies one version of a file: equal stamps, same bytes (as far as stat can tell).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.NamedTemporaryFile() as f:
+    ...     _ = f.write(b"abc"); f.flush()
+    ...     data, stamp = read_stamped(f.name, limit=10)
+    >>> data, stamp.size
+    (b'abc', 3)
+    """
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @classmethod
+    def of(cls, status: os.stat_result) -> FileStamp:
+        return cls(
+            status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns
+        )
+
+
+# -- files -------------------------------------------------------------------
+
+
+def _refuse(error: type[LazyZarrError], path: str, why: str) -> LazyZarrError:
+    return error(f"{path}: {why}")
+
+
+def _open_regular(path: str, error: type[LazyZarrError]) -> tuple[int, str]:
+    """An fd of the regular file `path` (symlinks resolved), opened so it cannot block."""
+    real = os.path.realpath(path)
+    # stat before open: a device is refused without opening it (opening some has effects).
+    status = os.stat(real)
+    if stat.S_ISDIR(status.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+    if not stat.S_ISREG(status.st_mode):
+        raise _refuse(
+            error, path, "is a FIFO, device or socket, not a regular file; refusing to read it"
+        )
+    fd = os.open(real, _OPEN_FLAGS)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the stat
+            raise _refuse(error, path, "is not a regular file; refusing to read it")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, real
+
+
+def _pread_all(fd: int, offset: int, count: int, deadline: float | None, path: str) -> bytes:
+    """Up to `count` bytes at `offset` (fewer at end of file), checking `deadline` per block."""
+    if count <= _BLOCK:
+        return os.pread(fd, count, offset)
+    parts: list[bytes] = []
+    done = 0
+    while done < count:
+        if deadline is not None and time.monotonic() > deadline:
+            raise LoadTimeoutError(f"{path}: reading {count:,} bytes took too long")
+        part = os.pread(fd, min(_BLOCK, count - done), offset + done)
+        if not part:
+            break
+        parts.append(part)
+        done += len(part)
+    return b"".join(parts)
+
+
+def open_regular_file(
+    path: str | os.PathLike[str], *, error: type[LazyZarrError] = ChunkReadError
+) -> BinaryIO:
+    """`path` opened for reading in binary, refused (with `error`) unless a regular file.
+
+    As `read_regular_file`: symlinks resolved, opened with ``O_NONBLOCK`` so a
+    FIFO or device cannot block, the open descriptor checked. For readers that
+    need a file object (zip archives); the caller closes it.
+
+    Raises
+    ------
+    StoreNotFoundError
+        The file does not exist.
+    error (ChunkReadError by default)
+        Not a regular file, or it cannot be opened.
+    """
+    where = os.fspath(path)
+    try:
+        fd, _ = _open_regular(where, error)
+    except LazyZarrError:
+        raise
+    except FileNotFoundError as cause:
+        raise StoreNotFoundError(f"{where}: no such file") from cause
+    except OSError as cause:
+        raise error(f"{where}: cannot open: {cause}") from cause
+    return os.fdopen(fd, "rb")
+
+
+@overload
+def read_stamped(
+    path: str | os.PathLike[str],
+    *,
+    limit: int,
+    offset: int = ...,
+    length: int | None = ...,
+    suffix: int | None = ...,
+    timeout: float | None = ...,
+    error: type[LazyZarrError] = ...,
+    missing_ok: Literal[False] = ...,
+) -> tuple[bytes, FileStamp]: ...
+@overload
+def read_stamped(
+    path: str | os.PathLike[str],
+    *,
+    limit: int,
+    offset: int = ...,
+    length: int | None = ...,
+    suffix: int | None = ...,
+    timeout: float | None = ...,
+    error: type[LazyZarrError] = ...,
+    missing_ok: bool,
+) -> tuple[bytes, FileStamp] | None: ...
+def read_stamped(
+    path: str | os.PathLike[str],
+    *,
+    limit: int,
+    offset: int = 0,
+    length: int | None = None,
+    suffix: int | None = None,
+    timeout: float | None = None,
+    error: type[LazyZarrError] = ChunkReadError,
+    missing_ok: bool = False,
+) -> tuple[bytes, FileStamp] | None:
+    """`read_regular_file`, and the `FileStamp` of the version of the file read."""
+    where = os.fspath(path)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        fd, _ = _open_regular(where, error)
+    except LazyZarrError:
+        raise
+    except (FileNotFoundError, NotADirectoryError) as cause:
+        if missing_ok:
+            return None
+        raise StoreNotFoundError(f"{where}: no such file") from cause
+    except IsADirectoryError as cause:
+        # Not "absent" (zarr's LocalStore reads a directory as no value): a directory
+        # where a chunk or document belongs is a broken store, and filling it with the
+        # fill value would show made-up pixels as data.
+        raise error(f"{where}: is a directory, not a regular file") from cause
+    except OSError as cause:
+        raise error(f"{where}: cannot open: {cause}") from cause
+    try:
+        for attempt in range(TORN_READ_ATTEMPTS):
+            before = os.fstat(fd)
+            size = before.st_size
+            if suffix is not None:
+                start, count = max(0, size - suffix), min(suffix, size)
+            else:
+                start = offset
+                count = max(0, size - offset) if length is None else length
+            if count > limit:
+                what = "file" if (suffix, length, offset) == (None, None, 0) else "byte range"
+                raise _refuse(
+                    error, where, f"{what} of {count:,} bytes is larger than the {limit:,} allowed"
+                )
+            whole = length is None and suffix is None
+            # One byte more than stat says: a file that grew since is seen to have changed.
+            data = _pread_all(fd, start, count + 1 if whole else count, deadline, where)
+            after = os.fstat(fd)
+            stamp = FileStamp.of(after)
+            expected = count if whole else min(count, max(0, size - start))
+            if stamp == FileStamp.of(before) and len(data) == expected:
+                if time.time_ns() - after.st_mtime_ns >= _RACY_NS:
+                    return data, stamp
+                again = _pread_all(fd, start, count + 1 if whole else count, deadline, where)
+                if again == data and FileStamp.of(os.fstat(fd)) == stamp:
+                    return data, stamp
+            time.sleep(0.001 * 2**attempt)  # let the writer finish: 1, 2, 4, 8 ms
+        raise FileChangedError(
+            f"{where}: the file changed while it was read, {TORN_READ_ATTEMPTS} times "
+            "(another program is writing it); retry later"
+        )
+    except OSError as cause:
+        if isinstance(cause, LazyZarrError):
+            raise
+        raise error(f"{where}: cannot read: {cause}") from cause
+    finally:
+        os.close(fd)
+
+
+@overload
+def read_regular_file(
+    path: str | os.PathLike[str],
+    *,
+    limit: int,
+    offset: int = ...,
+    length: int | None = ...,
+    suffix: int | None = ...,
+    timeout: float | None = ...,
+    error: type[LazyZarrError] = ...,
+    missing_ok: Literal[False] = ...,
+) -> bytes: ...
+@overload
+def read_regular_file(
+    path: str | os.PathLike[str],
+    *,
+    limit: int,
+    offset: int = ...,
+    length: int | None = ...,
+    suffix: int | None = ...,
+    timeout: float | None = ...,
+    error: type[LazyZarrError] = ...,
+    missing_ok: bool,
+) -> bytes | None: ...
+def read_regular_file(
+    path: str | os.PathLike[str],
+    *,
+    limit: int,
+    offset: int = 0,
+    length: int | None = None,
+    suffix: int | None = None,
+    timeout: float | None = None,
+    error: type[LazyZarrError] = ChunkReadError,
+    missing_ok: bool = False,
+) -> bytes | None:
+    """The bytes of the regular file `path` (or of one byte range of it), at most `limit`.
+
+    Symlinks are resolved; the file is opened with ``O_NONBLOCK`` and
+    ``O_CLOEXEC`` and its open descriptor checked, so a FIFO, device, socket or
+    directory is refused (with `error`) without blocking. A whole file larger
+    than `limit`, or a range longer than it, is refused before it is read.
+    `offset` and `length`, or `suffix` (the last `suffix` bytes), select a byte
+    range; a range past the end of the file is returned short, as stores do.
+
+    A file whose size, mtime, ctime or inode differs between the ``fstat``
+    before and after the read is read again (`TORN_READ_ATTEMPTS` times in all,
+    then `FileChangedError`, retryable). A file modified in the last 50 ms is
+    read twice and the reads compared, since a write within one tick of the
+    filesystem clock leaves no trace in ``fstat``.
+
+    Raises
+    ------
+    StoreNotFoundError
+        The file does not exist (unless `missing_ok`: then None).
+    error (ChunkReadError by default)
+        Not a regular file, larger than `limit`, or unreadable; the message names `path`.
+    LoadTimeoutError
+        The read took longer than `timeout` seconds (checked every 16 MiB).
+    FileChangedError
+        The file kept changing while it was read.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> path = os.path.join(folder, "chunk")
+    >>> with open(path, "wb") as f:
+    ...     _ = f.write(b"0123456789")
+    >>> read_regular_file(path, limit=100, offset=2, length=3)
+    b'234'
+    >>> read_regular_file(path, limit=4)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    napari_lazy_zarr.core.errors.ChunkReadError: ...: file of 10 bytes is larger than the 4 allowed
+    >>> os.mkfifo(os.path.join(folder, "fifo"))
+    >>> read_regular_file(os.path.join(folder, "fifo"), limit=100)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    napari_lazy_zarr.core.errors.ChunkReadError: ...: is a FIFO, device or socket, not a ...
+    >>> read_regular_file(os.path.join(folder, "absent"), limit=100, missing_ok=True) is None
+    True
+    """
+    found = read_stamped(
+        path,
+        limit=limit,
+        offset=offset,
+        length=length,
+        suffix=suffix,
+        timeout=timeout,
+        error=error,
+        missing_ok=missing_ok,
+    )
+    return None if found is None else found[0]
+
+
+# -- JSON ----------------------------------------------------------------------
+
+_STRUCTURE: Final = bytes(range(256)).translate(None, b'[]{}"\\')
+_ESCAPE: Final = re.compile(rb"\\.", re.DOTALL)
+_STRING: Final = re.compile(rb'"[^"]*"')
+
+
+def json_depth(data: bytes) -> int:
+    """How deep the arrays and objects of JSON text `data` nest (strings skipped).
+
+    Vectorised (no Python loop per character), so a 64 MiB document costs
+    milliseconds.
+
+    Examples
+    --------
+    >>> json_depth(b'{"a": [1, {"b": "[[[["}]}')
+    3
+    """
+    # Escapes first (an escaped quote does not end a string), then all but []{}" go,
+    # then whole strings.
+    skeleton = _STRING.sub(b"", _ESCAPE.sub(b"", data).translate(None, _STRUCTURE))
+    if not skeleton:
+        return 0
+    codes = np.frombuffer(skeleton, dtype=np.uint8)
+    steps = np.where((codes == ord("[")) | (codes == ord("{")), 1, -1)
+    return int(np.cumsum(steps).max(initial=0))
+
+
+def load_json(
+    data: bytes,
+    *,
+    where: str,
+    max_depth: int = MAX_JSON_DEPTH,
+    error: type[LazyZarrError] = MetadataError,
+) -> Any:
+    """JSON text `data` parsed, nested at most `max_depth` deep; else `error` naming `where`.
+
+    Examples
+    --------
+    >>> load_json(b'{"zarr_format": 3}', where="a.zarr/zarr.json")
+    {'zarr_format': 3}
+    >>> load_json(b"[" * 100_000, where="deep.json")
+    Traceback (most recent call last):
+    ...
+    napari_lazy_zarr.core.errors.MetadataError: deep.json: JSON nested 100000 deep (at most 256)
+    """
+    check_json_depth(data, where=where, max_depth=max_depth, error=error)
+    try:
+        return json.loads(data)
+    except RecursionError as cause:  # pragma: no cover - the depth check comes first
+        raise error(f"{where}: JSON nested too deeply") from cause
+    except ValueError as cause:
+        raise error(f"{where}: malformed JSON: {cause}") from cause
+
+
+def check_json_depth(
+    data: bytes,
+    *,
+    where: str,
+    max_depth: int = MAX_JSON_DEPTH,
+    error: type[LazyZarrError] = MetadataError,
+) -> None:
+    """Refuse JSON text nested deeper than `max_depth` (cheaply, without parsing it)."""
+    # Fewer brackets than the limit cannot nest deeper: skip the scan for small documents.
+    if data.count(b"[") + data.count(b"{") <= max_depth:
+        return
+    depth = json_depth(data)
+    if depth > max_depth:
+        raise error(f"{where}: JSON nested {depth} deep (at most {max_depth})")
+
+
+# -- decoding ------------------------------------------------------------------
+
+
+def decode_limit(expected: int) -> int:
+    """The most bytes a stage expected to yield `expected` bytes may yield.
+
+    Compressors add framing (zstd and lz4 a few bytes per 128 KiB block, blosc
+    16 bytes per block); 1/128 plus `DECODE_SLACK` covers every one of them on
+    incompressible data.
+
+    Examples
+    --------
+    >>> decode_limit(1 << 20)
+    1122304
+    """
+    return expected + expected // 128 + DECODE_SLACK
+
+
+def _expanded(codec: str, expected: int, detail: str) -> ExpansionError:
+    return ExpansionError(
+        f"{codec} data expands beyond its expected {expected:,} bytes ({detail}): "
+        "refusing to decode it"
+    )
+
+
+def _streams(
+    make: Callable[[], Any], data: Buffer, limit: int, codec: str, expected: int, multi: bool
+) -> bytes:
+    """Decompress with `make()` decompressors, at most `limit` bytes; concatenated
+    streams too when `multi` (as gzip, bz2 and xz readers do)."""
+    parts: list[bytes] = []
+    produced = 0
+    pending: Buffer | bytes = data
+    while True:
+        decompressor = make()
+        out = decompressor.decompress(pending, limit + 1 - produced)
+        produced += len(out)
+        parts.append(out)
+        if produced > limit:
+            raise _expanded(codec, expected, f"more than {limit:,} bytes decoded")
+        if not decompressor.eof:
+            raise ValueError(f"{codec} stream is truncated or corrupt")
+        rest: bytes = decompressor.unused_data
+        # gzip readers ignore zero padding after the last member
+        if not (multi and rest.strip(b"\0")):
+            break
+        pending = rest
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _zstd(data: Buffer, limit: int, expected: int) -> bytes:
+    import zstandard
+
+    view = memoryview(data)
+    declared = zstandard.frame_content_size(view)
+    if declared > limit:
+        raise _expanded("zstd", expected, f"its frame declares {declared:,}")
+    dctx = zstandard.ZstdDecompressor()
+    if declared > 0:
+        try:  # one frame, decoded into an allocation of exactly its declared size
+            return dctx.decompress(view, allow_extra_data=False)
+        except zstandard.ZstdError:
+            pass  # more frames follow: stream them, bounded
+    reader = dctx.stream_reader(view, read_across_frames=True)
+    parts: list[bytes] = []
+    produced = 0
+    while True:
+        part = reader.read(limit + 1 - produced)
+        if not part:
+            break
+        parts.append(part)
+        produced += len(part)
+        if produced > limit:
+            raise _expanded("zstd", expected, f"more than {limit:,} bytes decoded")
+    return b"".join(parts)
+
+
+def _blosc(data: Buffer, limit: int, expected: int) -> Buffer:
+    from numcodecs import blosc
+
+    view = memoryview(data).cast("B")
+    if len(view) < 16:
+        raise ValueError(f"blosc data of {len(view)} bytes is shorter than its header")
+    (declared,) = struct.unpack_from("<I", view, 4)
+    if declared > limit:
+        raise _expanded("blosc", expected, f"its header declares {declared:,}")
+    decoded: Buffer = blosc.decompress(view)
+    return decoded
+
+
+def _lz4(data: Buffer, limit: int, expected: int) -> Buffer:
+    import numcodecs
+
+    view = memoryview(data).cast("B")
+    if len(view) < 4:
+        raise ValueError(f"lz4 data of {len(view)} bytes is shorter than its size prefix")
+    (declared,) = struct.unpack_from("<i", view, 0)
+    if declared > limit:
+        raise _expanded("lz4", expected, f"its size prefix declares {declared:,}")
+    decoded: Buffer = numcodecs.LZ4().decode(view)
+    return decoded
+
+
+def _crc32c(data: Buffer) -> Buffer:
+    from numcodecs.checksum32 import CRC32C
+
+    decoded: Buffer = CRC32C(location="end").decode(memoryview(data).cast("B"))
+    return decoded
+
+
+def bounded_decode(
+    codec: str, data: Buffer, expected: int, config: Mapping[str, Any] | None = None
+) -> Buffer:
+    """Decode one bytes-to-bytes stage, refusing output beyond `decode_limit(expected)`.
+
+    `codec` is a name in `DECODABLE_CODECS` (a ``numcodecs.`` prefix is
+    ignored); `config` its configuration (only lzma's ``format`` and
+    ``filters`` matter for decoding). The declared size of zstd, blosc and lz4
+    data is checked before decoding; gzip, zlib, bz2 and lzma are streamed
+    with a cap. The result decodes exactly as zarr-python and numcodecs would.
+
+    Raises
+    ------
+    ExpansionError
+        The data would decode to more than the limit.
+    ValueError
+        `codec` is not one of `DECODABLE_CODECS`.
+
+    Examples
+    --------
+    >>> import zlib
+    >>> bounded_decode("zlib", zlib.compress(bytes(1000)), expected=1000) == bytes(1000)
+    True
+    >>> bounded_decode("zlib", zlib.compress(bytes(10**7)), expected=1000)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    napari_lazy_zarr.core.bounds.ExpansionError: zlib data expands beyond its expected 1,000 ...
+    """
+    name = codec.removeprefix("numcodecs.")
+    limit = decode_limit(expected)
+    if name == "zstd":
+        return _zstd(data, limit, expected)
+    if name == "blosc":
+        return _blosc(data, limit, expected)
+    if name == "lz4":
+        return _lz4(data, limit, expected)
+    if name == "crc32c":
+        return _crc32c(data)
+    if name == "zlib":
+        return _streams(zlib.decompressobj, data, limit, name, expected, multi=False)
+    if name == "gzip":
+        return _streams(lambda: zlib.decompressobj(31), data, limit, name, expected, multi=True)
+    if name == "bz2":
+        return _streams(bz2.BZ2Decompressor, data, limit, name, expected, multi=True)
+    if name == "lzma":
+        options = dict(config or {})
+        form = options.get("format", lzma.FORMAT_XZ)
+        filters = options.get("filters")
+
+        def make() -> lzma.LZMADecompressor:
+            return lzma.LZMADecompressor(format=form, filters=filters)
+
+        return _streams(make, data, limit, name, expected, multi=form != lzma.FORMAT_RAW)
+    raise ValueError(f"no bounded decoder for codec {codec!r}")

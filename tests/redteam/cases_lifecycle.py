@@ -1,0 +1,513 @@
+"""Lifecycle under stuck storage, stale pixels after a rewrite, torn reads, eviction cost."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tests.redteam.harness import HTTP_BOUND, Case, Context, Finding, Outcome
+from tests.redteam.stores import ramp, zarr_array
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from pathlib import Path
+
+    from napari_lazy_zarr.core import ChunkCache, ChunkedArray
+
+LIFECYCLE = "lifecycle"
+STALE = "stale pixels"
+TORN = "torn reads"
+EVICTION = "eviction cost"
+SHAPE, CHUNKS = (64, 64), (32, 32)
+CLOSE_BOUND = 1.0  # close() returns within this, whatever storage does
+WAKE_BOUND = 3.0  # a thread blocked in result() is woken within this after close()
+EXIT_BOUND = 3.0  # an interpreter with loads in flight exits within this after its last line
+OTHER_VIEW_BOUND = 3.0  # another view's chunk is served within this beside a stuck one
+
+
+# -- stuck storage ---------------------------------------------------------------------
+
+
+def _loading(cache: ChunkCache) -> threading.Event:
+    """An event set once any chunk of `cache` is LOADING."""
+    from napari_lazy_zarr.core import ChunkState
+
+    started = threading.Event()
+
+    def seen(events: tuple[Any, ...]) -> None:
+        if any(event.current is ChunkState.LOADING for event in events):
+            started.set()
+
+    cache.state_changed.connect(seen)
+    started.callback = seen  # type: ignore[attr-defined]  # keep the slot alive
+    return started
+
+
+def _blocking(context: Context, cache: ChunkCache) -> ChunkedArray:
+    """A source whose reads never return (Python code blocked: not cancellable)."""
+    from napari_lazy_zarr.core import ChunkedArray, FunctionSource
+
+    gate = threading.Event()
+
+    def never(box: Any) -> np.ndarray[Any, Any]:
+        gate.wait(600)
+        return np.zeros(box.shape, "u2")
+
+    source = FunctionSource(never, shape=SHAPE, dtype="u2", chunks=CHUNKS, name="never returns")
+    return ChunkedArray(source, cache)
+
+
+def _http(behaviour: str) -> Callable[[Context, ChunkCache], ChunkedArray]:
+    """A store served with `behaviour`, opened with the engine's default timeouts."""
+
+    def make(context: Context, cache: ChunkCache) -> ChunkedArray:
+        from napari_lazy_zarr.core import open_array
+
+        zarr_array(context.root / "a.zarr", ramp(SHAPE), CHUNKS)
+        return open_array(context.url("a.zarr", behaviour), cache=cache)
+
+    return make
+
+
+_STUCK: dict[str, Callable[[Context, ChunkCache], ChunkedArray]] = {
+    "HTTP accepts and never answers": _http("chunk-silent"),
+    "HTTP drips a byte every 0.2 s": _http("chunk-drip"),
+    "a Python source that never returns": _blocking,
+}
+
+
+def _start_stuck(
+    context: Context, make: Callable[[Context, ChunkCache], ChunkedArray], concurrency: int = 2
+) -> tuple[ChunkCache, ChunkedArray]:
+    cache = context.cache(concurrency=concurrency)
+    stuck = make(context, cache)
+    loading = _loading(cache)
+    context.begin()
+    stuck.read_nonblocking(view="stuck")
+    if not loading.wait(context.wait / 2):
+        raise Finding("hang", "the stuck load never started")
+    return cache, stuck
+
+
+def _timed(call: Callable[[], object], bound: float) -> float | None:
+    """Seconds `call` took in a daemon thread, None if still running after `bound`."""
+    started = time.perf_counter()
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(bound)
+    return None if thread.is_alive() else time.perf_counter() - started
+
+
+def _close_while_stuck(
+    make: Callable[[Context, ChunkCache], ChunkedArray],
+) -> Callable[[Context], str]:
+    def run(context: Context) -> str:
+        cache, _ = _start_stuck(context, make)
+        seconds = _timed(cache.close, 3 * CLOSE_BOUND)
+        if seconds is None or seconds > CLOSE_BOUND:
+            took = "still running after 3 s" if seconds is None else f"took {seconds:.1f} s"
+            raise Finding("hang", f"close() {took} (bound {CLOSE_BOUND:.0f} s)")
+        return f"close() returned in {seconds:.2f} s"
+
+    return run
+
+
+def _woken_by_close(
+    make: Callable[[Context, ChunkCache], ChunkedArray],
+) -> Callable[[Context], str]:
+    def run(context: Context) -> str:
+        from napari_lazy_zarr.core import LazyZarrError
+
+        cache, stuck = _start_stuck(context, make)
+        outcome: dict[str, Any] = {}
+
+        def wait() -> None:
+            try:
+                outcome["value"] = stuck.result()  # no timeout: only close() can end it
+            except BaseException as error:
+                outcome["error"] = error
+
+        waiter = threading.Thread(target=wait, daemon=True)
+        waiter.start()
+        threading.Thread(target=cache.close, daemon=True).start()
+        waiter.join(WAKE_BOUND)
+        if waiter.is_alive():
+            raise Finding("hang", f"result() still blocked {WAKE_BOUND:.0f} s after close()")
+        error = outcome.get("error")
+        if error is None:
+            raise Finding("wrong-pixels", "result() returned data no storage gave")
+        if not isinstance(error, LazyZarrError):
+            raise Finding("raw-exception", f"woken with {type(error).__name__}: {error}")
+        return f"woken with {type(error).__name__}: {error}"
+
+    return run
+
+
+_EXIT_SCRIPT = """
+import sys, threading
+import numpy as np
+from napari_lazy_zarr.core import ChunkCache, ChunkedArray, ChunkState, FunctionSource, open_array
+
+cache = ChunkCache(16 << 20, concurrency=2)
+loading = threading.Event()
+cache.state_changed.connect(
+    lambda events: any(e.current is ChunkState.LOADING for e in events) and loading.set()
+)
+if sys.argv[1] == "blocking":
+    gate = threading.Event()
+    def never(box):
+        gate.wait(600)
+        return np.zeros(box.shape, "u2")
+    array = ChunkedArray(FunctionSource(never, shape=(64, 64), dtype="u2", chunks=(32, 32)), cache)
+else:
+    array = open_array(sys.argv[1], cache=cache)
+array.read_nonblocking()
+loading.wait(20)
+print("ready" if loading.is_set() else "never loading", flush=True)
+"""
+
+
+def _exit_in_flight(target: str) -> Callable[[Context], str]:
+    """A fresh interpreter starts a stuck load, then ends its script: it must exit promptly."""
+
+    def run(context: Context) -> str:
+        argument = target
+        if target != "blocking":
+            zarr_array(context.root / "a.zarr", ramp(SHAPE), CHUNKS)
+            argument = context.url("a.zarr", target)
+        process = subprocess.Popen(
+            [sys.executable, "-c", _EXIT_SCRIPT, argument],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        try:
+            context.begin()
+            assert process.stdout is not None
+            line = process.stdout.readline().strip()  # the interpreter's start is not timed
+            if line != "ready":
+                raise Finding("hang", f"the stuck load never started ({line!r})")
+            started = time.perf_counter()
+            try:
+                process.wait(EXIT_BOUND)
+            except subprocess.TimeoutExpired:
+                raise Finding(
+                    "hang", f"the interpreter still runs {EXIT_BOUND:.0f} s after its last line"
+                ) from None
+            return f"exited in {time.perf_counter() - started:.2f} s (code {process.returncode})"
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(5)
+
+    return run
+
+
+def _other_view(
+    make: Callable[[Context, ChunkCache], ChunkedArray], other_over_http: bool
+) -> Callable[[Context], str]:
+    """Concurrency 1: a chunk of another view is served while one load is stuck."""
+
+    def run(context: Context) -> str:
+        from napari_lazy_zarr.core import LazyZarrError
+
+        expected = ramp(SHAPE, salt=1)
+        zarr_array(context.root / "other.zarr", expected, CHUNKS)
+        cache, _ = _start_stuck(context, make, concurrency=1)
+        other = context.open(
+            context.url("other.zarr") if other_over_http else context.root / "other.zarr",
+            cache=cache,
+        )
+        try:
+            data = other[...].result(timeout=OTHER_VIEW_BOUND)
+        except TimeoutError as error:
+            if isinstance(error, LazyZarrError):
+                raise
+            raise Finding(
+                "hang",
+                f"another view waited {OTHER_VIEW_BOUND:.0f} s behind one stuck chunk "
+                "(concurrency 1)",
+            ) from error
+        return context.expect(data, expected, "the other view")
+
+    return run
+
+
+def _read_after_close(context: Context) -> str:
+    zarr_array(context.root / "a.zarr", ramp(SHAPE), CHUNKS)
+    context.begin()
+    array = context.open(context.root / "a.zarr")
+    array.cache.close()
+    data = context.read(array)
+    raise Finding("wrong-pixels", f"a closed cache served {data.shape} data")
+
+
+def _lifecycle_cases() -> Iterator[Case]:
+    for label, make in _STUCK.items():
+        yield Case(
+            f"close() while a load is stuck ({label})",
+            LIFECYCLE,
+            _close_while_stuck(make),
+            accept=frozenset({"ok"}),
+            bound=HTTP_BOUND,
+        )
+        yield Case(
+            f"a thread blocked in result() is woken by close() ({label})",
+            LIFECYCLE,
+            _woken_by_close(make),
+            accept=frozenset({"ok"}),
+            bound=HTTP_BOUND,
+        )
+    for label, target in (
+        ("HTTP accepts and never answers", "chunk-silent"),
+        ("HTTP drips", "chunk-drip"),
+        ("a Python source that never returns", "blocking"),
+    ):
+        yield Case(
+            f"an interpreter with loads in flight exits ({label})",
+            LIFECYCLE,
+            _exit_in_flight(target),
+            accept=frozenset({"ok"}),
+            bound=HTTP_BOUND + 8,  # a fresh interpreter imports the engine first
+        )
+    for label, make, over_http in (
+        ("HTTP silent; other view local", _STUCK["HTTP accepts and never answers"], False),
+        ("HTTP silent; other view over HTTP", _STUCK["HTTP accepts and never answers"], True),
+        ("Python source never returns; other view local", _blocking, False),
+    ):
+        yield Case(
+            f"concurrency 1, one stuck chunk: another view is served ({label})",
+            LIFECYCLE,
+            _other_view(make, over_http),
+            accept=frozenset({"ok"}),
+            bound=HTTP_BOUND,
+        )
+    yield Case(
+        "a read after close() raises CacheClosedError",
+        LIFECYCLE,
+        _read_after_close,
+        mentions="closed",
+    )
+
+
+# -- stale pixels ---------------------------------------------------------------------
+
+
+def _age(store: Path, seconds: float) -> None:
+    """Date every file of `store` `seconds` back: it was written a while before it is read."""
+    when = time.time() - seconds
+    for folder, _, names in os.walk(store):
+        for name in names:
+            os.utime(os.path.join(folder, name), (when, when))
+
+
+def _stale(
+    zarr_format: int, shards: tuple[int, int] | None, change: str, *, http: bool = False
+) -> Callable[[Context], str]:
+    def run(context: Context) -> str:
+        import zarr
+
+        store = context.root / "s.zarr"
+        old = ramp(SHAPE)
+        zarr_array(store, old, CHUNKS, zarr_format=zarr_format, shards=shards)
+        _age(store, 60)
+        location = context.url("s.zarr") if http else store
+        context.begin()
+        cache = context.cache()
+        context.expect(context.read(context.open(location, cache=cache)), old, "first open")
+        new: np.ndarray[Any, Any]
+        if change == "uint16 -> float32":
+            new = (ramp(SHAPE, salt=1).astype("f4") / 65_536 + 0.5).astype("f4")
+        else:
+            new = ramp(SHAPE, salt=1)
+        if change == "rewritten in place":
+            zarr.open_array(str(store), mode="r+")[...] = new
+        else:
+            zarr_array(store, new, CHUNKS, zarr_format=zarr_format, shards=shards, overwrite=True)
+        again = context.read(context.open(location, cache=cache))
+        return context.expect(again, new, f"reopened after the store was {change}")
+
+    return run
+
+
+def _stale_cases() -> Iterator[Case]:
+    layouts = {"v2": (2, None), "v3": (3, None), "v3 sharded": (3, SHAPE)}
+    for label, (zarr_format, shards) in layouts.items():
+        for change in ("rewritten", "rewritten in place", "uint16 -> float32"):
+            yield Case(
+                f"{label} store {change}, reopened through a shared cache",
+                STALE,
+                _stale(zarr_format, shards, change),
+                accept=frozenset({"ok"}),
+            )
+    for change in ("rewritten in place", "uint16 -> float32"):
+        yield Case(
+            f"v3 store over HTTP {change}, reopened through a shared cache",
+            STALE,
+            _stale(3, None, change, http=True),
+            accept=frozenset({"ok"}),
+            bound=HTTP_BOUND,
+        )
+
+
+# -- torn reads -----------------------------------------------------------------------
+
+
+_TORN_SECONDS = 1.5
+
+
+def _torn(
+    zarr_format: int, shards: tuple[int, int] | None, readers: int, writer: str
+) -> Callable[[Context], str]:
+    """A writer rewrites an uncompressed chunk, A, B, A, ..., while readers read it.
+
+    `writer` is ``"zarr"`` (zarr-python's own writes: the file truncated, then
+    written) or ``"in place"`` (one ``write`` of the whole file over the old bytes,
+    same size). Either way the file is never left half-written between writes, so
+    every torn read is one that overlapped a write.
+    """
+
+    def run(context: Context) -> str:
+        import zarr
+
+        from napari_lazy_zarr.core import LazyZarrError
+
+        store = context.root / "t.zarr"
+        chunks = (32, 32) if shards else SHAPE
+        oracles = {"A": ramp(SHAPE, salt=0), "B": ramp(SHAPE, salt=1)}
+        path = store / ("0.0" if zarr_format == 2 else "c/0/0")
+        encoded = {}
+        for name in ("B", "A"):  # A stays on disk
+            zarr_array(
+                store,
+                oracles[name],
+                chunks,
+                zarr_format=zarr_format,
+                shards=shards,
+                overwrite=True,
+            )
+            encoded[name] = path.read_bytes()
+        assert len(encoded["A"]) == len(encoded["B"]), "versions must be the same size"
+        stop = threading.Event()
+
+        def write() -> None:
+            target = zarr.open_array(str(store), mode="r+")
+            turn = 0
+            while not stop.is_set():
+                name = "BA"[turn % 2]
+                if writer == "zarr":
+                    target[...] = oracles[name]
+                else:
+                    handle = os.open(path, os.O_WRONLY)
+                    try:
+                        os.write(handle, encoded[name])
+                    finally:
+                        os.close(handle)
+                turn += 1
+
+        context.begin()
+        cache = context.cache(1 << 20)
+        array = context.open(store, cache=cache)
+        counts: Counter[str] = Counter()
+        lock = threading.Lock()
+        deadline = time.monotonic() + _TORN_SECONDS
+
+        def read() -> None:
+            while time.monotonic() < deadline:
+                try:
+                    got = array.result(timeout=context.wait)
+                    seen = next((n for n, o in oracles.items() if np.array_equal(got, o)), "torn")
+                except LazyZarrError:
+                    seen = "error"
+                with lock:
+                    counts[seen] += 1
+                cache.evict_unpinned()  # the next read goes to the file again
+
+        threads = [threading.Thread(target=read, daemon=True) for _ in range(readers)]
+        writing = threading.Thread(target=write, daemon=True)
+        writing.start()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(context.wait)
+        stop.set()
+        writing.join(context.wait)
+        total = sum(counts.values())
+        text = (
+            f"{total} reads: {counts['A']} A, {counts['B']} B, {counts['error']} clear errors, "
+            f"{counts['torn']} torn"
+        )
+        if counts["torn"]:
+            raise Finding("wrong-pixels", text)
+        if not counts["A"] + counts["B"]:
+            raise Finding("hang", "no read completed: " + text)
+        return text
+
+    return run
+
+
+def _torn_cases() -> Iterator[Case]:
+    ok: frozenset[Outcome] = frozenset({"ok"})
+    table = {
+        "v2 chunk rewritten by zarr-python while read": (2, None, 1, "zarr"),
+        "v3 chunk rewritten by zarr-python while read": (3, None, 1, "zarr"),
+        "v3 shard rewritten by zarr-python while read": (3, SHAPE, 1, "zarr"),
+        "v2 chunk rewritten in place (one write each) while 4 threads read": (
+            2,
+            None,
+            4,
+            "in place",
+        ),
+    }
+    for label, (zarr_format, shards, readers, writer) in table.items():
+        yield Case(label, TORN, _torn(zarr_format, shards, readers, writer), accept=ok)
+
+
+# -- eviction cost --------------------------------------------------------------------
+
+
+_EVICTION_BOUND = 5.0  # the quadratic rescan took 21 s for this; the fixed cache 0.6 s
+
+
+def _eviction(limit: int, concurrency: int) -> Callable[[Context], str]:
+    """One view of 8,100 small chunks (900 x 900, chunks 10 x 10) pinned over the limit."""
+
+    def run(context: Context) -> str:
+        from napari_lazy_zarr.core import ArraySource, ChunkedArray
+
+        data = ramp((900, 900), "u1")
+        source = ArraySource(data, chunks=(10, 10), name="eviction")
+        context.begin()
+        cache = context.cache(limit, concurrency=concurrency)
+        started = time.perf_counter()
+        got = context.read(ChunkedArray(source, cache))
+        seconds = time.perf_counter() - started
+        if seconds > _EVICTION_BOUND:
+            raise Finding("hang", f"loading 8,100 chunks took {seconds:.1f} s")
+        return context.expect(got, data, f"8,100 chunks in {seconds:.2f} s")
+
+    return run
+
+
+def _eviction_cases() -> Iterator[Case]:
+    for limit, concurrency in ((0, 2), (400_000, 2), (0, 8)):
+        yield Case(
+            f"one view pins 8,100 chunks over a {limit:,}-byte limit (concurrency {concurrency})",
+            EVICTION,
+            _eviction(limit, concurrency),
+            accept=frozenset({"ok"}),
+        )
+
+
+def cases() -> Iterator[Case]:
+    yield from _lifecycle_cases()
+    yield from _stale_cases()
+    yield from _torn_cases()
+    yield from _eviction_cases()
