@@ -45,8 +45,10 @@ from napari_lazy_zarr.core.source import SourceFields, chunk_bounds, fill_value_
 from napari_lazy_zarr.core.zarr_source import _grid_from_sizes
 
 if TYPE_CHECKING:
+    from distributed import Client
     from numpy.typing import ArrayLike, DTypeLike
 
+    from napari_lazy_zarr.core.dask_source import DaskRunner
     from napari_lazy_zarr.core.source import ChunkSource
 
 __all__ = [
@@ -535,6 +537,15 @@ class FunctionSource(SourceFields, _ReadOnly):
         itself: two sources share cached chunks only if they are built from
         the same function object (and the same shape, dtype and grid). A
         name is a promise that it identifies the values.
+    client
+        Run `function` on a dask cluster instead of the cache's worker
+        thread: a ``distributed.Client``, ``"active"`` (the client already
+        running in this process), or a `DaskRunner` to share. Each chunk is
+        then one task (``client.submit``) with the priority rule of
+        `core.dask_source`; `cancel_load` cancels it, and the chunk's wait is
+        bounded by `timeout`. `function` must then be picklable (cloudpickle).
+    timeout
+        With a client: seconds one chunk's task may take (`LoadTimeoutError` after).
 
     Examples
     --------
@@ -561,10 +572,30 @@ class FunctionSource(SourceFields, _ReadOnly):
         chunks: Chunks,
         fill_value: Any = 0,
         name: Hashable | None = None,
+        client: Client | Literal["active"] | DaskRunner | None = None,
+        timeout: float | None = None,
     ) -> None:
         if not callable(function):
             raise TypeError(f"function: expected a callable, got {function!r}")
         self._function = function
+        self._runner: DaskRunner | None = None
+        self._owns_runner = False
+        if client is not None:
+            from napari_lazy_zarr.core.dask_source import (
+                DEFAULT_COMPUTE_TIMEOUT,
+                DaskRunner,
+                _Tickets,
+            )
+
+            if isinstance(client, DaskRunner):
+                self._runner = client
+            else:
+                self._runner = DaskRunner(
+                    client, timeout=DEFAULT_COMPUTE_TIMEOUT if timeout is None else timeout
+                )
+                self._owns_runner = True
+            self._tickets = _Tickets()
+            self.load_reason = "computing"  # the cache's LOADING reason for its chunks
         self._shape = tuple(int(s) for s in shape)
         self._dtype = _image_dtype(dtype, "function")
         self._chunks = _normalized_chunks(chunks)
@@ -585,12 +616,27 @@ class FunctionSource(SourceFields, _ReadOnly):
         lo, hi = chunk_bounds(self._grid, coords, self._shape)
         box = IndexDomain(inclusive_min=lo, exclusive_max=hi)
         where = f"{self.identity}: box {_box_text(lo, hi)}"
+        if self._runner is not None:
+            # The runner raises LazyZarrErrors naming the chunk and the task.
+            coords = tuple(int(c) for c in coords)
+            ticket = self._tickets.open(coords)
+            try:
+                data = np.asarray(self._runner.call(self._function, box, ticket, where))
+            finally:
+                self._tickets.close(coords, ticket)
+            return self._checked(data, box, where)
         try:
             data = np.asarray(self._function(box))
         except Exception as error:
             raise ChunkReadError(
                 f"{where}: the function raised {type(error).__name__}: {error}"
             ) from error
+        return self._checked(data, box, where)
+
+    def _checked(
+        self, data: np.ndarray[Any, Any], box: IndexDomain, where: str
+    ) -> np.ndarray[Any, Any]:
+        """The function's result as the chunk of `box`, or a `ChunkReadError` saying why not."""
         if data.shape != box.shape:
             raise ChunkReadError(
                 f"{where}: the function returned shape {data.shape}, the box has {box.shape}"
@@ -603,6 +649,18 @@ class FunctionSource(SourceFields, _ReadOnly):
                 )
             return data.astype(self._dtype)
         return data if data.flags.owndata else data.copy()
+
+    def cancel_load(self, coords: tuple[int, ...]) -> None:
+        """Cancel chunk `coords`'s task on the cluster, if any (a local call cannot be)."""
+        if self._runner is not None:
+            self._runner.cancel(self._tickets, tuple(int(c) for c in coords))
+
+    def close(self) -> None:
+        """Cancel the tasks in flight; close the runner the source made (not a client)."""
+        if self._runner is not None:
+            self._tickets.cancel_all()
+            if self._owns_runner:
+                self._runner.close()
 
     def __repr__(self) -> str:
         return f"FunctionSource({_label(self._name)}, shape={self._shape}, dtype={self._dtype})"
