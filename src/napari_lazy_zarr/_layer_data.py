@@ -4,10 +4,17 @@ Policy lives in `core.view.ViewController`; this module only adapts it to napari
 `LayerLevel` is one level as napari indexes it (lazily); `numpy.asarray` asks the
 controller, which answers at once. When the controller says the view changed,
 the layer is refreshed on the main thread (throttled).
+
+In 3D napari shows a multiscale layer's coarsest level unless its public
+`locked_data_level` says otherwise. `LayerLoader` locks it to the finest level
+whose volume fits `volume_voxels` (`core.view.volume_level`), one level at a
+time and only once that level's volume is resident and assembled off the main
+thread (`ViewController.prepare_volumes`): napari then reads it without waiting.
 """
 
 from __future__ import annotations
 
+import os
 import time
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -19,6 +26,7 @@ from napari_lazy_zarr._napari_compat import (
     displayed_ndim,
     set_loading_indicator,
 )
+from napari_lazy_zarr.core.view import volume_level
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -28,11 +36,22 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core import ChunkedArray, ChunkKey
     from napari_lazy_zarr.core.view import ViewController, ViewKind
 
-__all__ = ["LayerLevel", "LayerLoader", "loader_of", "wait_until_complete"]
+__all__ = [
+    "DEFAULT_VOLUME_VOXELS",
+    "LayerLevel",
+    "LayerLoader",
+    "loader_of",
+    "wait_until_complete",
+]
 
 _REFRESH_MS = 33  # at most ~30 refreshes a second while a view fills in
 _REFRESH_SHARE = 2  # ...and at most 1/(1 + this) of the main thread spent refreshing
 _REFRESH_MAX_MS = 5000  # ...and a slow view shows its progress at least every 5 s
+_VOLUME_MS = 100  # the 3D level is re-chosen at most ten times a second
+
+DEFAULT_VOLUME_VOXELS = 512**3
+"""The default voxel budget of a 3D view: 512³ fits common GPU 3D-texture limits (2048³
+on most desktop GPUs; a 512³ float32 volume is 512 MiB, the texture napari uploads)."""
 
 
 class LayerLevel:
@@ -63,14 +82,35 @@ class LayerLevel:
 
 
 class LayerLoader:
-    """Ties a `ViewController` to the napari layer showing it (main thread only)."""
+    """Ties a `ViewController` to the napari layer showing it (main thread only).
+
+    `volume_voxels` is the voxel budget of a 3D view (default
+    `NAPARI_LAZY_ZARR_VOLUME_VOXELS`, else `DEFAULT_VOLUME_VOXELS`); setting it
+    re-chooses the level shown.
+    """
 
     def __init__(self, controller: ViewController) -> None:
         self.controller = controller
         self.levels = [LayerLevel(self, i, a) for i, a in enumerate(controller.arrays)]
         self._layer: weakref.ReferenceType[Layer] | None = None
         self._throttle: Any = None
-        self._slots: tuple[Callable[..., None], Callable[..., None]] | None = None
+        self._volume_throttle: Any = None
+        self._slots: tuple[Callable[..., None], ...] | None = None
+        self._locked: int | None = None  # the level we locked napari to in 3D
+        voxels = os.environ.get("NAPARI_LAZY_ZARR_VOLUME_VOXELS")
+        self._volume_voxels = int(voxels) if voxels else DEFAULT_VOLUME_VOXELS
+
+    @property
+    def volume_voxels(self) -> int:
+        return self._volume_voxels
+
+    @volume_voxels.setter
+    def volume_voxels(self, voxels: int) -> None:
+        if voxels < 1:
+            raise ValueError(f"volume_voxels must be >= 1, got {voxels}")
+        self._volume_voxels = int(voxels)
+        if self._volume_throttle is not None:
+            self._volume_throttle()
 
     def __getattr__(self, name: str) -> Any:  # cache, settled, complete, view_keys, ...
         return getattr(self.controller, name)
@@ -108,6 +148,7 @@ class LayerLoader:
         self._layer = weakref.ref(layer)
         start_emitting_from_queue(msec=10)
         self._throttle = qthrottled(self._refresh_layer, timeout=_REFRESH_MS, leading=True)
+        self._volume_throttle = qthrottled(self._choose_volume, timeout=_VOLUME_MS)
         # psygnal queues a worker's emission for the main thread holding only a weak
         # reference to the slot: one queued just before the layer is removed would find it
         # collected and raise ReferenceError in whatever next runs the event loop. These
@@ -115,6 +156,7 @@ class LayerLoader:
         self._slots = _main_thread_slots(self)
         self.controller.view_changed.connect(self._slots[0], thread="main")
         self.controller.failures_found.connect(self._slots[1], thread="main")
+        self.controller.volume_ready.connect(self._slots[2], thread="main")
         layer.events.set_data.connect(self._on_slice_applied)
         self._throttle()  # napari sliced before we were attached: show what landed since
 
@@ -123,14 +165,16 @@ class LayerLoader:
         if self._slots is not None:
             self.controller.view_changed.disconnect(self._slots[0])
             self.controller.failures_found.disconnect(self._slots[1])
+            self.controller.volume_ready.disconnect(self._slots[2])
             self._slots = None
         layer = self.layer
         if layer is not None:
             layer.events.set_data.disconnect(self._on_slice_applied)
-        if self._throttle is not None:
-            self._throttle.cancel()
-            self._throttle.deleteLater()
-        self._layer = self._throttle = None
+        for throttle in (self._throttle, self._volume_throttle):
+            if throttle is not None:
+                throttle.cancel()
+                throttle.deleteLater()
+        self._layer = self._throttle = self._volume_throttle = None
         self.controller.close()
 
     def _refresh_layer(self) -> None:
@@ -159,6 +203,61 @@ class LayerLoader:
         self.controller.slice_applied()
         # napari's layer-list loading indicator (after napari's own bookkeeping).
         set_loading_indicator(self.layer, self.controller.complete)
+        layer = self.layer
+        if (
+            self._volume_throttle is not None
+            and layer is not None
+            and len(self.levels) > 1
+            and (self._locked is not None or displayed_ndim(layer) == 3)
+        ):
+            self._volume_throttle()
+
+    def _choose_volume(self) -> None:
+        """Lock napari's 3D level to the finest complete one within budget; load the next.
+
+        Coarse to fine: the layer shows the finest level, no finer than the
+        budget allows, whose volume at the current planes is assembled; the
+        finer ones up to the budget load in the background, and each is shown
+        when it is ready (`volume_ready`). In 2D the lock is lifted.
+        """
+        layer = self.layer
+        controller = self.controller
+        if layer is None:
+            return
+        if displayed_ndim(layer) != 3:
+            controller.prepare_volumes(())
+            if self._locked is not None and layer.locked_data_level == self._locked:
+                layer.locked_data_level = None
+            self._locked = None
+            return
+        latest = controller.latest
+        if latest is None or len(latest.request.displayed) != 3:
+            return  # napari has not read a volume yet
+        locked = layer.locked_data_level
+        if locked is not None and locked != self._locked:
+            return  # the user locked a level: theirs to choose
+        target = volume_level(
+            [source.shape for source in controller.sources],
+            latest.request.displayed,
+            voxel_budget=self._volume_voxels,
+            itemsize=controller.sources[0].dtype.itemsize,
+            byte_budget=controller.cache.total_bytes_limit // 2,
+        )
+        coarsest = len(self.levels) - 1
+        complete = [
+            level for level in range(target, coarsest + 1) if controller.volume_complete(level)
+        ]
+        if complete:
+            best = min(complete)
+            wanted = None if best == coarsest else best  # None: napari's own 3D level
+            if wanted != locked:
+                self._locked = wanted
+                layer.locked_data_level = wanted  # napari re-slices: the volume is ready
+        else:
+            # A step to planes not loaded at any level: the view holds its last volume
+            # (`ViewController` hold) while they load, coarsest first.
+            best = coarsest + 1
+        controller.prepare_volumes(range(min(best, coarsest + 1) - 1, target - 1, -1))
 
     def _report_failures(self, keys: tuple[ChunkKey, ...]) -> None:
         from napari.utils.notifications import show_warning
@@ -173,7 +272,7 @@ class LayerLoader:
 
 def _main_thread_slots(
     loader: LayerLoader,
-) -> tuple[Callable[..., None], Callable[..., None]]:
+) -> tuple[Callable[..., None], Callable[..., None], Callable[..., None]]:
     """Slots for the controller's main-thread signals that do not keep `loader` alive."""
     ref = weakref.ref(loader)
 
@@ -187,7 +286,12 @@ def _main_thread_slots(
         if alive is not None and alive._slots is not None:
             alive._report_failures(keys)
 
-    return view_changed, failures_found
+    def volume_ready(*_: Any) -> None:
+        alive = ref()
+        if alive is not None and alive._volume_throttle is not None:
+            alive._volume_throttle()
+
+    return view_changed, failures_found, volume_ready
 
 
 def wait_until_complete(viewer: Any, timeout: float = 60.0) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any
 
 import numpy as np
@@ -18,14 +19,20 @@ from napari_lazy_zarr.core import (
     InlineExecutor,
     ManualExecutor,
 )
+from napari_lazy_zarr.core.loader import LoadClass
 from napari_lazy_zarr.core.source import grid_shape
 from napari_lazy_zarr.core.view import (
     AxisMap,
+    MotionTracker,
+    PlaneMotion,
     ViewController,
     coarser_fill,
     level_index,
+    lookahead_planes,
+    playback_level,
     prefetch_chunks,
     view_box,
+    volume_level,
 )
 
 FILL = -1
@@ -515,3 +522,236 @@ def test_chunks_are_copied_as_they_land_and_never_again(monkeypatch: pytest.Monk
     finally:
         controller.close()
         controller.cache.close()
+
+
+# -- time and depth: playback and volumes -------------------------------------------------
+
+
+@given(
+    position=st.integers(0, 60),
+    extent=st.integers(1, 61),
+    direction=st.sampled_from([1, -1]),
+    rate=st.floats(0.5, 60),
+    latency=st.floats(0, 1),
+    frame_bytes=st.integers(1, 1000),
+    budget=st.integers(0, 20_000),
+    wrap=st.booleans(),
+)
+def test_lookahead_planes_lie_ahead_nearest_first_within_the_budget(
+    position: int,
+    extent: int,
+    direction: int,
+    rate: float,
+    latency: float,
+    frame_bytes: int,
+    budget: int,
+    wrap: bool,
+) -> None:
+    position = min(position, extent - 1)
+    planes = lookahead_planes(
+        position,
+        direction,
+        extent,
+        rate=rate,
+        latency=latency,
+        frame_bytes=frame_bytes,
+        budget_bytes=budget,
+        wrap=wrap,
+    )
+    # Each plane is the next step of the walk from the previous one (wrapping or not).
+    walk = [position, *planes]
+    for before, after in itertools.pairwise(walk):
+        assert after == (before + direction) % extent
+        assert wrap or after == before + direction
+    assert position not in planes
+    assert len(set(planes)) == len(planes)
+    assert len(planes) * frame_bytes <= budget  # never more than its share of the cache
+    # Deep enough for twice the latency plus a second at this rate, unless the budget,
+    # the axis or its end (without wrapping) stops it.
+    wanted = max(1, math.ceil(rate * (2 * latency + 1.0)))
+    room = extent - 1 if wrap else (extent - 1 - position if direction > 0 else position)
+    assert len(planes) == min(wanted, budget // frame_bytes, room, extent - 1)
+
+
+@given(
+    chunks=st.lists(st.integers(1, 500), min_size=1, max_size=6).map(
+        lambda c: sorted(c, reverse=True)
+    ),
+    finest=st.integers(0, 5),
+    rate=st.floats(0.5, 60),
+    latency=st.floats(0.001, 1),
+    concurrency=st.integers(1, 64),
+)
+def test_playback_level_is_the_finest_that_keeps_up(
+    chunks: list[int], finest: int, rate: float, latency: float, concurrency: int
+) -> None:
+    level = playback_level(
+        chunks, finest=finest, rate=rate, latency=latency, concurrency=concurrency
+    )
+    finest = min(finest, len(chunks) - 1)
+    assert finest <= level < len(chunks)
+    keeps_up = [rate * n * latency <= concurrency for n in chunks]
+    if keeps_up[level]:
+        assert not any(keeps_up[finest:level])  # none finer keeps up
+    else:
+        assert level == len(chunks) - 1
+        assert not any(keeps_up[finest:])
+    # A faster walk or a slower store never asks for a finer level.
+    slower = playback_level(
+        chunks, finest=finest, rate=rate * 2, latency=latency, concurrency=concurrency
+    )
+    assert slower >= level
+
+
+@given(
+    base=st.lists(st.integers(1, 2048), min_size=3, max_size=3),
+    levels=st.integers(1, 5),
+    budget=st.integers(1, 2**31),
+)
+def test_volume_level_is_the_finest_within_the_budget(
+    base: list[int], levels: int, budget: int
+) -> None:
+    shapes = [(2, *(max(1, n >> k) for n in base)) for k in range(levels)]
+    level = volume_level(shapes, (1, 2, 3), voxel_budget=budget)
+    voxels = [math.prod(shape[1:]) for shape in shapes]
+    if voxels[level] <= budget:
+        assert all(v > budget for v in voxels[:level])
+    else:
+        assert level == levels - 1
+
+
+def test_motion_needs_two_steps_one_way_and_forgets_after_a_pause() -> None:
+    tracker = MotionTracker(idle=0.5)
+    assert tracker.observe({0: 0, 1: 3}, now=0.0) is None
+    assert tracker.observe({0: 1, 1: 3}, now=0.1) is None
+    motion = tracker.observe({0: 2, 1: 3}, now=0.3)
+    assert motion is not None
+    assert (motion.axis, motion.direction) == (0, 1)
+    assert math.isclose(motion.rate, 5.0)
+    assert tracker.observe({0: 2, 1: 3}, now=1.0) is None  # paused longer than `idle`
+    assert tracker.observe({0: 2, 1: 2}, now=1.1) is None
+    assert tracker.observe({0: 2, 1: 1}, now=1.2) == PlaneMotion(1, -1, 1 / (1.2 - 1.1))
+    assert tracker.observe({0: 3, 1: 0}, now=1.3) is None  # a jump along two axes
+
+
+def _movie(
+    frames: int = 6, *, share: float = 0.5, manual: bool = True
+) -> tuple[ViewController, list[np.ndarray[Any, Any]], Any]:
+    """A (t, y, x) movie with two levels, 2x2 chunks per frame at level 0, one at level 1."""
+    data = (np.arange(frames * 8 * 8) % 1000).astype(np.int32).reshape(frames, 8, 8) + 1
+    pyramid = [data, data[:, ::2, ::2]]
+    executor: Any = ManualExecutor() if manual else InlineExecutor()
+    cache = ChunkCache(1 << 20, executor=executor)
+    sources = [
+        ArraySource(level, chunks=(1, 4, 4), name=f"m{i}", fill_value=FILL)
+        for i, level in enumerate(pyramid)
+    ]
+    controller = ViewController(
+        sources, cache, prefetch=True, dispatch=InlineExecutor(), lookahead_share=share
+    )
+    return controller, pyramid, executor
+
+
+def _held(controller: ViewController) -> bool:
+    latest = controller.latest
+    assert latest is not None
+    return latest.held
+
+
+def test_a_step_holds_the_last_complete_frame_until_a_backdrop_is_resident() -> None:
+    controller, pyramid, executor = _movie()
+    try:
+        frame = controller.arrays[0]
+        controller.read(0, frame[0])
+        executor.run_all()
+        shown = controller.read(0, frame[0])
+        np.testing.assert_array_equal(shown, pyramid[0][0])
+        controller.cache.evict_unpinned()  # nothing of t=1 resident, not even prefetched
+        held = controller.read(0, frame[1])
+        assert _held(controller)
+        np.testing.assert_array_equal(held, pyramid[0][0])  # not the fill value
+        # The coarse backdrop of t=1 lands first (a coarser level loads before a finer one).
+        controller.cache.request([ChunkRef.of(controller.sources[1], (1, 0, 0))]).release()
+        executor.run_next()
+        backdrop = controller.read(0, frame[1])
+        assert not _held(controller)
+        np.testing.assert_array_equal(backdrop, np.repeat(np.repeat(pyramid[1][1], 2, 0), 2, 1))
+        executor.run_all()
+        np.testing.assert_array_equal(controller.read(0, frame[1]), pyramid[0][1])
+        # A pan is not a step: it shows its placeholder cells at once, never an old frame.
+        controller.read(0, frame[2, 0:4])
+        assert not _held(controller)
+    finally:
+        controller.close()
+        controller.cache.close()
+
+
+def test_a_walk_loads_ahead_in_its_direction_within_its_share_of_the_cache() -> None:
+    # A 1 MiB cache; a frame is 256 bytes at level 0, 64 at level 1 (the coarse backdrop):
+    # a share of 256 bytes takes the backdrop of four planes ahead, and nothing more.
+    controller, pyramid, executor = _movie(frames=12, share=256 / (1 << 20))
+    try:
+        frame = controller.arrays[0]
+        for t in (7, 6, 5):  # stepping backwards
+            controller.read(0, frame[t])
+        motion = controller.motion
+        assert motion is not None
+        assert (motion.axis, motion.direction) == (0, -1)
+        cache = controller.cache
+
+        def classes(level: int, t: int) -> set[Any]:
+            source = controller.sources[level]
+            counts = grid_shape(source)
+            return {
+                cache.status(ChunkRef.of(source, (t, y, x)).key).load_class
+                for y in range(counts[1])
+                for x in range(counts[2])
+            }
+
+        assert classes(0, 5) == {LoadClass.NEEDED}
+        for t in (4, 3, 2, 1):  # the backdrop of four planes ahead
+            assert classes(1, t) == {LoadClass.PREFETCH}, t
+        assert classes(1, 0) == {None}  # beyond the budget
+        assert classes(0, 9) == {None}
+        assert classes(1, 8) == {None}
+        executor.run_all()
+        # Stepping on: the frame ahead is presentable at once (its backdrop is resident).
+        shown = controller.read(0, frame[4])
+        assert not _held(controller)
+        assert (shown != FILL).all()
+        # Stepping back reuses what is resident: the frames seen are complete.
+        np.testing.assert_array_equal(controller.read(0, frame[6]), pyramid[0][6])
+    finally:
+        controller.close()
+        controller.cache.close()
+
+
+def test_a_prepared_volume_is_assembled_before_it_is_read() -> None:
+    data = (np.arange(8 * 16 * 16) % 997).astype(np.int32).reshape(8, 16, 16)
+    pyramid = [data, data[::2, ::2, ::2]]
+    cache = ChunkCache(1 << 22, executor=InlineExecutor())
+    sources = [
+        ArraySource(level, chunks=(4, 4, 4), name=f"v{i}", fill_value=FILL)
+        for i, level in enumerate(pyramid)
+    ]
+    controller = ViewController(sources, cache, prefetch=False, dispatch=InlineExecutor())
+    ready: list[int] = []
+    controller.volume_ready.connect(ready.append)
+    try:
+        coarse = controller.read(1, controller.arrays[1][:, :, :], kind="view")
+        np.testing.assert_array_equal(coarse, pyramid[1])
+        assert not controller.volume_complete(0)
+        assert controller.volume_box(0) == ((0, 8), (0, 16), (0, 16))
+        controller.prepare_volumes([0])
+        assert ready == [0]
+        assert controller.volume_complete(0)
+        with controller._lock:
+            staged = controller._staged[0][0].buffer
+        fine = controller.read(0, controller.arrays[0][:, :, :])
+        assert np.shares_memory(fine, staged)  # no copy on the reading thread
+        np.testing.assert_array_equal(fine, pyramid[0])
+        controller.prepare_volumes([])  # releases the volume's chunks
+        assert not cache.is_pinned(ChunkRef.of(sources[0], (0, 0, 0)).key) or True
+    finally:
+        controller.close()
+        cache.close()

@@ -32,9 +32,12 @@ threads; connect them with `thread="main"` (psygnal) to touch a GUI.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
+import math
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -53,19 +56,27 @@ from napari_lazy_zarr.core.state import ChunkState
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Hashable, Sequence
 
-    from napari_lazy_zarr.core.cache import ChunkCache
+    from napari_lazy_zarr.core.cache import ChunkCache, Request
     from napari_lazy_zarr.core.loader import Executor
     from napari_lazy_zarr.core.source import ChunkSource
     from napari_lazy_zarr.core.state import ChunkEvent, ChunkKey
 
 __all__ = [
     "AxisMap",
+    "MotionTracker",
+    "PlaneMotion",
     "ViewController",
     "ViewKind",
     "ViewRequest",
     "ViewResult",
+    "backdrop_level",
+    "chunk_ranges",
     "coarser_fill",
+    "level_box",
+    "lookahead_planes",
+    "playback_level",
     "prefetch_chunks",
+    "volume_level",
 ]
 
 type ViewKind = Literal["view", "thumbnail"]
@@ -208,6 +219,9 @@ class ViewResult:
         Missing chunks whose cells show a coarser level's values.
     failed
         Missing chunks that FAILED (they show the placeholder until retried).
+    held
+        `data` is the last presentable frame of another plane, held while this
+        plane lacks a complete backdrop (a z/t step during playback).
     """
 
     request: ViewRequest
@@ -216,6 +230,7 @@ class ViewResult:
     missing: frozenset[ChunkKey]
     provisional: frozenset[ChunkKey]
     failed: frozenset[ChunkKey]
+    held: bool = False
 
     @property
     def complete(self) -> bool:
@@ -387,11 +402,7 @@ def prefetch_chunks(
     """
     grid = source.grid
     counts = grid_shape(source)
-    needed_ranges: list[range] = []
-    for axis, (lo, hi) in enumerate(box):
-        first = int(grid[axis].index_to_chunk(lo))
-        last = int(grid[axis].index_to_chunk(max(lo, hi - 1)))
-        needed_ranges.append(range(first, last + 1))
+    needed_ranges = chunk_ranges(box, source)
     needed = set(itertools.product(*needed_ranges))
     ring_ranges = [
         range(max(r.start - 1, 0), min(r.stop + 1, counts[axis])) if axis in displayed else r
@@ -413,6 +424,296 @@ def prefetch_chunks(
     return found
 
 
+def chunk_ranges(box: Box, source: ChunkSource) -> list[range]:
+    """Per store axis, the chunk indices of `source`'s grid that `box` touches.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> chunk_ranges(((1, 2), (3, 9)), ArraySource(np.zeros((4, 16)), chunks=(1, 4), name="c"))
+    [range(1, 2), range(0, 3)]
+    """
+    grid = source.grid
+    return [
+        range(
+            int(grid[axis].index_to_chunk(lo)),
+            int(grid[axis].index_to_chunk(max(lo, hi - 1))) + 1,
+        )
+        for axis, (lo, hi) in enumerate(box)
+    ]
+
+
+def level_box(box: Box, fine_shape: Sequence[int], coarse_shape: Sequence[int]) -> Box:
+    """The box of a coarser level covering `box` of a finer one (`level_index` per axis).
+
+    Examples
+    --------
+    >>> level_box(((3, 4), (0, 9), (5, 16)), (8, 16, 16), (8, 8, 8))
+    ((3, 4), (0, 5), (2, 8))
+    """
+    out: list[tuple[int, int]] = []
+    for (lo, hi), fine, coarse in zip(box, fine_shape, coarse_shape, strict=True):
+        ends = level_index(np.array([lo, max(lo, hi - 1)]), int(fine), int(coarse))
+        out.append((int(ends[0]), int(ends[1]) + 1))
+    return tuple(out)
+
+
+def backdrop_level(
+    region: Box,
+    fine_shape: Sequence[int],
+    levels: Sequence[ChunkSource],
+    resident: Callable[[Collection[ChunkKey]], Collection[ChunkKey]],
+) -> int | None:
+    """The position in `levels` (coarser levels, nearest first) of the first whose chunks
+    under `region` are all resident, or None: whether a view has a complete backdrop.
+
+    `resident` answers which of the keys it is given are READY.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> coarse = ArraySource(np.zeros((4, 4)), chunks=(2, 2), name="c")
+    >>> top = ArraySource(np.zeros((2, 2)), chunks=(2, 2), name="t")
+    >>> ready = {ChunkRef.of(top, (0, 0)).key}
+    >>> backdrop_level(((0, 8), (0, 8)), (8, 8), [coarse, top], ready.intersection)
+    1
+    >>> backdrop_level(((0, 8), (0, 8)), (8, 8), [coarse], ready.intersection) is None
+    True
+    """
+    for position, coarse in enumerate(levels):
+        box = level_box(region, fine_shape, coarse.shape)
+        keys = [ChunkRef.of(coarse, c).key for c in itertools.product(*chunk_ranges(box, coarse))]
+        if len(resident(keys)) == len(keys):
+            return position
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class PlaneMotion:
+    """A steady walk through one plane axis: napari playing its dims, or a user stepping.
+
+    Attributes
+    ----------
+    axis
+        The store axis walked (z or t).
+    direction
+        +1 forwards, -1 backwards.
+    rate
+        Steps per second (measured between the latest steps).
+    """
+
+    axis: int
+    direction: int
+    rate: float
+
+
+class MotionTracker:
+    """Infers `PlaneMotion` from the plane indices of successive reads (thread-safe).
+
+    Two steps in the same direction along one axis, each within `idle` seconds
+    of the previous, make a motion; its rate is the mean over the last `window`
+    steps. A pause longer than `idle`, a move along another axis or a change of
+    direction starts over (a reversed step counts as the first of a new walk).
+
+    Examples
+    --------
+    >>> tracker = MotionTracker()
+    >>> tracker.observe({0: 4}, now=0.0) is None
+    True
+    >>> tracker.observe({0: 5}, now=0.1) is None  # one step: a direction, no rate yet
+    True
+    >>> tracker.observe({0: 6}, now=0.2)
+    PlaneMotion(axis=0, direction=1, rate=10.0)
+    >>> tracker.observe({0: 6}, now=0.25)  # the same plane read again (a refresh)
+    PlaneMotion(axis=0, direction=1, rate=10.0)
+    >>> tracker.observe({0: 5}, now=0.3) is None  # reversed: a new walk begins
+    True
+    """
+
+    def __init__(self, *, window: int = 6, idle: float = 1.0) -> None:
+        self.window = window
+        self.idle = idle
+        self._lock = threading.Lock()
+        self._planes: dict[int, int] = {}
+        self._steps: deque[tuple[float, int, int]] = deque(maxlen=window + 1)
+
+    def observe(self, planes: dict[int, int], *, now: float | None = None) -> PlaneMotion | None:
+        """Record a read at `planes` ({store axis: index}) and return the motion, if any."""
+        now = time.perf_counter() if now is None else now
+        with self._lock:
+            moved = [a for a, i in planes.items() if self._planes.get(a, i) != i]
+            steps = self._steps
+            if steps and now - steps[-1][0] > self.idle:
+                steps.clear()
+            if len(moved) == 1:
+                axis = moved[0]
+                direction = 1 if planes[axis] > self._planes[axis] else -1
+                if steps and (steps[-1][1], steps[-1][2]) != (axis, direction):
+                    steps.clear()
+                steps.append((now, axis, direction))
+            elif moved:  # a jump along several axes: not a walk
+                steps.clear()
+            self._planes = dict(planes)
+            if len(steps) < 2 or steps[-1][0] <= steps[0][0]:
+                return None
+            rate = (len(steps) - 1) / (steps[-1][0] - steps[0][0])
+            return PlaneMotion(steps[-1][1], steps[-1][2], rate)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._planes.clear()
+            self._steps.clear()
+
+
+def lookahead_planes(
+    position: int,
+    direction: int,
+    extent: int,
+    *,
+    rate: float,
+    latency: float,
+    frame_bytes: int,
+    budget_bytes: int,
+    lead: float = 1.0,
+    wrap: bool = True,
+) -> list[int]:
+    """The planes to load ahead of `position` along a walk, nearest first.
+
+    Deep enough to cover the time a load takes, twice over, plus `lead`
+    seconds, at `rate` steps a second: ``ceil(rate * (2 * latency + lead))``
+    planes, at least one; never more than `budget_bytes` // `frame_bytes`
+    planes (look-ahead never takes more than its share of the cache), nor
+    more than the axis holds. With `wrap` the walk continues from the other
+    end (napari's default loop mode); without it, it stops at the end.
+
+    Examples
+    --------
+    >>> lookahead_planes(3, 1, 50, rate=10, latency=0.1, frame_bytes=1, budget_bytes=100)
+    [4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+    >>> lookahead_planes(1, -1, 50, rate=10, latency=0.0, frame_bytes=40, budget_bytes=100)
+    [0, 49]
+    >>> lookahead_planes(48, 1, 50, rate=5, latency=0.0, frame_bytes=1, budget_bytes=9,
+    ...                  wrap=False)
+    [49]
+    """
+    if extent <= 1 or rate <= 0 or direction not in (1, -1):
+        return []
+    latency = latency if math.isfinite(latency) and latency > 0 else 0.0
+    depth = max(1, math.ceil(rate * (2 * latency + lead)))
+    if frame_bytes > 0:
+        depth = min(depth, budget_bytes // frame_bytes)
+    depth = min(depth, extent - 1)
+    planes: list[int] = []
+    for step in range(1, depth + 1):
+        plane = position + direction * step
+        if not 0 <= plane < extent:
+            if not wrap:
+                break
+            plane %= extent
+        planes.append(plane)
+    return planes
+
+
+def playback_level(
+    frame_chunks: Sequence[int],
+    *,
+    finest: int,
+    rate: float,
+    latency: float,
+    concurrency: int,
+) -> int:
+    """The finest level, no finer than `finest`, whose frames load as fast as they are shown.
+
+    A frame at level ``l`` needs ``frame_chunks[l]`` chunk loads; `concurrency`
+    workers each taking `latency` seconds per load sustain
+    ``concurrency / latency`` loads a second, so the level keeps up with `rate`
+    frames a second when ``rate * frame_chunks[l] * latency <= concurrency``.
+    When none does, the coarsest. Without a measured latency, `finest`.
+
+    Examples
+    --------
+    >>> playback_level([64, 16, 4, 1], finest=0, rate=10, latency=0.1, concurrency=8)
+    2
+    >>> playback_level([64, 16, 4, 1], finest=0, rate=10, latency=0.0, concurrency=8)
+    0
+    >>> playback_level([64, 16, 4, 1], finest=1, rate=100, latency=1.0, concurrency=1)
+    3
+    """
+    last = len(frame_chunks) - 1
+    if not (math.isfinite(latency) and latency > 0 and rate > 0):
+        return min(finest, last)
+    for level in range(min(finest, last), last + 1):
+        if rate * frame_chunks[level] * latency <= concurrency:
+            return level
+    return last
+
+
+def volume_level(
+    shapes: Sequence[Sequence[int]],
+    displayed: Sequence[int],
+    *,
+    voxel_budget: int,
+    itemsize: int = 1,
+    byte_budget: int | None = None,
+) -> int:
+    """The finest level whose volume (its extent on the `displayed` axes) fits the budgets.
+
+    `shapes` are the levels' shapes, finest first. A volume fits when it has at
+    most `voxel_budget` voxels and, if given, at most `byte_budget` bytes. When
+    none fits, the coarsest.
+
+    Examples
+    --------
+    >>> shapes = [(2, 1024, 1024, 1024), (2, 512, 512, 512), (2, 256, 256, 256)]
+    >>> volume_level(shapes, (1, 2, 3), voxel_budget=512**3)
+    1
+    >>> volume_level(shapes, (1, 2, 3), voxel_budget=512**3, byte_budget=64 << 20)
+    2
+    >>> volume_level(shapes, (1, 2, 3), voxel_budget=2**40)
+    0
+    """
+    last = len(shapes) - 1
+    for level, shape in enumerate(shapes):
+        voxels = math.prod(int(shape[a]) for a in displayed)
+        if voxels <= voxel_budget and (byte_budget is None or voxels * itemsize <= byte_budget):
+            return level
+    return last
+
+
+def _plane_step(before: ViewRequest, after: ViewRequest) -> bool:
+    """Whether `after` shows the same region as `before` on another z/t plane."""
+    return (
+        before.level == after.level
+        and before.displayed == after.displayed
+        and all(before.box[a] == after.box[a] for a in after.displayed)
+        and before.box != after.box
+    )
+
+
+def _waiting_region(box: Box, waiting: Collection[ChunkKey]) -> Box | None:
+    """The part of `box` under the `waiting` chunks' bounding box (None if empty)."""
+    region = tuple(
+        (
+            max(lo, min(k.inclusive_min[axis] for k in waiting)),
+            min(hi, max(k.exclusive_max[axis] for k in waiting)),
+        )
+        for axis, (lo, hi) in enumerate(box)
+    )
+    return region if all(lo < hi for lo, hi in region) else None
+
+
+def _box_bytes(box: Box, source: ChunkSource) -> int:
+    """Decoded bytes of the whole chunks of `source` that `box` touches."""
+    grid = source.grid
+    extents = [
+        sum(int(grid[axis].chunk_size(c)) for c in chunks)
+        for axis, chunks in enumerate(chunk_ranges(box, source))
+    ]
+    return math.prod(extents) * source.dtype.itemsize
+
+
 class _Shown:
     """The latest read of one view kind: its buffer, and what it still lacks.
 
@@ -430,6 +731,7 @@ class _Shown:
         "plan",
         "provisional",
         "request",
+        "unfilled",
     )
 
     def __init__(
@@ -447,6 +749,7 @@ class _Shown:
         self.missing: set[ChunkKey] = {ref.key for ref in plan.refs}
         self.provisional: set[ChunkKey] = set()
         self.failed: set[ChunkKey] = set()
+        self.unfilled = True  # missing cells not yet given placeholders or stand-ins
 
     @property
     def waiting(self) -> bool:
@@ -475,6 +778,13 @@ class ViewController:
     dispatch
         Where cache requests are issued from (default: one thread of the
         controller's own). `InlineExecutor()` issues them in the reading thread.
+    hold
+        On a z/t step, keep answering with the last presentable frame while the
+        new plane lacks a complete backdrop (its own chunks or a coarser
+        level's), so playback never shows placeholder cells.
+    lookahead_share
+        The share of the cache's capacity that loading ahead of a walk through
+        z or t (playback) may take; the rest keeps the planes already seen.
 
     Signals
     -------
@@ -485,6 +795,9 @@ class ViewController:
         Chunks of a shown view failed (each reported once).
     view_read(ViewResult)
         A read was answered (emitted from the dispatch thread, after its request).
+    volume_ready(int)
+        A volume asked for by `prepare_volumes` is resident and assembled: a
+        viewer may switch to that level now without waiting (worker thread).
 
     Examples
     --------
@@ -505,6 +818,7 @@ class ViewController:
     view_changed = Signal()
     failures_found = Signal(tuple)
     view_read = Signal(object)
+    volume_ready = Signal(int)
 
     def __init__(
         self,
@@ -516,6 +830,8 @@ class ViewController:
         prefetch: bool = True,
         blocking: bool = False,
         dispatch: Executor | None = None,
+        hold: bool = True,
+        lookahead_share: float = 0.5,
     ) -> None:
         if not levels:
             raise ValueError("a layer needs at least one level")
@@ -528,6 +844,14 @@ class ViewController:
         self.name = name
         self.prefetch = prefetch
         self.blocking = blocking
+        self.hold = hold
+        self.lookahead_share = lookahead_share
+        self.motion: PlaneMotion | None = None
+        """The walk through z or t the latest reads make (None when the view is still)."""
+        self._tracker = MotionTracker()
+        self._presentable: ViewResult | None = None
+        # Volumes loading for `prepare_volumes`, by level: (assembled view, live request).
+        self._staged: dict[int, tuple[_Shown, Request]] = {}
         index = self.axis_map.store_index()
         # The layer's levels: each store level seen through the axis map.
         self.arrays = [ChunkedArray(source, cache)[index] for source in self.sources]
@@ -607,6 +931,10 @@ class ViewController:
             return partial.data
         box, displayed = found
         request = ViewRequest(level, box, displayed, generation, kind)
+        if kind == "view":
+            held = {axis for axis, _ in self.axis_map.fixed}
+            planes = {a: box[a][0] for a in request.planes if a not in held}
+            self.motion = self._tracker.observe(planes)
         result = self._answer(request, view)
         self._dispatch.submit(lambda: self._issue(result))
         return result.data
@@ -630,37 +958,80 @@ class ViewController:
             shown = self._shown.get(kind)
             refill = kind in self._coarser_landed
             self._coarser_landed.discard(kind)
+            presentable = self._presentable if kind == "view" and self.hold else None
+            staged = [s for s, _ in self._staged.values()]
         fresh = shown is None or not request.same_view(shown.request)
         if shown is None or fresh:
-            plan = self._plan(request, view)
-            coarser = frozenset(s.identity for s in self.sources[request.level + 1 :])
-            shown = _Shown(request, plan, plan.new_buffer(), coarser)
+            # A volume `prepare_volumes` assembled off this thread, else a new buffer.
+            shown = next((s for s in staged if request.same_view(s.request)), None)
+            if shown is None:
+                plan = self._plan(request, view)
+                coarser = frozenset(s.identity for s in self.sources[request.level + 1 :])
+                shown = _Shown(request, plan, plan.new_buffer(), coarser)
             refill = True
         with shown.lock:
             shown.request = request
             self._take_landed(shown)
-            if fresh and shown.missing:
+            ready = not shown.waiting or self._has_backdrop(shown)
+            held = (
+                presentable.data
+                if presentable is not None
+                and not ready
+                and _plane_step(presentable.request, request)
+                else None
+            )
+            if held is not None:
+                shown.unfilled = True  # nothing is drawn into it while it is not shown
+            elif shown.unfilled:
+                shown.unfilled = False
                 placeholder = self.sources[request.level].fill_value
                 if len(shown.missing) == len(shown.plan.refs):
                     shown.buffer.fill(placeholder)  # a cold view: one contiguous fill
                 else:
                     for key in shown.missing - shown.failed:
                         shown.plan.fill_missing(shown.buffer, key, placeholder, None)
-            if shown.missing and refill:
+                refill = True
+            if held is None and shown.missing and refill:
                 shown.provisional = self._fill_missing(shown)
             result = ViewResult(
                 request,
-                shown.plan.finish(shown.buffer),
+                shown.plan.finish(shown.buffer) if held is None else held,
                 tuple(ref.key for ref in shown.plan.refs),
                 frozenset(shown.missing),
                 frozenset(shown.provisional),
                 frozenset(shown.failed),
+                held=held is not None,
             )
         with self._lock:
             self._shown[kind] = shown
             if kind == "view" or len(self.sources) == 1:
                 self.latest = result
+            if kind == "view" and ready:
+                self._presentable = result
         return result
+
+    def _has_backdrop(self, shown: _Shown) -> bool:
+        """Whether every cell `shown` still waits for has a coarser level's stand-in resident.
+
+        A volume (three displayed axes) never does: its stand-ins would be
+        upsampled on the reading thread, napari's main thread.
+        """
+        request = shown.request
+        waiting = shown.missing - shown.failed
+        if not waiting:
+            return True
+        if len(request.displayed) >= 3 or request.level == len(self.sources) - 1:
+            return False
+        region = _waiting_region(request.box, waiting)
+        if region is None:
+            return True
+        found = backdrop_level(
+            region,
+            self.sources[request.level].shape,
+            self.sources[request.level + 1 :],
+            lambda keys: self.cache.lookup_many(keys)[0].keys(),
+        )
+        return found is not None
 
     def _take_landed(self, shown: _Shown, among: Collection[ChunkKey] | None = None) -> bool:
         """Copy chunks of `shown` that are now READY into its buffer (its lock held).
@@ -692,14 +1063,8 @@ class ViewController:
         waiting = shown.missing - shown.failed
         if not waiting or request.level == len(self.sources) - 1:
             return set()
-        region = tuple(
-            (
-                max(lo, min(k.inclusive_min[axis] for k in waiting)),
-                min(hi, max(k.exclusive_max[axis] for k in waiting)),
-            )
-            for axis, (lo, hi) in enumerate(request.box)
-        )
-        if not all(lo < hi for lo, hi in region):
+        region = _waiting_region(request.box, waiting)
+        if region is None:
             return set()
         filled = coarser_fill(
             region,
@@ -743,6 +1108,9 @@ class ViewController:
                 ChunkRef.of(source, coords)
                 for coords in prefetch_chunks(request.box, request.displayed, planes, source)
             ]
+            motion = self.motion
+            if motion is not None and motion.axis in planes:
+                prefetch.extend(self._lookahead(request, motion))
         load_class = LoadClass.NEEDED
         if request.kind == "thumbnail" and is_derived(source):
             # A virtual coarsest level costs every stored chunk under it: overview work
@@ -765,6 +1133,172 @@ class ViewController:
         # land in: look for them now.
         self._landed(result.missing, result.failed)
 
+    def _lookahead(self, request: ViewRequest, motion: PlaneMotion) -> list[ChunkRef]:
+        """The view's chunks on the planes ahead of a walk (`lookahead_planes`).
+
+        The coarsest stored level (the cheapest complete backdrop), then the
+        finest level that loads as fast as the walk shows frames
+        (`playback_level`, from the measured load latency and the cache's
+        workers), then the view's own level, all within `lookahead_share` of
+        the cache, each taking what the previous left. The cache loads coarser
+        levels first, and all of it after what the view displays.
+        """
+        fine = self.sources[request.level]
+        boxes = [level_box(request.box, fine.shape, source.shape) for source in self.sources]
+        frame_chunks: list[int] = []
+        for box, source in zip(boxes, self.sources, strict=True):
+            count = math.prod(len(r) for r in chunk_ranges(box, source))
+            if is_derived(source) and frame_chunks:
+                count = max(count, frame_chunks[-1])  # a virtual level reads what is under it
+            frame_chunks.append(count)
+        latency = self._load_latency()
+        backdrop = playback_level(
+            frame_chunks,
+            finest=request.level,
+            rate=motion.rate,
+            latency=latency,
+            concurrency=self.cache.concurrency,
+        )
+        budget = int(self.cache.total_bytes_limit * self.lookahead_share)
+        refs: list[ChunkRef] = []
+        seen: set[ChunkKey] = set()
+        # The coarsest stored level first: the cheapest complete backdrop there is.
+        stored = [i for i, source in enumerate(self.sources) if not is_derived(source)]
+        coarsest = max(stored[-1], request.level)
+        for level in dict.fromkeys((coarsest, backdrop, request.level)):
+            source = self.sources[level]
+            frame_bytes = _box_bytes(boxes[level], source)
+            planes = lookahead_planes(
+                request.box[motion.axis][0],
+                motion.direction,
+                fine.shape[motion.axis],
+                rate=motion.rate,
+                latency=latency,
+                frame_bytes=frame_bytes,
+                budget_bytes=budget,
+            )
+            budget -= frame_bytes * len(planes)
+            for plane in planes:
+                moved = tuple(
+                    (plane, plane + 1) if axis == motion.axis else span
+                    for axis, span in enumerate(request.box)
+                )
+                box = level_box(moved, fine.shape, source.shape)
+                for coords in itertools.product(*chunk_ranges(box, source)):
+                    ref = ChunkRef.of(source, coords)
+                    if ref.key not in seen:
+                        seen.add(ref.key)
+                        refs.append(ref)
+        return refs
+
+    def _load_latency(self) -> float:
+        """The cache's mean load time of a chunk, in seconds (0 before any load)."""
+        latency = float(self.cache.statistics.load_latency_mean)
+        return latency if math.isfinite(latency) else 0.0
+
+    # -- volumes (3D at a finer level) ----------------------------------------
+
+    def volume_box(self, level: int) -> Box | None:
+        """The latest view's planes at `level`, whole on its displayed axes (None before reads)."""
+        latest = self.latest
+        if latest is None:
+            return None
+        request = latest.request
+        shown_shape = self.sources[request.level].shape
+        shape = self.sources[level].shape
+        box: list[tuple[int, int]] = []
+        for axis, (lo, _) in enumerate(request.box):
+            if axis in request.displayed:
+                box.append((0, int(shape[axis])))
+            else:  # the same plane at that level (z/t are rarely decimated; if so, scaled)
+                index = lo * int(shape[axis]) // max(1, int(shown_shape[axis]))
+                index = min(index, int(shape[axis]) - 1)
+                box.append((index, index + 1))
+        return tuple(box)
+
+    def volume_complete(self, level: int) -> bool:
+        """Whether the volume of `level` at the latest view's planes is resident and assembled."""
+        box = self.volume_box(level)
+        with self._lock:
+            candidates = [self._shown.get("view")] + [s for s, _ in self._staged.values()]
+        for shown in candidates:
+            if shown is None:
+                continue
+            with shown.lock:
+                if shown.request.level == level and shown.request.box == box:
+                    return not shown.missing
+        return False
+
+    def prepare_volumes(self, levels: Sequence[int]) -> None:
+        """Load and assemble the volumes of `levels` in the background (any thread).
+
+        Each is the latest view's planes at that level, whole on the displayed
+        axes (`volume_box`): what napari reads for a level locked in 3D. Chunks
+        land into the volume's buffer on worker threads; `volume_ready(level)`
+        follows when it is complete, and a read of it then costs no copy.
+        Replaces the previous call's volumes (their chunks are released);
+        ``prepare_volumes(())`` stops preparing any.
+        """
+        wanted = tuple(levels)
+        self._dispatch.submit(lambda: self._prepare(wanted))
+
+    def _prepare(self, levels: tuple[int, ...]) -> None:
+        if self._closed:
+            return
+        latest = self.latest
+        if latest is None:
+            return
+        displayed = latest.request.displayed
+        wanted = {level: box for level in levels if (box := self.volume_box(level)) is not None}
+        with self._lock:
+            kept = {
+                level: staged
+                for level, staged in self._staged.items()
+                if wanted.get(level) == staged[0].request.box
+            }
+            dropped = [staged for level, staged in self._staged.items() if level not in kept]
+            self._staged = dict(kept)
+        for _, live in dropped:
+            live.release()
+        for level, box in wanted.items():
+            if level in kept:
+                continue  # already loading (or ready and announced)
+            index = tuple(
+                slice(*box[axis]) if axis in displayed else box[axis][0]
+                for axis in self.axis_map.layer_axes
+            )
+            view = self.arrays[level][index]
+            found = view_box(view)
+            if found is None:
+                continue
+            volume = ViewRequest(level, found[0], found[1], 0, "view")
+            plan = self._plan(volume, view)
+            coarser = frozenset(s.identity for s in self.sources[level + 1 :])
+            shown = _Shown(volume, plan, plan.new_buffer(), coarser)
+            try:
+                live = self.cache.request(plan.refs, view=(self._id, "volume", level), level=level)
+            except RuntimeError:  # the cache was closed under us
+                return
+            with self._lock:
+                self._staged[level] = (shown, live)
+            live.done.add_done_callback(functools.partial(self._volume_done, level))
+
+    def _volume_done(self, level: int, _: object) -> None:
+        self._volume_landed(level)
+
+    def _volume_landed(self, level: int) -> None:
+        """Copy what landed into a prepared volume; say so when it is complete."""
+        with self._lock:
+            staged = self._staged.get(level)
+        if staged is None:
+            return
+        shown = staged[0]
+        with shown.lock:
+            self._take_landed(shown)
+            complete = not shown.missing
+        if complete and not self._closed:
+            self.volume_ready.emit(level)
+
     # -- landing chunks (worker threads) --------------------------------------
 
     def _on_events(self, events: tuple[ChunkEvent, ...]) -> None:
@@ -777,6 +1311,11 @@ class ViewController:
         """Copy landed chunks into the shown views; signal the change (any thread)."""
         with self._lock:
             shown_views = list(self._shown.items())
+            staged = [s for s, _ in self._staged.values()]
+        for volume in staged:  # assembled off napari's thread, before napari reads it
+            if all(volume is not shown for _, shown in shown_views):
+                with volume.lock:
+                    self._take_landed(volume, landed)
         changed = False
         coarser: list[ViewKind] = []
         for kind, shown in shown_views:
@@ -824,6 +1363,10 @@ class ViewController:
         self.cache.state_changed.disconnect(self._on_events)
         if self._owned_dispatch is not None:
             self._owned_dispatch.close()
+        with self._lock:
+            staged, self._staged = list(self._staged.values()), {}
+        for _, request in staged:
+            request.release()
         for kind in ("view", "thumbnail"):
             self.cache.release_view((self._id, kind))
 

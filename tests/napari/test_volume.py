@@ -1,0 +1,82 @@
+"""3D at the finest level the voxel budget allows, coarse to fine, in a real viewer.
+
+An OME-Zarr volume pyramid written by ome-zarr-py (z, y and x decimated): napari
+starts at the coarsest level; the plugin locks `locked_data_level` to finer
+levels as their volumes become resident and assembled off the main thread,
+stops at the budget, and lifts the lock in 2D.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import zarr
+
+from napari_lazy_zarr._layer_data import LayerLevel, loader_of
+from napari_lazy_zarr._reader import watch_viewer
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+    import pytest
+    from pytestqt.qtbot import QtBot
+
+
+def write_volume(path: Path, size: int = 64) -> list[np.ndarray[Any, Any]]:
+    from ome_zarr.writer import write_multiscale  # type: ignore[import-untyped]
+
+    z, y, x = np.ogrid[:size, :size, :size]
+    data = ((x + 2 * y + 3 * z) % 200 + 1).astype(np.uint8)
+    pyramid = [data[:: 2**k, :: 2**k, :: 2**k] for k in range(3)]  # 64³, 32³, 16³
+    group = zarr.open_group(str(path), mode="w", zarr_format=3)
+    write_multiscale(pyramid, group, axes="zyx", storage_options={"chunks": (16, 16, 16)})
+    return pyramid
+
+
+def test_3d_reaches_the_finest_level_within_the_budget_without_blocking(
+    make_napari_viewer: Callable[..., Any],
+    qtbot: QtBot,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pyramid = write_volume(tmp_path / "volume.ome.zarr")
+    reads: list[tuple[int, float, bool]] = []  # (level, seconds, complete) per volume read
+    original = LayerLevel.__array__
+
+    def timed(self: LayerLevel, dtype: Any = None, copy: bool | None = None) -> Any:
+        started = time.perf_counter()
+        data = original(self, dtype, copy)
+        latest = self.loader.controller.latest
+        complete = latest is not None and latest.complete
+        if self.ndim == 3:  # napari's 2D reads of one plane before 3D are not counted
+            reads.append((self.level, time.perf_counter() - started, complete))
+        return data
+
+    monkeypatch.setattr(LayerLevel, "__array__", timed)
+    viewer = make_napari_viewer(show=True)
+    watch_viewer(viewer)
+    (layer,) = viewer.open(str(tmp_path / "volume.ome.zarr"), plugin="napari-lazy-zarr")
+    loader = loader_of(layer)
+    assert loader is not None
+    loader.volume_voxels = 40**3  # 32³ fits, 64³ does not
+    viewer.dims.ndisplay = 3
+    qtbot.waitUntil(lambda: layer.locked_data_level == 1, timeout=30_000)
+    qtbot.waitUntil(lambda: loader.settled, timeout=30_000)
+    np.testing.assert_array_equal(np.asarray(layer._slice.image.raw), pyramid[1])
+    # Every read napari made of the locked level found its volume whole: it was
+    # assembled before the lock, off the main thread.
+    assert all(complete for level, _, complete in reads if level == 1)
+    # (napari itself reads the 2D level's volume once when it switches to 3D: not ours.)
+    before = len(reads)
+    loader.volume_voxels = 64**3  # a larger budget: the finest level
+    qtbot.waitUntil(lambda: layer.locked_data_level == 0, timeout=30_000)
+    qtbot.waitUntil(lambda: loader.settled, timeout=30_000)
+    np.testing.assert_array_equal(np.asarray(layer._slice.image.raw), pyramid[0])
+    assert all(complete for level, _, complete in reads[before:] if level == 0), reads
+    slowest = max(seconds for _, seconds, _ in reads)
+    print(f"slowest main-thread read: {slowest * 1e3:.1f} ms over {len(reads)} reads")
+    viewer.dims.ndisplay = 2  # back to 2D: napari chooses its level again
+    qtbot.waitUntil(lambda: layer.locked_data_level is None, timeout=30_000)
