@@ -19,7 +19,16 @@ if TYPE_CHECKING:
 
 
 def _benchmarks() -> dict[str, Callable[[bool], str]]:
-    from bench import engine, inspector, napari_pan, remote, view_cycle
+    from bench import (
+        dask_view,
+        engine,
+        inspector,
+        napari_pan,
+        playback,
+        remote,
+        view_cycle,
+        volume,
+    )
 
     return {
         "engine": engine.run,
@@ -27,6 +36,9 @@ def _benchmarks() -> dict[str, Callable[[bool], str]]:
         "remote": remote.run,
         "view": view_cycle.run,
         "inspector": inspector.run,
+        "playback": playback.run,
+        "volume": volume.run,
+        "dask": dask_view.run,
     }
 
 

@@ -8,13 +8,16 @@ The public Python API::
     image.cache.statistics                     # hits, misses, loads, resident bytes, ...
 
 Composite sources (concatenation, stacks, constants, functions, casts, kerchunk
-references) are described in docs/composite-sources.md.
+references) are described in docs/composite-sources.md; dask arrays and graphs
+(`from_dask`, computed locally or on a dask.distributed cluster) in docs/dask.md.
+Every read is bounded in bytes and time (`Timeouts`, `RetryPolicy`).
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
 from napari_lazy_zarr.core import (
     ArraySource,
+    CacheClosedError,
     CacheStatistics,
     CastSource,
     ChunkCache,
@@ -29,19 +32,23 @@ from napari_lazy_zarr.core import (
     FunctionSource,
     IncompatibleSourcesError,
     LazyZarrError,
+    LoadTimeoutError,
     ManifestSource,
     MetadataError,
     NotAZarrStoreError,
     PartialRead,
     ReadOnlyError,
+    RetryPolicy,
     StackSource,
     StoreNotFoundError,
+    Timeouts,
     UnsafeDataError,
     UnsupportedDataError,
     ZarrChunkSource,
     open_array,
     open_stack,
 )
+from napari_lazy_zarr.dask import from_dask
 
 try:
     __version__ = version("napari-lazy-zarr")
@@ -50,6 +57,7 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
 
 __all__ = [
     "ArraySource",
+    "CacheClosedError",
     "CacheStatistics",
     "CastSource",
     "ChunkCache",
@@ -64,17 +72,21 @@ __all__ = [
     "FunctionSource",
     "IncompatibleSourcesError",
     "LazyZarrError",
+    "LoadTimeoutError",
     "ManifestSource",
     "MetadataError",
     "NotAZarrStoreError",
     "PartialRead",
     "ReadOnlyError",
+    "RetryPolicy",
     "StackSource",
     "StoreNotFoundError",
+    "Timeouts",
     "UnsafeDataError",
     "UnsupportedDataError",
     "ZarrChunkSource",
     "__version__",
+    "from_dask",
     "open_array",
     "open_stack",
 ]

@@ -5,11 +5,14 @@ Nothing here imports Qt or napari.
 
 from napari_lazy_zarr.core.array import ChunkedArray, PartialRead, open_array
 from napari_lazy_zarr.core.cache import (
+    DEFAULT_STALLED_AFTER,
     DEFAULT_TOTAL_BYTES_LIMIT,
     CacheStatistics,
     ChunkCache,
     ChunkRef,
     Request,
+    check_concurrency,
+    check_total_bytes_limit,
     default_concurrency,
 )
 from napari_lazy_zarr.core.composite import (
@@ -19,6 +22,12 @@ from napari_lazy_zarr.core.composite import (
     ConstantSource,
     FunctionSource,
     StackSource,
+)
+from napari_lazy_zarr.core.dask_source import (
+    DEFAULT_COMPUTE_TIMEOUT,
+    DaskRunner,
+    DaskSource,
+    coarsened_levels,
 )
 from napari_lazy_zarr.core.errors import (
     CacheClosedError,
@@ -34,7 +43,8 @@ from napari_lazy_zarr.core.errors import (
     UnsafeDataError,
     UnsupportedDataError,
 )
-from napari_lazy_zarr.core.loader import InlineExecutor, LoadClass, ManualExecutor
+from napari_lazy_zarr.core.http_store import HttpStore
+from napari_lazy_zarr.core.loader import DaemonExecutor, InlineExecutor, LoadClass, ManualExecutor
 from napari_lazy_zarr.core.manifest import ManifestSource, ManifestStore, StackFile, open_stack
 from napari_lazy_zarr.core.reader import CacheReader
 from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS, RetryPolicy, Timeouts
@@ -50,6 +60,8 @@ from napari_lazy_zarr.core.view import AxisMap, ViewController, ViewRequest, Vie
 from napari_lazy_zarr.core.zarr_source import ZarrChunkSource, open_zarr_source
 
 __all__ = [
+    "DEFAULT_COMPUTE_TIMEOUT",
+    "DEFAULT_STALLED_AFTER",
     "DEFAULT_TIMEOUTS",
     "DEFAULT_TOTAL_BYTES_LIMIT",
     "LEGAL_MOVES",
@@ -71,8 +83,12 @@ __all__ = [
     "CompositeIdentity",
     "ConcatSource",
     "ConstantSource",
+    "DaemonExecutor",
+    "DaskRunner",
+    "DaskSource",
     "DerivedSource",
     "FunctionSource",
+    "HttpStore",
     "IllegalTransitionError",
     "IncompatibleSourcesError",
     "InlineExecutor",
@@ -99,6 +115,9 @@ __all__ = [
     "ViewRequest",
     "ViewResult",
     "ZarrChunkSource",
+    "check_concurrency",
+    "check_total_bytes_limit",
+    "coarsened_levels",
     "default_concurrency",
     "open_array",
     "open_stack",
