@@ -464,6 +464,18 @@ class ChunkLikeError(OSError):
     """A wrapping error, as a source raises around the store's."""
 
 
+def test_a_retry_after_beyond_the_cap_fails_now() -> None:
+    calls: list[int] = []
+
+    def busy() -> None:
+        calls.append(1)
+        raise BusyError(3600.0)
+
+    with pytest.raises(BusyError):
+        RetryPolicy(attempts=4, max_retry_after=10.0).call(busy)
+    assert len(calls) == 1  # an hour's wait is not held in a worker: it fails at once
+
+
 def test_retrying_never_outlasts_the_deadline() -> None:
     calls: list[int] = []
 

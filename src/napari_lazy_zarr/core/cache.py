@@ -116,7 +116,7 @@ __all__ = [
 DEFAULT_TOTAL_BYTES_LIMIT: Final = 1 << 30
 """1 GiB: TensorStore's usual cache pool size for interactive viewing."""
 
-DEFAULT_STALLED_AFTER: Final = 2.0
+DEFAULT_STALLED_AFTER: Final = 1.0
 """Seconds after which a running load stops counting against `concurrency`."""
 
 _LATENCY_WINDOW: Final = 1024
@@ -1315,30 +1315,43 @@ class ChunkCache:
     def _take_next(self, outbox: _Outbox) -> _Entry | None:
         """Move the most urgent QUEUED chunk to LOADING, or retire this task (lock held)."""
         if not self._closed and self._active_tasks <= self._concurrency:
-            while (item := self._queue.pop()) is not None:
-                entry = self._entries[item.key]
-                entry.queue_items -= 1
-                if entry.state is not ChunkState.QUEUED:
-                    continue
-                if self._queue.is_stale(item, self._current_generation):
-                    if self._fetch_superseded:
-                        entry.queue_items += 1
-                        self._queue.push_demoted(item)
-                    elif entry.queue_items == 0 and not self._awaits_inputs(entry):
-                        self._park(entry)  # no view wants it any more
-                    continue
-                if (
-                    entry.derived
-                    and entry.inputs is None
-                    and not self._gather(entry, item, outbox)
-                ):
-                    continue  # deferred until its inputs land, or failed
-                reason = getattr(entry.source, "load_reason", None) or "started"
-                self._transition(entry, ChunkState.LOADING, reason, outbox)
-                entry.started = time.perf_counter()
-                entry.cancelled = False
-                self._loading[entry.key] = entry
-                return entry
+            # While loads of a source are stalled, its storage is likely stuck: chunks of
+            # other sources go first, so one stuck store never holds up another view.
+            slow = {self._entries[k].key.source for k in self._stalled if k in self._entries}
+            for avoid in (slow, set()) if slow else (set(),):
+                skipped: list[QueueItem] = []
+                try:
+                    while (item := self._queue.pop()) is not None:
+                        entry = self._entries[item.key]
+                        entry.queue_items -= 1
+                        if entry.state is not ChunkState.QUEUED:
+                            continue
+                        if self._queue.is_stale(item, self._current_generation):
+                            if self._fetch_superseded:
+                                entry.queue_items += 1
+                                self._queue.push_demoted(item)
+                            elif entry.queue_items == 0 and not self._awaits_inputs(entry):
+                                self._park(entry)  # no view wants it any more
+                            continue
+                        if avoid and entry.key.source in avoid:
+                            entry.queue_items += 1  # still queued: put back below
+                            skipped.append(item)
+                            continue
+                        if (
+                            entry.derived
+                            and entry.inputs is None
+                            and not self._gather(entry, item, outbox)
+                        ):
+                            continue  # deferred until its inputs land, or failed
+                        reason = getattr(entry.source, "load_reason", None) or "started"
+                        self._transition(entry, ChunkState.LOADING, reason, outbox)
+                        entry.started = time.perf_counter()
+                        entry.cancelled = False
+                        self._loading[entry.key] = entry
+                        return entry
+                finally:
+                    for item in skipped:
+                        self._queue.push_item(item)
         self._active_tasks -= 1
         return None
 

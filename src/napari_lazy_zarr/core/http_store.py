@@ -95,7 +95,7 @@ __all__ = [
 
 DEFAULT_MAX_BODY_BYTES: Final = 256 << 20
 """Body cap of a key that is neither metadata nor a ranged read nor under a `limit`."""
-DEFAULT_MAX_METADATA_BYTES: Final = 64 << 20
+DEFAULT_MAX_METADATA_BYTES: Final = 16 << 20
 METADATA_DOCUMENTS: Final = frozenset({"zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"})
 """Names of zarr's metadata documents (the last part of a key)."""
 _MAX_REDIRECTS: Final = 5

@@ -122,8 +122,10 @@ class RetryPolicy:
     `[0.5, 1.0]` (jitter, so many chunks failing together do not retry in
     lockstep), then tries again, up to `attempts` tries in all. When the
     server said how long to wait (``Retry-After``, a `retry_after` attribute on
-    the error or its causes), it waits that long instead, at most
-    `max_retry_after` seconds. No wait ends later than `deadline` seconds
+    the error or its causes), it waits that long instead; a server asking for
+    more than `max_retry_after` seconds is not retried now (the read fails, and
+    may be retried later, e.g. by `ChunkCache.retry`): blocking a worker that
+    long would stall other chunks. No wait ends later than `deadline` seconds
     after the first try began: a retry that would is not made, and the last
     error propagates, so retrying a read is bounded in time.
 
@@ -203,13 +205,14 @@ class RetryPolicy:
 
         Examples
         --------
-        A server asking to wait longer than the deadline allows is not retried:
+        A server asking to wait longer than `max_retry_after` (or than the
+        deadline allows) is not retried:
 
         >>> def busy():
         ...     error = ConnectionError("503 Service Unavailable")
         ...     error.retry_after = 60.0
         ...     raise error
-        >>> RetryPolicy(deadline=1.0).call(busy)
+        >>> RetryPolicy().call(busy)
         Traceback (most recent call last):
         ...
         ConnectionError: 503 Service Unavailable
@@ -222,6 +225,9 @@ class RetryPolicy:
             except Exception as error:
                 if attempt >= self.attempts or classify(error) != "transient":
                     raise
+                asked = retry_after(error)
+                if asked is not None and asked > self.max_retry_after:
+                    raise  # the server asks for longer than a worker may wait
                 wait = self.wait_before_retry(attempt, error)
                 if time.monotonic() + wait > end:
                     raise  # retrying would outlast the deadline

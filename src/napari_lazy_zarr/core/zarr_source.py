@@ -781,7 +781,7 @@ def _metadata_files(path: str) -> list[str]:
 
 
 _ATTRIBUTE_FILES: Final = (".zattrs", ".zmetadata")
-MAX_METADATA_BYTES: Final = 64 << 20
+MAX_METADATA_BYTES: Final = 16 << 20
 """Metadata files larger than this are refused (a real one is kilobytes; OME plates megabytes)."""
 
 
