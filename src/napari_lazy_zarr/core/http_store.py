@@ -65,9 +65,10 @@ from zarr.abc.store import (
     Store,
     SuffixByteRequest,
 )
-from zarr.core.buffer import default_buffer_prototype
+from zarr.buffer import default_buffer_prototype
 from zarr.storage import WrapperStore
 
+from napari_lazy_zarr.core._zarr_compat import wrapped_store
 from napari_lazy_zarr.core.errors import (
     ChunkReadError,
     LoadCancelledError,
@@ -79,8 +80,8 @@ from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS, RetryPolicy, Timeouts
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable
 
+    from zarr.abc.buffer import Buffer, BufferPrototype
     from zarr.abc.store import ByteRequest
-    from zarr.core.buffer import Buffer, BufferPrototype
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -379,7 +380,7 @@ class HttpStore(Store):
     >>> store = HttpStore("http://127.0.0.1:8000/data/image.zarr", max_body_bytes=1 << 20)
     >>> store.limit("0", 4096)  # the chunks of array "0" encode to at most 4 KiB
     >>> store.body_cap("0/c/1/2"), store.body_cap("1/c/0/0"), store.body_cap("0/zarr.json")
-    (4096, 1048576, 67108864)
+    (4096, 1048576, 16777216)
     >>> store.close()
     """
 
@@ -742,7 +743,7 @@ def http_store_of(store: Store) -> HttpStore | None:
     True
     """
     while isinstance(store, WrapperStore):
-        store = store._store
+        store = wrapped_store(store)
     return store if isinstance(store, HttpStore) else None
 
 

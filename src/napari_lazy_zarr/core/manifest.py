@@ -64,7 +64,7 @@ from zarr.abc.store import (
     Store,
     SuffixByteRequest,
 )
-from zarr.core.buffer import default_buffer_prototype
+from zarr.buffer import default_buffer_prototype
 
 from napari_lazy_zarr.core.bounds import FileStamp, load_json, read_regular_file, read_stamped
 from napari_lazy_zarr.core.composite import ConcatSource, StackSource
@@ -93,7 +93,7 @@ from napari_lazy_zarr.core.zarr_source import (
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Mapping
 
-    from zarr.core.buffer import Buffer, BufferPrototype
+    from zarr.abc.buffer import Buffer, BufferPrototype
 
 __all__ = [
     "ALLOWED_REMOTES_VARIABLE",

@@ -15,7 +15,7 @@ import zipfile
 import zlib
 from collections import OrderedDict
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, Self
 
 import numpy as np
@@ -26,13 +26,8 @@ from zarr.abc.store import (
     RangeByteRequest,
     Store,
     SuffixByteRequest,
-    _store_supports_sync_io,
 )
-from zarr.codecs.sharding import ShardingCodec
-from zarr.core.array import _get_chunk_spec
-from zarr.core.buffer import default_buffer_prototype
-from zarr.core.codec_pipeline import FusedCodecPipeline
-from zarr.core.sync import sync
+from zarr.buffer import default_buffer_prototype
 from zarr.storage import FsspecStore, WrapperStore
 from zarr_indexing import (
     DimensionGridLike,
@@ -40,6 +35,13 @@ from zarr_indexing import (
     VaryingDimension,
 )
 
+from napari_lazy_zarr.core import _zarr_compat as compat
+from napari_lazy_zarr.core._zarr_compat import (  # per chunk read: bound once here
+    chunk_spec,
+    inner_chunk_spec,
+    inner_chunks_per_shard,
+    shard_chunk_range,
+)
 from napari_lazy_zarr.core.bounds import (
     DECODABLE_CODECS,
     TORN_READ_ATTEMPTS,
@@ -70,8 +72,9 @@ from napari_lazy_zarr.core.source import SourceFields, chunk_bounds, fill_value_
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
 
+    from zarr.abc.buffer import Buffer, BufferPrototype
     from zarr.abc.store import ByteRequest
-    from zarr.core.buffer import Buffer, BufferPrototype
+    from zarr.codecs import ShardingCodec
 
 __all__ = [
     "BoundedLocalStore",
@@ -88,7 +91,6 @@ _METADATA_FILES: Final = ("zarr.json", ".zarray", ".zgroup")
 _CODE_EXECUTING_CODECS: Final = frozenset({"pickle", "numcodecs.pickle"})
 # Image-like dtypes napari can show; everything else is refused with a clear error.
 _IMAGE_KINDS: Final = frozenset("biufc")
-_FUSED_PIPELINE: Final = {"codec_pipeline.path": "zarr.core.codec_pipeline.FusedCodecPipeline"}
 _SHARD_INDEXES_KEPT: Final = 4096  # ~1 KiB each for 8 x 8 inner chunks
 DEFAULT_RETRY: Final = RetryPolicy()
 
@@ -118,7 +120,7 @@ MAX_RANK: Final = 32  # NumPy's limit on an array's dimensions is 64; real image
 def _read_grid(array: zarr.Array[Any], shape: tuple[int, ...]) -> tuple[DimensionGridLike, ...]:
     """The read grid, without listing every chunk of a regular grid (shapes may be huge)."""
     chunks = tuple(int(c) for c in array.chunks)
-    if array.metadata.zarr_format == 2 or _regular(array):
+    if array.metadata.zarr_format == 2 or compat.has_regular_grid(array):
         if any(c <= 0 for c in chunks):
             raise MetadataError(f"{array.store_path}: chunk shape {chunks} has empty chunks")
         return tuple(
@@ -129,11 +131,6 @@ def _read_grid(array: zarr.Array[Any], shape: tuple[int, ...]) -> tuple[Dimensio
         _grid_from_sizes(sizes, extent)
         for sizes, extent in zip(array.read_chunk_sizes, shape, strict=True)
     )
-
-
-def _regular(array: zarr.Array[Any]) -> bool:
-    grid = array._async_array._chunk_grid
-    return bool(getattr(grid, "is_regular", False))
 
 
 def _codec_names(metadata: Any) -> Iterator[str]:
@@ -278,7 +275,7 @@ class _BoundedDecode:
     """Compressors left to zarr after a filter this cannot decode (their output unbounded)."""
 
     def __init__(self, transform: Any) -> None:
-        codecs = tuple(transform.codecs)
+        codecs = compat.transform_codecs(transform)
         array_array = [c for c in codecs if isinstance(c, ArrayArrayCodec)]
         array_bytes: Any = next(c for c in codecs if isinstance(c, ArrayBytesCodec))
         bytes_bytes = [c for c in codecs if isinstance(c, BytesBytesCodec)]
@@ -301,7 +298,7 @@ class _BoundedDecode:
             while compressor is None and filters and _codec_id(filters[-1])[0] in DECODABLE_CODECS:
                 stages.append(_codec_id(filters.pop()))
             if len(filters) != len(array_bytes.filters or ()) or compressor is None:
-                array_bytes = replace(
+                array_bytes = compat.v2_codec_with(
                     array_bytes, compressor=compressor, filters=tuple(filters) or None
                 )
             ratio = _filters_ratio(filters)
@@ -311,9 +308,10 @@ class _BoundedDecode:
                 if _codec_id(codec)[0] in DECODABLE_CODECS - {"crc32c"}
             )
         self.stages = tuple(stages)
-        # dataclasses.replace: a ChunkTransform of the remaining codecs (no new zarr import)
         self._tail = (
-            replace(transform, codecs=(*array_array, array_bytes, *rest)) if stages else transform
+            compat.transform_with_codecs(transform, (*array_array, array_bytes, *rest))
+            if stages
+            else transform
         )
         self._array_array = tuple(array_array)
         self._ratio = ratio
@@ -412,14 +410,14 @@ class ZarrChunkSource(SourceFields):
         _check_safe(self._location, array)
         self._array = array
         self._identity = ZarrIdentity(self._location, _metadata_version(array), next(_OPENS))
-        async_array = array._async_array
+        async_array = array.async_array
         self._metadata = async_array.metadata
         self._pipeline = async_array.codec_pipeline
         self._store_path = async_array.store_path
-        self._zarr_grid = async_array._chunk_grid
+        self._zarr_grid = compat.chunk_grid(array)
         config = async_array.config
         if self._metadata.zarr_format == 2:
-            config = replace(config, order=self._metadata.order)
+            config = compat.config_with_order(config, self._metadata.order)
         self._config = config
         self._prototype = default_buffer_prototype()
         self._shape = tuple(int(s) for s in array.shape)
@@ -447,14 +445,10 @@ class ZarrChunkSource(SourceFields):
         # Inner chunks per outer (stored) chunk along each axis; 1 when unsharded.
         outer = array.shards if array.shards is not None else array.chunks
         self._per_outer = tuple(o // i for o, i in zip(outer, array.chunks, strict=True))
-        self._sync_io = _store_supports_sync_io(self._store_path.store)
+        self._sync_io = compat.store_supports_sync_io(self._store_path.store)
         # The synchronous decode path: zarr's FusedCodecPipeline transform, bounded.
         # Codecs without a synchronous form leave None: zarr's async pipeline reads them.
-        transform = (
-            self._pipeline.sync_transform
-            if isinstance(self._pipeline, FusedCodecPipeline)
-            else None
-        )
+        transform = compat.sync_transform(self._pipeline)
         self._decoder = None if transform is None else _BoundedDecode(transform)
         if self._decoder is not None and self._decoder.unbounded:
             raise UnsupportedDataError(
@@ -504,7 +498,7 @@ class ZarrChunkSource(SourceFields):
         attempts = 1
 
         def read() -> np.ndarray[Any, Any]:
-            spec = _get_chunk_spec(
+            spec = chunk_spec(
                 self._metadata, self._zarr_grid, outer, self._config, self._prototype
             )
             if self._shards is not None:
@@ -550,6 +544,10 @@ class ZarrChunkSource(SourceFields):
                     if not readers:
                         del self._readers[coords]
         return data if data.dtype == self._dtype else data.astype(self._dtype)
+
+    cancel_superseded = False
+    """A superseded download is left to finish (the cache parks its chunk): cut off, it would
+    be fetched again whenever a later view wants it. `cancel_load` serves `close()`."""
 
     def cancel_load(self, coords: tuple[int, ...]) -> None:
         """End the reads of chunk `coords` in flight (`CancellableSource`).
@@ -598,7 +596,7 @@ class ZarrChunkSource(SourceFields):
         elif self._sync_io:
             raw = store.get_sync(path, prototype=self._prototype, byte_range=byte_range)
         else:
-            raw = sync(store.get(path, self._prototype, byte_range))
+            raw = compat.run_sync(store.get(path, self._prototype, byte_range))
         if raw is not None and len(raw) > limit:
             raise ChunkReadError(
                 f"{self._location}: {path!r}: {len(raw):,} bytes, more than the "
@@ -631,7 +629,7 @@ class ZarrChunkSource(SourceFields):
         shape = tuple(sel.stop - sel.start for sel in selection)
         out = self._prototype.nd_buffer.empty(shape=shape, dtype=self._dtype, order="C")
         batch = [(self._store_path / key, spec, selection, (slice(None),) * len(shape), False)]
-        sync(self._pipeline.read(batch, out))
+        compat.run_sync(self._pipeline.read(batch, out))
         return np.asarray(out.as_ndarray_like())
 
     def __repr__(self) -> str:
@@ -690,14 +688,8 @@ class _ShardReader:
     @classmethod
     def for_pipeline(cls, pipeline: Any, max_inner_bytes: int) -> _ShardReader | None:
         """A reader when the pipeline is exactly one sharding codec, else None."""
-        if not (
-            isinstance(pipeline, FusedCodecPipeline)
-            and isinstance(pipeline.array_bytes_codec, ShardingCodec)
-            and not pipeline.array_array_codecs
-            and not pipeline.bytes_bytes_codecs
-        ):
-            return None
-        return cls(pipeline.array_bytes_codec, max_inner_bytes)
+        codec = compat.sole_sharding_codec(pipeline)
+        return None if codec is None else cls(codec, max_inner_bytes)
 
     def _index(
         self, key: str, chunks_per_shard: tuple[int, ...], fetch: Callable[..., Fetched]
@@ -708,7 +700,7 @@ class _ShardReader:
                 self._indexes.move_to_end(key)
                 return entry
         getter = _IndexGetter(fetch, key)
-        index = self._codec._load_shard_index_maybe_sync(getter, chunks_per_shard)
+        index = compat.load_shard_index(self._codec, getter, chunks_per_shard)
         entry = (index, getter.stamp)
         if index is not None:
             with self._lock:
@@ -724,7 +716,7 @@ class _ShardReader:
     def _decoder(self, shard_spec: Any) -> _BoundedDecode:
         decoder = self._decoders.get(shard_spec)
         if decoder is None:
-            decoder = _BoundedDecode(self._codec._get_inner_chunk_transform(shard_spec))
+            decoder = _BoundedDecode(compat.inner_chunk_transform(self._codec, shard_spec))
             with self._lock:
                 self._decoders[shard_spec] = decoder
         return decoder
@@ -747,13 +739,13 @@ class _ShardReader:
         shape = tuple(sel.stop - sel.start for sel in selection)
         dtype = shard_spec.dtype.to_native_dtype()
         fill = np.full(shape, fill_value_of(shard_spec.fill_value, dtype), dtype=dtype)
-        chunks_per_shard = codec._get_chunks_per_shard(shard_spec)
+        chunks_per_shard = inner_chunks_per_shard(codec, shard_spec)
         for _ in range(TORN_READ_ATTEMPTS):
             index, stamp = self._index(key, chunks_per_shard, fetch)
-            chunk_slice = None if index is None else index.get_chunk_slice(coords)
-            if chunk_slice is None:  # absent shard or absent inner chunk
+            chunk_range = None if index is None else shard_chunk_range(index, coords)
+            if chunk_range is None:  # absent shard or absent inner chunk
                 return fill
-            start, stop = int(chunk_slice[0]), int(chunk_slice[1])
+            start, stop = chunk_range
             if stop - start > self._max_inner_bytes:
                 raise ExpansionError(
                     f"shard index gives inner chunk {coords} {stop - start:,} bytes, more "
@@ -768,8 +760,8 @@ class _ShardReader:
                 self._forget(key)
                 continue
             decoder = self._decoder(shard_spec)
-            chunk_spec = codec._get_chunk_spec(shard_spec)
-            decoded = np.asarray(decoder.decode_chunk(raw, chunk_spec).as_ndarray_like())
+            spec = inner_chunk_spec(codec, shard_spec)
+            decoded = np.asarray(decoder.decode_chunk(raw, spec).as_ndarray_like())
             if decoded.shape == shape:
                 return decoded
             return np.array(decoded[local], copy=True)
@@ -978,7 +970,7 @@ class BoundedLocalStore(zarr.storage.LocalStore):
     ) -> Buffer | None:
         if prototype is None:
             prototype = default_buffer_prototype()
-        self._ensure_open_sync()
+        compat.ensure_local_store_open(self)
         data = self.read_bounded(key, byte_range)
         return None if data is None else prototype.buffer.from_bytes(data)
 
@@ -988,7 +980,7 @@ class BoundedLocalStore(zarr.storage.LocalStore):
         prototype: BufferPrototype | None = None,
         byte_range: ByteRequest | None = None,
     ) -> Buffer | None:
-        await self._ensure_open()
+        # get_sync opens the store (checks its root) first, as LocalStore.get does.
         return await asyncio.to_thread(
             self.get_sync, key, prototype=prototype, byte_range=byte_range
         )
@@ -1052,8 +1044,7 @@ class BoundedZipStore(zarr.storage.ZipStore):
         where = f"{self.location}: member {key!r}"
         if limit is None:
             limit = MAX_METADATA_BYTES if metadata else self.max_bytes
-        with self._lock:
-            archive = self._zipfile()
+        with compat.zip_archive(self) as archive:
             try:
                 info = archive.getinfo(key)
             except KeyError:
@@ -1091,10 +1082,18 @@ class BoundedZipStore(zarr.storage.ZipStore):
             check_json_depth(data, where=f"{self.location}/{key}")
         return prototype.buffer.from_bytes(data)
 
-    def _get(
+    # Every read zarr makes of a ZipStore goes through these two (it has no get_sync).
+    async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
         return self.get_bounded(key, prototype, byte_range)
+
+    async def get_partial_values(
+        self,
+        prototype: BufferPrototype,
+        key_ranges: Iterable[tuple[str, ByteRequest | None]],
+    ) -> list[Buffer | None]:
+        return [self.get_bounded(key, prototype, byte_range) for key, byte_range in key_ranges]
 
     def __str__(self) -> str:
         return f"zip://{self.location}"
@@ -1225,7 +1224,7 @@ def open_node(
     """
     if isinstance(store, str):  # a local directory: read through a BoundedLocalStore
         store = bounded_store(store)
-    with _zarr_errors(full), zarr.config.set(_FUSED_PIPELINE):
+    with _zarr_errors(full), zarr.config.set(compat.FUSED_PIPELINE_CONFIG):
         # zarr.open's array-else-group dispatch, but passing on the format the array
         # probe found: zarr.open probes both formats again for a group.
         try:
