@@ -42,10 +42,13 @@ source is a `CancellableSource`, outside the lock. A `read_chunk` that then
 raises (`LoadCancelledError`, or any error once cancelled) sends the chunk back
 to QUEUED (reason ``"cancelled"``), parked like superseded queued work, never
 FAILED; a view
-asking for it again queues it again. `close()` cancels every LOADING chunk of a
-cancellable source the same way, and wakes every caller waiting on a request
-with `CacheClosedError`. Loads asked for without a `view` are never cancelled
-(no newer request can supersede them). A source may name its LOADING reason (e.g.
+asking for it again queues it again. A source whose reads are cheap to finish
+but costly to redo (a download nearly done: `ZarrChunkSource`) sets
+``cancel_superseded = False``: its reads are then cancelled only by `close()`.
+`close()` cancels every LOADING chunk of a cancellable source the same way,
+and wakes every caller waiting on a request with `CacheClosedError`. Loads
+asked for without a `view` are never cancelled (no newer request can supersede
+them). A source may name its LOADING reason (e.g.
 ``"computing"``) with a `load_reason` attribute.
 
 Eviction
@@ -1162,7 +1165,12 @@ class ChunkCache:
         Looks only at the loads in flight (a few: about `concurrency`).
         """
         for entry in self._loading.values():
-            if not entry.cancelled and _cancellable(entry) and not self._wanted(entry):
+            if (
+                not entry.cancelled
+                and _cancellable(entry)
+                and getattr(entry.source, "cancel_superseded", True)
+                and not self._wanted(entry)
+            ):
                 entry.cancelled = True
                 outbox.cancels.append(entry)
 

@@ -30,6 +30,8 @@ MOVES: Final = sorted(
     ((a, b) for a, targets in LEGAL_MOVES.items() for b in targets),
     key=lambda move: (list(ChunkState).index(move[0]), list(ChunkState).index(move[1])),
 )
+_MOVE_SET: Final = frozenset(MOVES)
+_PAIR_GAP: Final = 4.0  # pixels between the two arrows of a move and its reverse
 # Where along an arrow (from its start) a counter may sit, most wanted first.
 _ALONG: Final = (0.5, 0.35, 0.65, 0.25, 0.75, 0.15, 0.85)
 
@@ -107,9 +109,13 @@ class QStateDiagram(QWidget):
         ux, uy = dx / length, dy / length
         half_w, half_h = nodes[move[0]].width() / 2, nodes[move[0]].height() / 2
         trim = min(abs(half_w / ux) if ux else 1e9, abs(half_h / uy) if uy else 1e9)
+        # A move whose reverse is legal too (QUEUED <-> LOADING: a cancelled load) is drawn
+        # beside it: each arrow shifted to its own left, so the two never share a line.
+        shift = _PAIR_GAP if (move[1], move[0]) in _MOVE_SET else 0.0
+        sx, sy = uy * shift, -ux * shift
         return (
-            QPointF(start.x() + ux * trim, start.y() + uy * trim),
-            QPointF(end.x() - ux * trim, end.y() - uy * trim),
+            QPointF(start.x() + ux * trim + sx, start.y() + uy * trim + sy),
+            QPointF(end.x() - ux * trim + sx, end.y() - uy * trim + sy),
         )
 
     def label_rects(self) -> dict[tuple[ChunkState, ChunkState], QRectF]:
@@ -128,9 +134,10 @@ class QStateDiagram(QWidget):
             nx, ny = -dy / length, dx / length  # the arrow's normal
             chosen = None
             candidates = []
-            if abs(dy) < 1e-6:  # a horizontal arrow: above the row of boxes
-                top = nodes[move[0]].top()
+            if abs(dy) < 1e-6:  # a horizontal arrow: above the row of boxes, else below it
+                top, bottom = nodes[move[0]].top(), nodes[move[0]].bottom()
                 candidates.append(QRectF((a.x() + b.x()) / 2 - w / 2, top - h - 2, w, h))
+                candidates.append(QRectF((a.x() + b.x()) / 2 - w / 2, bottom + 2, w, h))
             for t in _ALONG:
                 px, py = a.x() + dx * t, a.y() + dy * t
                 for side in (1.0, -1.0):
