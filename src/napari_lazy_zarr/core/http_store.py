@@ -68,6 +68,7 @@ from zarr.abc.store import (
 from zarr.buffer import default_buffer_prototype
 from zarr.storage import WrapperStore
 
+from napari_lazy_zarr.core._sync_store import SyncReads
 from napari_lazy_zarr.core._zarr_compat import wrapped_store
 from napari_lazy_zarr.core.errors import (
     ChunkReadError,
@@ -78,7 +79,7 @@ from napari_lazy_zarr.core.errors import (
 from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS, RetryPolicy, Timeouts
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterable
+    from collections.abc import AsyncIterator
 
     from zarr.abc.buffer import Buffer, BufferPrototype
     from zarr.abc.store import ByteRequest
@@ -355,7 +356,7 @@ def _split(url: str) -> tuple[_Origin, str, str]:
     return (scheme, parts.hostname, port), parts.path, parts.query
 
 
-class HttpStore(Store):
+class HttpStore(SyncReads, Store):
     """A read-only zarr store over an ``http://`` or ``https://`` URL, bounded in time and bytes.
 
     Parameters
@@ -510,18 +511,6 @@ class HttpStore(Store):
         if timed_out is not None:
             raise timed_out
         return body
-
-    async def get(
-        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
-    ) -> Buffer | None:
-        return await asyncio.to_thread(
-            self.get_sync, key, prototype=prototype, byte_range=byte_range
-        )
-
-    async def get_partial_values(
-        self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
-    ) -> list[Buffer | None]:
-        return list(await asyncio.gather(*(self.get(key, prototype, r) for key, r in key_ranges)))
 
     async def exists(self, key: str) -> bool:
         return await asyncio.to_thread(self._exists, key)

@@ -66,6 +66,7 @@ from zarr.abc.store import (
 )
 from zarr.buffer import default_buffer_prototype
 
+from napari_lazy_zarr.core._sync_store import SyncReads
 from napari_lazy_zarr.core.bounds import FileStamp, load_json, read_regular_file, read_stamped
 from napari_lazy_zarr.core.composite import ConcatSource, StackSource
 from napari_lazy_zarr.core.errors import (
@@ -80,6 +81,7 @@ from napari_lazy_zarr.core.errors import (
 )
 from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS, RetryPolicy, Timeouts
 from napari_lazy_zarr.core.zarr_source import (
+    DEFAULT_RETRY,
     MAX_METADATA_BYTES,
     ZarrChunkSource,
     ZarrIdentity,
@@ -1012,7 +1014,7 @@ def _remote(url: str) -> tuple[Any, str]:
     return filesystem, path
 
 
-class ManifestStore(Store):
+class ManifestStore(SyncReads, Store):
     """A read-only zarr store over a kerchunk reference file (version 0 or 1).
 
     Every reference is checked when the store is made: its form, its
@@ -1300,23 +1302,6 @@ class ManifestStore(Store):
             return None
         return (prototype or default_buffer_prototype()).buffer.from_bytes(data)
 
-    async def get(
-        self,
-        key: str,
-        prototype: BufferPrototype | None = None,
-        byte_range: ByteRequest | None = None,
-    ) -> Buffer | None:
-        return await asyncio.to_thread(
-            self.get_sync, key, prototype=prototype, byte_range=byte_range
-        )
-
-    async def get_partial_values(
-        self,
-        prototype: BufferPrototype,
-        key_ranges: Iterable[tuple[str, ByteRequest | None]],
-    ) -> list[Buffer | None]:
-        return [await self.get(key, prototype, byte_range) for key, byte_range in key_ranges]
-
     async def exists(self, key: str) -> bool:
         return key in self._entries
 
@@ -1479,6 +1464,7 @@ class ManifestSource(ZarrChunkSource):
         allow_outside: bool = False,
         allow_protocols: Iterable[str] = (),
         timeouts: Timeouts = DEFAULT_TIMEOUTS,
+        retry: RetryPolicy = DEFAULT_RETRY,
     ) -> None:
         location = os.fspath(manifest)
         store = ManifestStore(
@@ -1497,7 +1483,7 @@ class ManifestSource(ZarrChunkSource):
                 f"{full}: the references describe a zarr group, not an array"
                 + (hint if arrays else " with no arrays")
             )
-        super().__init__(node, location=full, timeouts=timeouts)
+        super().__init__(node, location=full, timeouts=timeouts, retry=retry)
         self._store = store
         # The store's version covers every file the references read (their stat), so
         # unlike a zarr store's, reopening unchanged references may share cached chunks.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import itertools
 import json
@@ -36,6 +35,7 @@ from zarr_indexing import (
 )
 
 from napari_lazy_zarr.core import _zarr_compat as compat
+from napari_lazy_zarr.core._sync_store import SyncReads
 from napari_lazy_zarr.core._zarr_compat import (  # per chunk read: bound once here
     chunk_spec,
     inner_chunk_spec,
@@ -900,7 +900,7 @@ DEFAULT_MAX_VALUE_BYTES: Final = 1 << 30
 """The most bytes a bounded store returns for a key when the reader states no cap."""
 
 
-class BoundedLocalStore(zarr.storage.LocalStore):
+class BoundedLocalStore(SyncReads, zarr.storage.LocalStore):
     """A read-only `LocalStore` whose every read is bounded (`read_regular_file`).
 
     Every key zarr-python reads through it -- metadata documents while an array
@@ -973,24 +973,6 @@ class BoundedLocalStore(zarr.storage.LocalStore):
         compat.ensure_local_store_open(self)
         data = self.read_bounded(key, byte_range)
         return None if data is None else prototype.buffer.from_bytes(data)
-
-    async def get(
-        self,
-        key: str,
-        prototype: BufferPrototype | None = None,
-        byte_range: ByteRequest | None = None,
-    ) -> Buffer | None:
-        # get_sync opens the store (checks its root) first, as LocalStore.get does.
-        return await asyncio.to_thread(
-            self.get_sync, key, prototype=prototype, byte_range=byte_range
-        )
-
-    async def get_partial_values(
-        self,
-        prototype: BufferPrototype,
-        key_ranges: Iterable[tuple[str, ByteRequest | None]],
-    ) -> list[Buffer | None]:
-        return list(await asyncio.gather(*(self.get(key, prototype, r) for key, r in key_ranges)))
 
     def __repr__(self) -> str:
         return f"BoundedLocalStore('{self.root}')"
