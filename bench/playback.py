@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 FRAMES, SIZE, CHUNK, LEVELS = 50, 1024, 256, 3
 READERS = ("napari-lazy-zarr", "napari-ome-zarr", "napari")
+HELD_STEPS = 8  # a frame showing one of the 8 planes before the current one is "held"
 
 
 def movie_value(level: int, t: int, ys: Any, xs: Any) -> Any:
@@ -94,10 +95,12 @@ def _worker(spec: dict[str, Any]) -> dict[str, Any]:
 
     def record(event: Any = None) -> None:
         level = int(getattr(layer, "data_level", 0)) if layer.multiscale else 0
-        corners = np.array(layer.corner_pixels[:, 1:], dtype=int)
-        shown.append(
-            (int(viewer.dims.current_step[0]), level, corners, np.array(layer._slice.image.raw))
-        )
+        raw = np.array(layer._slice.image.raw)
+        if layer.multiscale:
+            corners = np.array(layer.corner_pixels[:, 1:], dtype=int)
+        else:  # a plain layer is sliced whole, whatever the camera shows
+            corners = np.array([[0, 0], [raw.shape[-2] - 1, raw.shape[-1] - 1]])
+        shown.append((int(viewer.dims.current_step[0]), level, corners, raw))
 
     gaps: list[float] = []
     last = [time.perf_counter()]
@@ -148,9 +151,12 @@ def _worker(spec: dict[str, Any]) -> dict[str, Any]:
         whole += bool((raw != 0).all())
         if np.array_equal(raw, movie_value(level, step, ys, xs)):
             exact += 1
-        elif step > 0 and np.array_equal(
-            raw[:: 2**LEVELS, :: 2**LEVELS],
-            movie_value(level, step - 1, ys, xs)[:: 2**LEVELS, :: 2**LEVELS],
+        elif any(
+            np.array_equal(
+                raw[:: 2**LEVELS, :: 2**LEVELS],
+                movie_value(level, earlier, ys, xs)[:: 2**LEVELS, :: 2**LEVELS],
+            )
+            for earlier in range(step - 1, max(step - HELD_STEPS, 0) - 1, -1)
         ):
             held += 1
     result = {
@@ -277,7 +283,8 @@ def run(quick: bool = False) -> str:
     )
     note = (
         "\n\n*whole*: no fill-value cell (any resolution); *exact*: the current plane at the "
-        "displayed level; *held*: the previous plane shown while the current one loads; "
+        "displayed level; *held*: an earlier plane (up to 8 steps back) shown while the current "
+        "one loads; "
         "*steps shown*: t steps napari showed (it skips a step while the previous one has not "
         "drawn). Target at 10 fps / 100 ms: ≥ 95 % whole, no stall > 50 ms.\n\n"
     )

@@ -231,14 +231,14 @@ class LayerLoader:
             self._locked = None
             return
         latest = controller.latest
-        if latest is None or len(latest.request.displayed) != 3:
+        if latest is None or len(latest.request.spatial) != 3:
             return  # napari has not read a volume yet
         locked = layer.locked_data_level
         if locked is not None and locked != self._locked:
             return  # the user locked a level: theirs to choose
         target = volume_level(
             [source.shape for source in controller.sources],
-            latest.request.displayed,
+            latest.request.spatial,
             voxel_budget=self._volume_voxels,
             itemsize=controller.sources[0].dtype.itemsize,
             byte_budget=controller.cache.total_bytes_limit // 2,

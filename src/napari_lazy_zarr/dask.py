@@ -103,6 +103,7 @@ def dask_levels(
     levels: Levels = "mean",
     smallest: int = 512,
     timeout: float = DEFAULT_COMPUTE_TIMEOUT,
+    prefetch_ring: int = 0,
 ) -> list[ChunkSource]:
     """The pyramid a layer shows for `array`: chunk sources, finest first.
 
@@ -120,15 +121,18 @@ def dask_levels(
         view too (best on the local scheduler, when memory allows).
 
     Every level shares one `DaskRunner` (one local pool, or the client).
+    `prefetch_ring` is how many blocks beyond the view a viewer computes ahead
+    (`DaskSource`): none by default, since each is a whole computation.
     """
     runner = _runner(client, timeout)
     if not _is_dask_array(array):
-        return [DaskSource(level, runner=runner) for level in array]
+        return [DaskSource(level, runner=runner, prefetch_ring=prefetch_ring) for level in array]
     single: da.Array = array  # type: ignore[assignment]
     if levels == "decimate":
-        return virtual_levels(DaskSource(single, runner=runner), smallest=smallest)
+        base = DaskSource(single, runner=runner, prefetch_ring=prefetch_ring)
+        return virtual_levels(base, smallest=smallest)
     return [
-        DaskSource(level, runner=runner)
+        DaskSource(level, runner=runner, prefetch_ring=prefetch_ring)
         for level in coarsened_levels(single, method=levels, smallest=smallest)
     ]
 
@@ -145,6 +149,7 @@ def layer_data(
     scale: Sequence[float] | None = None,
     translate: Sequence[float] | None = None,
     prefetch: bool = True,
+    prefetch_ring: int = 0,
     timeout: float = DEFAULT_COMPUTE_TIMEOUT,
 ) -> list[tuple[Any, dict[str, Any], str]]:
     """napari layer data tuples for `array`, built by the plugin's own reader glue.
@@ -155,7 +160,10 @@ def layer_data(
     count raised to twice the cluster's threads with a client). Give
     `contrast_limits` to open without computing anything; without them a bounded
     sample of the coarsest level is computed first (at most 10 s, blocking), as
-    for a zarr store without contrast metadata. The layer's loader must be
+    for a zarr store without contrast metadata. `prefetch_ring` blocks beyond
+    the view are computed ahead (none by default: each is a whole computation,
+    and a local one cannot be stopped once running); `prefetch=False` also stops
+    loading ahead of a walk through z or t. The layer's loader must be
     attached to the viewer (`add_image` does it; else call
     ``napari_lazy_zarr._reader.watch_viewer(viewer)`` before adding).
     """
@@ -164,7 +172,7 @@ def layer_data(
     from napari_lazy_zarr.core.layout import ImageSpec, LevelSpec
 
     runner = _runner(client, timeout)
-    sources = dask_levels(array, client=runner, levels=levels)
+    sources = dask_levels(array, client=runner, levels=levels, prefetch_ring=prefetch_ring)
     if cache is None:
         cache = shared_cache()
         cache.concurrency = max(cache.concurrency, _concurrency(runner))

