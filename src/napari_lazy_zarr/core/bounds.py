@@ -68,7 +68,6 @@ TORN_READ_ATTEMPTS: Final = 5
 """Reads of a file that keeps changing before `FileChangedError`."""
 
 _RACY_NS: Final = 50_000_000
-_RACY_PAUSE: Final = 0.005  # seconds between the two reads of a file written moments ago
 # A file modified this recently (ns) may have changed again within one tick of the
 # filesystem's timestamp clock (jiffy-grained on many kernels), unseen by fstat: such a
 # read is confirmed by a second, identical read (git's "racy clean" problem).
@@ -280,8 +279,8 @@ def read_stamped(
                 if time.time_ns() - after.st_mtime_ns >= _RACY_NS:
                     return data, stamp
                 # Written moments ago: a writer may sit mid-write with the stamp unchanged.
-                # Give it time to run on, then read again: equal reads are one version.
-                time.sleep(_RACY_PAUSE)
+                # Read again at once (a pause would make a file written nonstop unreadable):
+                # equal reads are one version.
                 again = _pread_all(fd, start, count + 1 if whole else count, deadline, where)
                 if again == data and FileStamp.of(os.fstat(fd)) == stamp:
                     return data, stamp
