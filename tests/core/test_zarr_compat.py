@@ -311,8 +311,8 @@ def test_wrapped_store() -> None:
 
 
 def test_wrapper_store_copies_through_with_store(tmp_path: Path) -> None:
-    # MetadataMemoStore overrides WrapperStore._with_store so zarr's copies of it
-    # (read-only ones while opening) share one memo: `forget` must reach them.
+    # zarr copies a MetadataMemoStore (read-only ones while opening) through
+    # WrapperStore's copy methods: the copies must share one memo, so `forget` reaches them.
     inner = MemoryStore()
     zarr.create_array(inner, shape=(4,), dtype="u1")
     store = MetadataMemoStore(inner)

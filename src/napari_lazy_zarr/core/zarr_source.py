@@ -857,11 +857,18 @@ class MetadataMemoStore(WrapperStore[Store]):
 
     def __init__(self, store: Store) -> None:
         super().__init__(store)
+        self._inner = store  # ours: WrapperStore keeps it in a private attribute
         self._memo = _Memo()
 
-    def _with_store(self, store: Store) -> Self:
-        # zarr makes copies (e.g. read-only ones): they share the memo.
-        copy = super()._with_store(store)
+    # zarr makes copies while opening (read-only ones, entered ones): they share the memo,
+    # so `forget` reaches them. Through the public copy methods, not WrapperStore's hook.
+    def with_read_only(self, read_only: bool = False) -> Self:
+        return self._sharing_memo(super().with_read_only(read_only))
+
+    def __enter__(self) -> Self:
+        return self._sharing_memo(super().__enter__())
+
+    def _sharing_memo(self, copy: Self) -> Self:
         copy._memo = self._memo
         return copy
 
@@ -874,22 +881,22 @@ class MetadataMemoStore(WrapperStore[Store]):
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
         if byte_range is not None or key.rsplit("/", 1)[-1] not in _METADATA_DOCUMENTS:
-            return await self._store.get(key, prototype, byte_range)
+            return await self._inner.get(key, prototype, byte_range)
         memo = self._memo
         with memo.lock:
             if memo.documents is not None and key in memo.documents:
                 return memo.documents[key]
-        value = await self._store.get(key, prototype)
+        value = await self._inner.get(key, prototype)
         with memo.lock:
             if memo.documents is not None:  # else forgotten meanwhile: keep nothing
                 memo.documents.setdefault(key, value)
         return value
 
     def __str__(self) -> str:
-        return str(self._store)
+        return str(self._inner)
 
     def __repr__(self) -> str:
-        return f"MetadataMemoStore({self._store!r})"
+        return f"MetadataMemoStore({self._inner!r})"
 
 
 def _is_metadata_key(key: str) -> bool:
