@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from zarr.abc.store import ByteRequest
     from zarr.abc.buffer import Buffer, BufferPrototype
+    from zarr.abc.store import ByteRequest
 
 __all__ = ["SyncReads"]
 
