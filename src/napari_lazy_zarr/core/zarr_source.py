@@ -513,8 +513,10 @@ class ZarrChunkSource(SourceFields):
 
         reader = threading.get_ident()
         coords = tuple(coords)
-        with self._readers_lock:
-            self._readers.setdefault(coords, set()).add(reader)
+        tracked = self._http is not None  # only an HTTP read can be ended (`cancel_load`)
+        if tracked:
+            with self._readers_lock:
+                self._readers.setdefault(coords, set()).add(reader)
         try:
             data = self._retry.call(read, on_retry=count)
         except LoadCancelledError:
@@ -537,13 +539,17 @@ class ZarrChunkSource(SourceFields):
                 f"{type(error).__name__}: {error} ({how})"
             ) from error
         finally:
-            with self._readers_lock:
-                readers = self._readers.get(coords)
-                if readers is not None:
-                    readers.discard(reader)
-                    if not readers:
-                        del self._readers[coords]
+            if tracked:
+                self._forget_reader(coords, reader)
         return data if data.dtype == self._dtype else data.astype(self._dtype)
+
+    def _forget_reader(self, coords: tuple[int, ...], reader: int) -> None:
+        with self._readers_lock:
+            readers = self._readers.get(coords)
+            if readers is not None:
+                readers.discard(reader)
+                if not readers:
+                    del self._readers[coords]
 
     cancel_superseded = False
     """A superseded download is left to finish (the cache parks its chunk): cut off, it would
