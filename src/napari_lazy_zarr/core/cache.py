@@ -100,7 +100,7 @@ from napari_lazy_zarr.core.state import (
 if TYPE_CHECKING:
     from collections.abc import Hashable, Iterable, Iterator, Sequence
 
-    from napari_lazy_zarr.core.source import DerivedSource
+    from napari_lazy_zarr.core.source import BatchSource, DerivedSource
 
 __all__ = [
     "DEFAULT_STALLED_AFTER",
@@ -124,6 +124,9 @@ DEFAULT_STALLED_AFTER: Final = 1.0
 
 _LATENCY_WINDOW: Final = 1024
 _QUEUE_COUNT_LIMIT: Final = 10_000  # `status` stops counting the loads ahead here
+# The most chunks one batched load (`BatchSource.read_chunks`) takes: a 4096² shard of
+# 512² inner chunks has 64; this keeps one worker's batch (and its memory) bounded.
+_BATCH_LIMIT: Final = 256
 
 
 def default_concurrency() -> int:
@@ -280,6 +283,7 @@ class _Entry:
     """Mutable per-chunk record; every field is guarded by the cache lock."""
 
     __slots__ = (
+        "batch",
         "cancelled",
         "coords",
         "cost",
@@ -291,6 +295,7 @@ class _Entry:
         "nbytes",
         "pins",
         "queue_items",
+        "riders",
         "source",
         "started",
         "state",
@@ -322,6 +327,15 @@ class _Entry:
         # A derived chunk's gathered input arrays, once complete (QUEUED, ready to
         # combine, or LOADING: then only its worker reads them).
         self.inputs: dict[ChunkKey, np.ndarray[Any, Any]] | None = None
+        # The batch this chunk may be read with (`BatchSource`), and while it leads a
+        # batched load, the other chunks read with it (riders: never counted as tasks).
+        self.batch: Hashable | None = None
+        if not self.derived and callable(getattr(ref.source, "read_chunks", None)):
+            try:
+                self.batch = cast("BatchSource", ref.source).batch_key(ref.coords)
+            except Exception:  # a broken batch key only means the chunk is read alone
+                self.batch = None
+        self.riders: list[_Entry] | None = None
 
 
 class _Deferred:
@@ -527,6 +541,10 @@ class ChunkCache:
         self._lru: OrderedDict[ChunkKey, None] = OrderedDict()
         self._loading: dict[ChunkKey, _Entry] = {}  # LOADING, in the order they started
         self._stalled: set[ChunkKey] = set()  # of those, not counted against concurrency
+        self._riding: set[ChunkKey] = set()  # of those, read in another chunk's batch
+        # QUEUED chunks of batchable sources, by (source, batch key): a worker taking one
+        # takes the others a view still wants with it (`_take_riders`).
+        self._batches: dict[tuple[Hashable, Hashable], dict[ChunkKey, _Entry]] = {}
         self._watchdog: threading.Timer | None = None
         self._lru_visits = 0  # LRU entries eviction has looked at (tests count the work)
         self._queue = PriorityQueue()
@@ -974,6 +992,16 @@ class ChunkCache:
                 f"chunk {entry.key}: illegal move {previous.name} -> {current.name} ({reason})"
             )
         entry.state = current
+        if entry.batch is not None:
+            if previous is ChunkState.QUEUED:
+                batch = (entry.key.source, entry.batch)
+                members = self._batches.get(batch)
+                if members is not None:
+                    members.pop(entry.key, None)
+                    if not members:
+                        del self._batches[batch]
+            elif current is ChunkState.QUEUED:
+                self._batches.setdefault((entry.key.source, entry.batch), {})[entry.key] = entry
         self._state_counts[previous] -= 1
         self._state_counts[current] += 1
         self._transition_counts[previous, current] += 1
@@ -1111,7 +1139,7 @@ class ChunkCache:
             (
                 e.started
                 for e in self._loading.values()
-                if e.key not in self._stalled and not e.derived
+                if e.key not in self._stalled and not e.derived and e.key not in self._riding
             ),
             None,
         )
@@ -1138,6 +1166,7 @@ class ChunkCache:
                 if (
                     entry.key not in self._stalled
                     and not entry.derived  # combining is CPU work: more threads do not help
+                    and entry.key not in self._riding  # not a task: its leader counts
                     and now - entry.started >= self._stalled_after
                 ):
                     self._stalled.add(entry.key)
@@ -1295,8 +1324,11 @@ class ChunkCache:
             self._schedule_starts(outbox)  # taking a derived chunk may have queued inputs
         self._flush(outbox)
         while entry is not None:
+            # A LOADING entry's `inputs` and `riders` are only this worker's until it finishes.
+            if entry.riders is not None:
+                entry = self._finish_loads(_read_batch([entry, *entry.riders]))
+                continue
             try:
-                # A LOADING entry's `inputs` are only this worker's until `_finish_load`.
                 inputs = entry.inputs
                 if inputs is None:
                     raw = entry.source.read_chunk(entry.coords)
@@ -1356,12 +1388,45 @@ class ChunkCache:
                         entry.started = time.perf_counter()
                         entry.cancelled = False
                         self._loading[entry.key] = entry
+                        if entry.batch is not None:
+                            self._take_riders(entry, reason, outbox)
                         return entry
                 finally:
                     for item in skipped:
                         self._queue.push_item(item)
         self._active_tasks -= 1
         return None
+
+    def _take_riders(self, leader: _Entry, reason: str, outbox: _Outbox) -> None:
+        """Move the QUEUED chunks of `leader`'s batch a view still wants to LOADING with it.
+
+        They are read by `leader`'s worker in one `read_chunks` call and count as
+        one task; their queue items stay in the queue and are skipped when popped
+        (no longer QUEUED). Parked chunks (no view wants them) stay behind (lock held).
+        """
+        members = self._batches.get((leader.key.source, leader.batch))
+        if not members:
+            return
+        riders: list[_Entry] = []
+        for entry in list(members.values()):
+            if len(riders) + 1 >= _BATCH_LIMIT:
+                break
+            if entry.key in self._parked or not (
+                self._fetch_superseded
+                or any(
+                    not self._queue.is_stale(item, self._current_generation)
+                    for item in entry.wants.values()
+                )
+            ):
+                continue
+            self._transition(entry, ChunkState.LOADING, reason, outbox)
+            entry.started = leader.started
+            entry.cancelled = False
+            self._loading[entry.key] = entry
+            self._riding.add(entry.key)
+            riders.append(entry)
+        if riders:
+            leader.riders = riders
 
     def _gather(self, entry: _Entry, item: QueueItem, outbox: _Outbox) -> bool:
         """Collect a derived chunk's READY inputs; True when all are there (lock held).
@@ -1462,22 +1527,31 @@ class ChunkCache:
 
         After `close` the outcome is dropped and the worker stops.
         """
+        return self._finish_loads([(entry, data, error)])
+
+    def _finish_loads(self, outcomes: Sequence[_Outcome]) -> _Entry | None:
+        """Record the outcomes of one task's loads (one chunk, or a batch); returns the
+        next chunk for this worker, if it continues.
+        """
         outbox = _Outbox()
         with self._lock:
             if self._closed:
                 return None
-            entry.inputs = None
-            del self._loading[entry.key]
-            if entry.key in self._stalled:
-                self._stalled.discard(entry.key)
-                self._active_tasks += 1  # counts again; retires below if over `concurrency`
-            # After a cancel the cache asked for, any error is the cancel's doing: a
-            # FAILED chunk would stay failed although only the user's view moved on.
-            if error is not None and (entry.cancelled or _is_cancellation(error)):
-                self._return_cancelled(entry, outbox)
-            else:
-                self._latencies.append(time.perf_counter() - entry.started)
-                self._complete(entry, data, error, outbox)
+            for entry, data, error in outcomes:
+                entry.inputs = None
+                entry.riders = None
+                self._riding.discard(entry.key)
+                del self._loading[entry.key]
+                if entry.key in self._stalled:
+                    self._stalled.discard(entry.key)
+                    self._active_tasks += 1  # counts again; retires below if over `concurrency`
+                # After a cancel the cache asked for, any error is the cancel's doing: a
+                # FAILED chunk would stay failed although only the user's view moved on.
+                if error is not None and (entry.cancelled or _is_cancellation(error)):
+                    self._return_cancelled(entry, outbox)
+                else:
+                    self._latencies.append(time.perf_counter() - entry.started)
+                    self._complete(entry, data, error, outbox)
             if self._one_load_per_task:
                 self._active_tasks -= 1
                 following = None
@@ -1658,6 +1732,33 @@ def _is_cancellation(error: BaseException) -> bool:
         seen.add(id(current))
         current = current.__cause__
     return False
+
+
+type _Outcome = tuple[_Entry, np.ndarray[Any, Any] | None, BaseException | None]
+
+
+def _read_batch(entries: Sequence[_Entry]) -> list[_Outcome]:
+    """Read a batch with one `read_chunks` call (no lock held); each chunk's outcome."""
+    source = cast("BatchSource", entries[0].source)
+    try:
+        results = source.read_chunks([entry.coords for entry in entries])
+        if len(results) != len(entries):
+            raise ChunkReadError(
+                f"{source!r}: read_chunks returned {len(results)} results "
+                f"for {len(entries)} chunks"
+            )
+    except (Exception, asyncio.CancelledError) as error:  # the latter is no Exception
+        return [(entry, None, error) for entry in entries]
+    outcomes: list[_Outcome] = []
+    for entry, result in zip(entries, results, strict=True):
+        if isinstance(result, BaseException):
+            outcomes.append((entry, None, result))
+            continue
+        try:
+            outcomes.append((entry, _checked(entry, result), None))
+        except ChunkReadError as error:
+            outcomes.append((entry, None, error))
+    return outcomes
 
 
 def _checked(entry: _Entry, data: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ArraySource",
+    "BatchSource",
     "CancellableSource",
     "ChunkSource",
     "DerivedSource",
@@ -133,6 +134,33 @@ class CancellableSource(ChunkSource, Protocol):
 
     def cancel_load(self, coords: tuple[int, ...]) -> None:
         """Ask the in-flight read of chunk `coords` (if any) to stop."""
+        ...
+
+
+@runtime_checkable
+class BatchSource(ChunkSource, Protocol):
+    """A `ChunkSource` that reads some chunks together cheaper than one by one.
+
+    A sharded array over HTTP is one: the inner chunks of one shard that a
+    view needs are fetched with one ranged request per run of adjacent byte
+    ranges, instead of one request each. Chunks with the same non-None
+    `batch_key` may be handed to one `read_chunks` call: when a worker takes
+    such a chunk, the cache moves every other QUEUED chunk of that batch that
+    a view still wants to LOADING with it. A `batch_key` of None reads the
+    chunk alone (`read_chunk`).
+    """
+
+    def batch_key(self, coords: tuple[int, ...]) -> Hashable | None:
+        """The batch chunk `coords` may be read with (e.g. its shard), or None."""
+        ...
+
+    def read_chunks(
+        self, coords: Sequence[tuple[int, ...]]
+    ) -> list[np.ndarray[Any, Any] | BaseException]:
+        """Each chunk of `coords`, in order: its data, or the error that failed it alone.
+
+        A `LoadCancelledError` (the cache cancelled the reads) may be raised for all.
+        """
         ...
 
 

@@ -70,7 +70,7 @@ from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS, RetryPolicy, Timeouts,
 from napari_lazy_zarr.core.source import SourceFields, chunk_bounds, fill_value_of
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator, Sequence
+    from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 
     from zarr.abc.buffer import Buffer, BufferPrototype
     from zarr.abc.store import ByteRequest
@@ -92,6 +92,9 @@ _CODE_EXECUTING_CODECS: Final = frozenset({"pickle", "numcodecs.pickle"})
 # Image-like dtypes napari can show; everything else is refused with a clear error.
 _IMAGE_KINDS: Final = frozenset("biufc")
 _SHARD_INDEXES_KEPT: Final = 4096  # ~1 KiB each for 8 x 8 inner chunks
+# A batch of inner chunks is read as one span of its shard when the chunks fill at least
+# this much of the span: one request instead of several, at most a third more bytes.
+_SPAN_FILL: Final = 0.75
 DEFAULT_RETRY: Final = RetryPolicy()
 
 
@@ -403,10 +406,15 @@ class ZarrChunkSource(SourceFields):
         location: str | None = None,
         retry: RetryPolicy = DEFAULT_RETRY,
         timeouts: Timeouts = DEFAULT_TIMEOUTS,
+        coalesce: bool | None = None,
+        coalesce_gap: int = 0,
     ) -> None:
         self._location = location if location is not None else str(array.store_path)
         self._retry = retry
         self._timeouts = timeouts
+        if isinstance(coalesce_gap, bool) or not isinstance(coalesce_gap, int) or coalesce_gap < 0:
+            raise ValueError(f"coalesce_gap must be an int >= 0 (bytes), got {coalesce_gap!r}")
+        self._coalesce_gap = coalesce_gap
         _check_safe(self._location, array)
         self._array = array
         self._identity = ZarrIdentity(self._location, _metadata_version(array), next(_OPENS))
@@ -459,6 +467,13 @@ class ZarrChunkSource(SourceFields):
         self._shards = _ShardReader.for_pipeline(
             self._pipeline, _max_encoded_bytes(array.chunks, self._dtype)
         )
+        # Inner chunks of one shard are read together (one request per run of adjacent
+        # byte ranges) where a request costs a round trip: by default, remote stores.
+        if coalesce is None:
+            coalesce = not isinstance(
+                self._store_path.store, zarr.storage.LocalStore | BoundedZipStore
+            )
+        self._coalesce = bool(coalesce) and self._shards is not None
 
     # -- ChunkSource -------------------------------------------------------
 
@@ -486,7 +501,9 @@ class ZarrChunkSource(SourceFields):
         outer = tuple(int(c) // p for c, p in zip(coords, self._per_outer, strict=True))
         return str(self._metadata.encode_chunk_key(outer))
 
-    def read_chunk(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any]:
+    def _locate(self, coords: Sequence[int]) -> tuple[tuple[int, ...], str, tuple[slice, ...]]:
+        """Chunk `coords`' stored chunk (outer coordinates), its key, and its selection
+        within the stored chunk (clipped at the array's edge)."""
         lo, hi = chunk_bounds(self._grid, coords, self._shape)
         outer = tuple(int(c) // p for c, p in zip(coords, self._per_outer, strict=True))
         key = self._metadata.encode_chunk_key(outer)
@@ -495,7 +512,10 @@ class ZarrChunkSource(SourceFields):
             for g, o, p in zip(self._grid, outer, self._per_outer, strict=True)
         )
         selection = tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, outer_lo, strict=True))
-        attempts = 1
+        return outer, key, selection
+
+    def read_chunk(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any]:
+        outer, key, selection = self._locate(coords)
 
         def read() -> np.ndarray[Any, Any]:
             spec = chunk_spec(
@@ -507,18 +527,92 @@ class ZarrChunkSource(SourceFields):
                 return self._read_whole(key, spec, selection)
             return self._read_async(key, spec, selection)
 
+        data = self._guarded(read, (tuple(coords),), key)
+        return data if data.dtype == self._dtype else data.astype(self._dtype)
+
+    def batch_key(self, coords: tuple[int, ...]) -> Hashable | None:
+        """The shard holding inner chunk `coords` when its reads are coalesced, else None
+        (`BatchSource`)."""
+        if not self._coalesce:
+            return None
+        return tuple(int(c) // p for c, p in zip(coords, self._per_outer, strict=True))
+
+    def read_chunks(
+        self, coords: Sequence[tuple[int, ...]]
+    ) -> list[np.ndarray[Any, Any] | BaseException]:
+        """Read chunks together (`BatchSource`): the inner chunks of each shard with one
+        ranged read per run of adjacent byte ranges (runs at most `coalesce_gap` bytes
+        apart are joined), or one read of their whole span when they fill most of it.
+
+        A read that fails fails the chunks of its shard (`ChunkReadError`, after
+        retries); a chunk that does not decode fails alone.
+        """
+        results: list[np.ndarray[Any, Any] | BaseException] = [None] * len(coords)  # type: ignore[list-item]
+        if self._shards is None:
+            for i, one in enumerate(coords):
+                try:
+                    results[i] = self.read_chunk(one)
+                except LoadCancelledError:
+                    raise
+                except Exception as error:
+                    results[i] = error
+            return results
+        shards: dict[tuple[int, ...], list[int]] = {}
+        located = [self._locate(one) for one in coords]
+        for i, (outer, _, _) in enumerate(located):
+            shards.setdefault(outer, []).append(i)
+        for outer, members in shards.items():
+            key = located[members[0]][1]
+            selections = [located[i][2] for i in members]
+
+            def read(
+                outer: tuple[int, ...] = outer,
+                key: str = key,
+                selections: list[tuple[slice, ...]] = selections,
+            ) -> list[np.ndarray[Any, Any] | BaseException]:
+                assert self._shards is not None
+                spec = chunk_spec(
+                    self._metadata, self._zarr_grid, outer, self._config, self._prototype
+                )
+                return self._shards.read_many(
+                    key, spec, selections, self._fetch, gap=self._coalesce_gap
+                )
+
+            try:
+                found = self._guarded(read, tuple(tuple(coords[i]) for i in members), key)
+            except ChunkReadError as error:
+                for i in members:
+                    results[i] = error
+                continue
+            for i, data in zip(members, found, strict=True):
+                if isinstance(data, BaseException):
+                    failure = ChunkReadError(
+                        f"{self._location}: chunk {key!r} (grid position {tuple(coords[i])}): "
+                        f"{type(data).__name__}: {data} (not retryable)"
+                    )
+                    failure.__cause__ = data
+                    results[i] = failure
+                else:
+                    results[i] = data if data.dtype == self._dtype else data.astype(self._dtype)
+        return results
+
+    def _guarded[T](self, read: Callable[[], T], coords: Sequence[tuple[int, ...]], key: str) -> T:
+        """`read()` retried by the policy, its failure a `ChunkReadError` naming `key`;
+        an HTTP read is tracked per chunk so `cancel_load` can end it."""
+        attempts = 1
+
         def count(attempt: int, error: BaseException) -> None:
             nonlocal attempts
             attempts = attempt + 1
 
         reader = threading.get_ident()
-        coords = tuple(coords)
         tracked = self._http is not None  # only an HTTP read can be ended (`cancel_load`)
         if tracked:
             with self._readers_lock:
-                self._readers.setdefault(coords, set()).add(reader)
+                for one in coords:
+                    self._readers.setdefault(one, set()).add(reader)
         try:
-            data = self._retry.call(read, on_retry=count)
+            return self._retry.call(read, on_retry=count)
         except LoadCancelledError:
             raise  # not a failure of the data: the cache queues the chunk again
         except Exception as error:
@@ -534,14 +628,19 @@ class ZarrChunkSource(SourceFields):
                 if verdict == "permanent"
                 else "1 attempt"
             )
+            where = (
+                f"grid position {coords[0]}"
+                if len(coords) == 1
+                else f"grid positions {', '.join(str(c) for c in coords)}"
+            )
             raise ChunkReadError(
-                f"{self._location}: chunk {key!r} (grid position {tuple(coords)}): "
+                f"{self._location}: chunk {key!r} ({where}): "
                 f"{type(error).__name__}: {error} ({how})"
             ) from error
         finally:
             if tracked:
-                self._forget_reader(coords, reader)
-        return data if data.dtype == self._dtype else data.astype(self._dtype)
+                for one in coords:
+                    self._forget_reader(one, reader)
 
     def _forget_reader(self, coords: tuple[int, ...], reader: int) -> None:
         with self._readers_lock:
@@ -689,6 +788,7 @@ class _ShardReader:
         self._max_inner_bytes = max_inner_bytes
         self._indexes: OrderedDict[str, tuple[Any, FileStamp | None]] = OrderedDict()
         self._decoders: dict[Any, _BoundedDecode] = {}
+        self._loading: dict[str, threading.Lock] = {}  # indexes being read, held by the reader
         self._lock = threading.Lock()
 
     @classmethod
@@ -700,20 +800,35 @@ class _ShardReader:
     def _index(
         self, key: str, chunks_per_shard: tuple[int, ...], fetch: Callable[..., Fetched]
     ) -> tuple[Any, FileStamp | None]:
-        with self._lock:
-            entry = self._indexes.get(key)
-            if entry is not None:
-                self._indexes.move_to_end(key)
-                return entry
-        getter = _IndexGetter(fetch, key)
-        index = compat.load_shard_index(self._codec, getter, chunks_per_shard)
-        entry = (index, getter.stamp)
-        if index is not None:
+        # One read per index: workers wanting the same shard's index meanwhile wait for
+        # it (one request instead of one each), then read it themselves if it failed.
+        while True:
             with self._lock:
-                self._indexes[key] = entry
-                if len(self._indexes) > _SHARD_INDEXES_KEPT:
-                    self._indexes.popitem(last=False)
-        return entry
+                entry = self._indexes.get(key)
+                if entry is not None:
+                    self._indexes.move_to_end(key)
+                    return entry
+                loading = self._loading.get(key)
+                if loading is None:
+                    loading = self._loading[key] = threading.Lock()
+                    loading.acquire()
+                    break
+            with loading:  # the reader releases it when done, whatever happened
+                pass
+        try:
+            getter = _IndexGetter(fetch, key)
+            index = compat.load_shard_index(self._codec, getter, chunks_per_shard)
+            entry = (index, getter.stamp)
+            if index is not None:
+                with self._lock:
+                    self._indexes[key] = entry
+                    if len(self._indexes) > _SHARD_INDEXES_KEPT:
+                        self._indexes.popitem(last=False)
+            return entry
+        finally:
+            with self._lock:
+                del self._loading[key]
+            loading.release()
 
     def _forget(self, key: str) -> None:
         with self._lock:
@@ -727,6 +842,115 @@ class _ShardReader:
                 self._decoders[shard_spec] = decoder
         return decoder
 
+    def _inner(
+        self, selection: tuple[slice, ...]
+    ) -> tuple[tuple[int, ...], tuple[slice, ...], tuple[int, ...]]:
+        """The inner chunk a shard-local `selection` lies in: its coordinates, the
+        selection within it, and the selection's shape."""
+        inner = tuple(int(c) for c in self._codec.chunk_shape)
+        coords = tuple(sel.start // size for sel, size in zip(selection, inner, strict=True))
+        local = tuple(
+            slice(sel.start - c * size, sel.stop - c * size)
+            for sel, c, size in zip(selection, coords, inner, strict=True)
+        )
+        return coords, local, tuple(sel.stop - sel.start for sel in selection)
+
+    def _decode(
+        self, raw: Buffer, shard_spec: Any, local: tuple[slice, ...], shape: tuple[int, ...]
+    ) -> np.ndarray[Any, Any]:
+        decoder = self._decoder(shard_spec)
+        spec = inner_chunk_spec(self._codec, shard_spec)
+        decoded = np.asarray(decoder.decode_chunk(raw, spec).as_ndarray_like())
+        if decoded.shape == shape:
+            return decoded
+        return np.array(decoded[local], copy=True)
+
+    def read_many(
+        self,
+        key: str,
+        shard_spec: Any,
+        selections: Sequence[tuple[slice, ...]],
+        fetch: Callable[[str, ByteRequest | None], Fetched],
+        *,
+        gap: int = 0,
+    ) -> list[np.ndarray[Any, Any] | BaseException]:
+        """Inner chunks of shard `key` (shard-local `selections`), read with one request
+        per run of byte ranges at most `gap` bytes apart, or one request for their whole
+        span when they fill `_SPAN_FILL` of it. The index is read once (and kept).
+
+        A chunk that does not decode is returned as its error; a failed read raises.
+        """
+        dtype = shard_spec.dtype.to_native_dtype()
+        fill_value = fill_value_of(shard_spec.fill_value, dtype)
+        located = [self._inner(selection) for selection in selections]
+        chunks_per_shard = inner_chunks_per_shard(self._codec, shard_spec)
+        for _ in range(TORN_READ_ATTEMPTS):
+            index, stamp = self._index(key, chunks_per_shard, fetch)
+            ranges: list[tuple[int, int, int]] = []  # (start, stop, member)
+            refused: dict[int, BaseException] = {}
+            for member, (coords, _, _) in enumerate(located):
+                found = None if index is None else shard_chunk_range(index, coords)
+                if found is None:
+                    continue
+                start, stop = found
+                if stop - start > self._max_inner_bytes:
+                    refused[member] = ExpansionError(
+                        f"shard index gives inner chunk {coords} {stop - start:,} bytes, more "
+                        f"than any encoding of it takes ({self._max_inner_bytes:,})"
+                    )
+                    continue
+                ranges.append((start, stop, member))
+            ranges.sort()
+            runs = _runs(ranges, gap)
+            if len(runs) > 1:
+                span = (runs[0][0], max(stop for _, stop, _ in runs))
+                if sum(b - a for a, b, _ in ranges) >= _SPAN_FILL * (span[1] - span[0]):
+                    runs = [(*span, ranges)]
+            raws = self._fetch_runs(key, runs, stamp, fetch)
+            if raws is None:  # rewritten since its index was read: read the index again
+                self._forget(key)
+                continue
+            results: list[np.ndarray[Any, Any] | BaseException] = []
+            for member, (_, local, shape) in enumerate(located):
+                part = raws.get(member)
+                if member in refused:
+                    results.append(refused[member])
+                elif part is None:  # absent inner chunk (or the shard vanished)
+                    results.append(np.full(shape, fill_value, dtype=dtype))
+                else:
+                    try:
+                        results.append(self._decode(part, shard_spec, local, shape))
+                    except Exception as error:
+                        results.append(error)
+            return results
+        raise FileChangedError(f"{key}: the shard kept changing while it was read; retry later")
+
+    def _fetch_runs(
+        self,
+        key: str,
+        runs: Sequence[tuple[int, int, list[tuple[int, int, int]]]],
+        stamp: FileStamp | None,
+        fetch: Callable[[str, ByteRequest | None], Fetched],
+    ) -> dict[int, Buffer] | None:
+        """Each run's bytes, split into its members' bytes; ``{}`` when the shard is
+        gone, None when it was rewritten since the index (of version `stamp`) was read."""
+        raws: dict[int, Buffer] = {}
+        for start, stop, members in runs:
+            found = fetch(key, RangeByteRequest(start, stop))
+            if found is None:  # the shard vanished since its index was read
+                self._forget(key)
+                return {}
+            raw, raw_stamp = found
+            if raw_stamp != stamp:
+                return None
+            if len(raw) != stop - start:
+                raise ChunkReadError(
+                    f"{key}: bytes {start}-{stop} of the shard came back {len(raw):,} bytes long"
+                )
+            for chunk_start, chunk_stop, member in members:
+                raws[member] = raw[chunk_start - start : chunk_stop - start]
+        return raws
+
     def read_inner(
         self,
         key: str,
@@ -736,13 +960,7 @@ class _ShardReader:
     ) -> np.ndarray[Any, Any]:
         """Exactly one inner chunk of shard `key`, `selection` (shard-local), clipped."""
         codec = self._codec
-        inner = tuple(int(c) for c in codec.chunk_shape)
-        coords = tuple(sel.start // size for sel, size in zip(selection, inner, strict=True))
-        local = tuple(
-            slice(sel.start - c * size, sel.stop - c * size)
-            for sel, c, size in zip(selection, coords, inner, strict=True)
-        )
-        shape = tuple(sel.stop - sel.start for sel in selection)
+        coords, local, shape = self._inner(selection)
         dtype = shard_spec.dtype.to_native_dtype()
         fill = np.full(shape, fill_value_of(shard_spec.fill_value, dtype), dtype=dtype)
         chunks_per_shard = inner_chunks_per_shard(codec, shard_spec)
@@ -765,13 +983,30 @@ class _ShardReader:
             if raw_stamp != stamp:  # the shard was rewritten since: read its index again
                 self._forget(key)
                 continue
-            decoder = self._decoder(shard_spec)
-            spec = inner_chunk_spec(codec, shard_spec)
-            decoded = np.asarray(decoder.decode_chunk(raw, spec).as_ndarray_like())
-            if decoded.shape == shape:
-                return decoded
-            return np.array(decoded[local], copy=True)
+            return self._decode(raw, shard_spec, local, shape)
         raise FileChangedError(f"{key}: the shard kept changing while it was read; retry later")
+
+
+def _runs(
+    ranges: Sequence[tuple[int, int, int]], gap: int
+) -> list[tuple[int, int, list[tuple[int, int, int]]]]:
+    """Sorted byte ranges ``(start, stop, member)`` joined into runs ``(start, stop,
+    members)``: a range starting at most `gap` bytes after the run's end joins it.
+
+    >>> [(a, b, len(m)) for a, b, m in _runs([(0, 10, 0), (10, 20, 1), (25, 30, 2)], 0)]
+    [(0, 20, 2), (25, 30, 1)]
+    >>> [(a, b, len(m)) for a, b, m in _runs([(0, 10, 0), (10, 20, 1), (25, 30, 2)], 5)]
+    [(0, 30, 3)]
+    """
+    runs: list[tuple[int, int, list[tuple[int, int, int]]]] = []
+    for start, stop, member in ranges:
+        if runs and start - runs[-1][1] <= gap:
+            run_start, run_stop, members = runs[-1]
+            members.append((start, stop, member))
+            runs[-1] = (run_start, max(run_stop, stop), members)
+        else:
+            runs.append((start, stop, [(start, stop, member)]))
+    return runs
 
 
 def _metadata_files(path: str) -> list[str]:
@@ -1248,12 +1483,18 @@ def open_zarr_source(
     path: str = "",
     retry: RetryPolicy = DEFAULT_RETRY,
     timeouts: Timeouts = DEFAULT_TIMEOUTS,
+    coalesce: bool | None = None,
+    coalesce_gap: int = 0,
 ) -> ZarrChunkSource:
     """Open the zarr array at `path_or_url` (optionally `path` inside it) as a chunk source.
 
     `retry` says how transient read failures (connection resets, timeouts,
     HTTP 429/5xx, truncated bodies) are retried before a chunk fails;
     `timeouts` caps each request (for local files, `total` caps each read).
+    `coalesce` reads the inner chunks of a shard that are loaded together with
+    one request per run of adjacent byte ranges (runs at most `coalesce_gap`
+    bytes apart are joined; default 0, since a gap over-reads); None (default)
+    coalesces on remote stores only, where a request costs a round trip.
     Local directories and zip files are read through `BoundedLocalStore` and
     `BoundedZipStore`: regular files only, every read bounded.
 
@@ -1288,4 +1529,11 @@ def open_zarr_source(
             else " with no arrays"
         )
         raise NotAZarrStoreError(f"{full}: is a zarr group, not an array{hint}")
-    return ZarrChunkSource(node, location=full, retry=retry, timeouts=timeouts)
+    return ZarrChunkSource(
+        node,
+        location=full,
+        retry=retry,
+        timeouts=timeouts,
+        coalesce=coalesce,
+        coalesce_gap=coalesce_gap,
+    )
