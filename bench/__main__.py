@@ -26,6 +26,7 @@ def _benchmarks() -> dict[str, Callable[[bool], str]]:
         napari_pan,
         playback,
         remote,
+        shard_reads,
         view_cycle,
         volume,
     )
@@ -39,6 +40,7 @@ def _benchmarks() -> dict[str, Callable[[bool], str]]:
         "playback": playback.run,
         "volume": volume.run,
         "dask": dask_view.run,
+        "shards": shard_reads.run,
     }
 
 

@@ -13,6 +13,7 @@ import weakref
 import zipfile
 import zlib
 from collections import OrderedDict
+from concurrent.futures import Future
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, Self
@@ -66,6 +67,7 @@ from napari_lazy_zarr.core.errors import (
     UnsupportedDataError,
 )
 from napari_lazy_zarr.core.http_store import http_store_of
+from napari_lazy_zarr.core.loader import DaemonExecutor
 from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS, RetryPolicy, Timeouts, classify
 from napari_lazy_zarr.core.source import SourceFields, chunk_bounds, fill_value_of
 
@@ -95,6 +97,13 @@ _SHARD_INDEXES_KEPT: Final = 4096  # ~1 KiB each for 8 x 8 inner chunks
 # A batch of inner chunks is read as one span of its shard when the chunks fill at least
 # this much of the span: one request instead of several, at most a third more bytes.
 _SPAN_FILL: Final = 0.75
+
+type Spread = Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]]
+"""Runs a job on each item (maybe on several threads at once); the results, in order."""
+
+# The threads that fetch and decode the second and later runs of a batched shard read
+# while the cache's worker does the first (daemons: a stuck read never holds up exit).
+_RUN_THREADS: Final = DaemonExecutor(name="lazy-zarr-range")
 DEFAULT_RETRY: Final = RetryPolicy()
 
 
@@ -575,8 +584,15 @@ class ZarrChunkSource(SourceFields):
                     self._metadata, self._zarr_grid, outer, self._config, self._prototype
                 )
                 return self._shards.read_many(
-                    key, spec, selections, self._fetch, gap=self._coalesce_gap
+                    key, spec, selections, self._fetch, gap=self._coalesce_gap, spread=spread
                 )
+
+            def spread(
+                job: Callable[[Any], Any],
+                items: Sequence[Any],
+                batch: tuple[tuple[int, ...], ...] = tuple(tuple(coords[i]) for i in members),
+            ) -> list[Any]:
+                return self._spread(job, items, batch)
 
             try:
                 found = self._guarded(read, tuple(tuple(coords[i]) for i in members), key)
@@ -595,6 +611,46 @@ class ZarrChunkSource(SourceFields):
                 else:
                     results[i] = data if data.dtype == self._dtype else data.astype(self._dtype)
         return results
+
+    def _spread(
+        self, job: Callable[[Any], Any], items: Sequence[Any], coords: Sequence[tuple[int, ...]]
+    ) -> list[Any]:
+        """`job` on each item: the first on this thread, the others at once on run
+        threads (each tracked as a reader of `coords`, so `cancel_load` ends it)."""
+        pending: list[Future[Any]] = []
+        for item in items[1:]:
+            future: Future[Any] = Future()
+
+            def task(item: Any = item, future: Future[Any] = future) -> None:
+                if not future.set_running_or_notify_cancel():
+                    return
+                try:
+                    future.set_result(self._as_reader(coords, job, item))
+                except BaseException as error:  # handed to the waiting worker
+                    future.set_exception(error)
+
+            _RUN_THREADS.submit(task)
+            pending.append(future)
+        first = job(items[0]) if items else None
+        # Each run's requests are capped by the timeouts; this only backs them up.
+        wait = self._timeouts.connect + self._timeouts.total + 5
+        return [first, *(future.result(timeout=wait) for future in pending)][: len(items)]
+
+    def _as_reader(
+        self, coords: Sequence[tuple[int, ...]], job: Callable[[Any], Any], item: Any
+    ) -> Any:
+        """`job(item)` with this thread tracked as a reader of `coords` (HTTP only)."""
+        if self._http is None:
+            return job(item)
+        reader = threading.get_ident()
+        with self._readers_lock:
+            for one in coords:
+                self._readers.setdefault(one, set()).add(reader)
+        try:
+            return job(item)
+        finally:
+            for one in coords:
+                self._forget_reader(one, reader)
 
     def _guarded[T](self, read: Callable[[], T], coords: Sequence[tuple[int, ...]], key: str) -> T:
         """`read()` retried by the policy, its failure a `ChunkReadError` naming `key`;
@@ -873,12 +929,15 @@ class _ShardReader:
         fetch: Callable[[str, ByteRequest | None], Fetched],
         *,
         gap: int = 0,
+        spread: Spread | None = None,
     ) -> list[np.ndarray[Any, Any] | BaseException]:
         """Inner chunks of shard `key` (shard-local `selections`), read with one request
         per run of byte ranges at most `gap` bytes apart, or one request for their whole
         span when they fill `_SPAN_FILL` of it. The index is read once (and kept).
 
-        A chunk that does not decode is returned as its error; a failed read raises.
+        Each run is fetched and its chunks decoded as one job; `spread` runs the
+        jobs (e.g. at once, on several threads; default: one after another). A chunk
+        that does not decode is returned as its error; a failed read raises.
         """
         dtype = shard_spec.dtype.to_native_dtype()
         fill_value = fill_value_of(shard_spec.fill_value, dtype)
@@ -887,14 +946,14 @@ class _ShardReader:
         for _ in range(TORN_READ_ATTEMPTS):
             index, stamp = self._index(key, chunks_per_shard, fetch)
             ranges: list[tuple[int, int, int]] = []  # (start, stop, member)
-            refused: dict[int, BaseException] = {}
+            results: dict[int, np.ndarray[Any, Any] | BaseException] = {}
             for member, (coords, _, _) in enumerate(located):
                 found = None if index is None else shard_chunk_range(index, coords)
                 if found is None:
                     continue
                 start, stop = found
                 if stop - start > self._max_inner_bytes:
-                    refused[member] = ExpansionError(
+                    results[member] = ExpansionError(
                         f"shard index gives inner chunk {coords} {stop - start:,} bytes, more "
                         f"than any encoding of it takes ({self._max_inner_bytes:,})"
                     )
@@ -906,50 +965,58 @@ class _ShardReader:
                 span = (runs[0][0], max(stop for _, stop, _ in runs))
                 if sum(b - a for a, b, _ in ranges) >= _SPAN_FILL * (span[1] - span[0]):
                     runs = [(*span, ranges)]
-            raws = self._fetch_runs(key, runs, stamp, fetch)
-            if raws is None:  # rewritten since its index was read: read the index again
-                self._forget(key)
+
+            def job(
+                run: tuple[int, int, list[tuple[int, int, int]]], stamp: FileStamp | None = stamp
+            ) -> dict[int, np.ndarray[Any, Any] | BaseException] | None:
+                return self._read_run(key, run, stamp, fetch, shard_spec, located)
+
+            outcomes = [job(run) for run in runs] if spread is None else spread(job, runs)
+            if any(outcome is None for outcome in outcomes):
+                self._forget(key)  # rewritten since its index was read: read it again
                 continue
-            results: list[np.ndarray[Any, Any] | BaseException] = []
-            for member, (_, local, shape) in enumerate(located):
-                part = raws.get(member)
-                if member in refused:
-                    results.append(refused[member])
-                elif part is None:  # absent inner chunk (or the shard vanished)
-                    results.append(np.full(shape, fill_value, dtype=dtype))
-                else:
-                    try:
-                        results.append(self._decode(part, shard_spec, local, shape))
-                    except Exception as error:
-                        results.append(error)
-            return results
+            for outcome in outcomes:
+                assert outcome is not None
+                results.update(outcome)
+            return [
+                results.get(member, np.full(shape, fill_value, dtype=dtype))
+                for member, (_, _, shape) in enumerate(located)
+            ]
         raise FileChangedError(f"{key}: the shard kept changing while it was read; retry later")
 
-    def _fetch_runs(
+    def _read_run(
         self,
         key: str,
-        runs: Sequence[tuple[int, int, list[tuple[int, int, int]]]],
+        run: tuple[int, int, list[tuple[int, int, int]]],
         stamp: FileStamp | None,
         fetch: Callable[[str, ByteRequest | None], Fetched],
-    ) -> dict[int, Buffer] | None:
-        """Each run's bytes, split into its members' bytes; ``{}`` when the shard is
-        gone, None when it was rewritten since the index (of version `stamp`) was read."""
-        raws: dict[int, Buffer] = {}
-        for start, stop, members in runs:
-            found = fetch(key, RangeByteRequest(start, stop))
-            if found is None:  # the shard vanished since its index was read
-                self._forget(key)
-                return {}
-            raw, raw_stamp = found
-            if raw_stamp != stamp:
-                return None
-            if len(raw) != stop - start:
-                raise ChunkReadError(
-                    f"{key}: bytes {start}-{stop} of the shard came back {len(raw):,} bytes long"
-                )
-            for chunk_start, chunk_stop, member in members:
-                raws[member] = raw[chunk_start - start : chunk_stop - start]
-        return raws
+        shard_spec: Any,
+        located: Sequence[tuple[tuple[int, ...], tuple[slice, ...], tuple[int, ...]]],
+    ) -> dict[int, np.ndarray[Any, Any] | BaseException] | None:
+        """One run's bytes, decoded per member chunk; ``{}`` when the shard is gone (its
+        chunks read as fill), None when it was rewritten since the index (of version
+        `stamp`) was read. A chunk that does not decode is its error."""
+        start, stop, members = run
+        found = fetch(key, RangeByteRequest(start, stop))
+        if found is None:  # the shard vanished since its index was read
+            self._forget(key)
+            return {}
+        raw, raw_stamp = found
+        if raw_stamp != stamp:
+            return None
+        if len(raw) != stop - start:
+            raise ChunkReadError(
+                f"{key}: bytes {start}-{stop} of the shard came back {len(raw):,} bytes long"
+            )
+        decoded: dict[int, np.ndarray[Any, Any] | BaseException] = {}
+        for chunk_start, chunk_stop, member in members:
+            _, local, shape = located[member]
+            try:
+                part = raw[chunk_start - start : chunk_stop - start]
+                decoded[member] = self._decode(part, shard_spec, local, shape)
+            except Exception as error:
+                decoded[member] = error
+        return decoded
 
     def read_inner(
         self,
