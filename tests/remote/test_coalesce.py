@@ -136,3 +136,27 @@ def test_a_failed_inner_chunk_fails_alone_and_a_failed_shard_names_it(
             key = ChunkRef.of(source, (4, 5)).key
             assert cache.state(key) is ChunkState.FAILED
             assert "c/1/1" in str(cache.error(key))
+
+
+def test_shard_indexes_are_kept_within_their_byte_bound(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from napari_lazy_zarr.core import zarr_source
+
+    server, data = served
+    # Room for two indexes of 4 x 5 inner chunks (16 bytes each).
+    monkeypatch.setattr(zarr_source, "SHARD_INDEX_BYTES", 2 * 20 * 16)
+    source = open_zarr_source(f"{server.url}/s.zarr")
+
+    def requests(shard: str) -> int:
+        return server.faults.requests.get(f"s.zarr/c/{shard}", 0)
+
+    source.read_chunk((0, 0))  # shard 0/0: its index, then the chunk
+    source.read_chunk((0, 1))  # index kept: the chunk only
+    assert requests("0/0") == 3
+    source.read_chunk((0, 5))  # shard 0/1
+    source.read_chunk((4, 0))  # shard 1/0: the 0/0 index (least recently used) goes
+    np.testing.assert_array_equal(source.read_chunk((0, 2)), data[0:32, 64:96])
+    assert requests("0/0") == 5  # its index again, and the chunk
+    source.read_chunk((4, 1))  # 1/0's index is still kept
+    assert requests("1/0") == 3

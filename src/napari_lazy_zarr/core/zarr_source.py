@@ -93,7 +93,10 @@ _METADATA_FILES: Final = ("zarr.json", ".zarray", ".zgroup")
 _CODE_EXECUTING_CODECS: Final = frozenset({"pickle", "numcodecs.pickle"})
 # Image-like dtypes napari can show; everything else is refused with a clear error.
 _IMAGE_KINDS: Final = frozenset("biufc")
-_SHARD_INDEXES_KEPT: Final = 4096  # ~1 KiB each for 8 x 8 inner chunks
+# Decoded shard indexes kept per array, in bytes (16 per inner chunk): 16 MiB holds the
+# indexes of 16,384 shards of 8 x 8 inner chunks, or 1,024 of 32 x 32.
+SHARD_INDEX_BYTES: Final = 16 << 20
+_INDEX_ENTRY_BYTES: Final = 16  # an inner chunk's (offset, length) as two uint64
 # A batch of inner chunks is read as one span of its shard when the chunks fill at least
 # this much of the span: one request instead of several, at most a third more bytes.
 _SPAN_FILL: Final = 0.75
@@ -843,6 +846,8 @@ class _ShardReader:
         self._codec = codec
         self._max_inner_bytes = max_inner_bytes
         self._indexes: OrderedDict[str, tuple[Any, FileStamp | None]] = OrderedDict()
+        self._index_bytes = 0  # of the kept indexes: at most SHARD_INDEX_BYTES
+        self._index_size = 0  # bytes of one (every shard of an array has as many chunks)
         self._decoders: dict[Any, _BoundedDecode] = {}
         self._loading: dict[str, threading.Lock] = {}  # indexes being read, held by the reader
         self._lock = threading.Lock()
@@ -877,9 +882,13 @@ class _ShardReader:
             entry = (index, getter.stamp)
             if index is not None:
                 with self._lock:
+                    self._index_size = _INDEX_ENTRY_BYTES * math.prod(chunks_per_shard)
+                    if key not in self._indexes:
+                        self._index_bytes += self._index_size
                     self._indexes[key] = entry
-                    if len(self._indexes) > _SHARD_INDEXES_KEPT:
+                    while self._index_bytes > SHARD_INDEX_BYTES and len(self._indexes) > 1:
                         self._indexes.popitem(last=False)
+                        self._index_bytes -= self._index_size
             return entry
         finally:
             with self._lock:
@@ -888,7 +897,8 @@ class _ShardReader:
 
     def _forget(self, key: str) -> None:
         with self._lock:
-            self._indexes.pop(key, None)
+            if self._indexes.pop(key, None) is not None:
+                self._index_bytes -= self._index_size
 
     def _decoder(self, shard_spec: Any) -> _BoundedDecode:
         decoder = self._decoders.get(shard_spec)
