@@ -95,6 +95,9 @@ def test_chunk_spec_describes_one_stored_chunk(tmp_path: Path) -> None:
     assert spec.config == array.config
     with pytest.raises(IndexError):
         _spec(array, (3, 0))
+    # ZarrChunkSource makes a regular grid's spec once: every chunk's must be the same.
+    assert compat.has_regular_grid(array)
+    assert {_spec(array, (r, c)) for r in range(3) for c in range(3)} == {_spec(array, (0, 0))}
 
 
 def test_config_with_order_replaces_only_the_order(tmp_path: Path) -> None:
