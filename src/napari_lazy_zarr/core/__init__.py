@@ -48,7 +48,13 @@ from napari_lazy_zarr.core.loader import DaemonExecutor, InlineExecutor, LoadCla
 from napari_lazy_zarr.core.manifest import ManifestSource, ManifestStore, StackFile, open_stack
 from napari_lazy_zarr.core.reader import CacheReader
 from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS, RetryPolicy, Timeouts
-from napari_lazy_zarr.core.source import ArraySource, CancellableSource, ChunkSource, DerivedSource
+from napari_lazy_zarr.core.source import (
+    ArraySource,
+    BatchSource,
+    CancellableSource,
+    ChunkSource,
+    DerivedSource,
+)
 from napari_lazy_zarr.core.state import (
     LEGAL_MOVES,
     ChunkEvent,
@@ -67,6 +73,7 @@ __all__ = [
     "LEGAL_MOVES",
     "ArraySource",
     "AxisMap",
+    "BatchSource",
     "CacheClosedError",
     "CacheReader",
     "CacheStatistics",
