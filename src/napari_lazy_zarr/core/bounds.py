@@ -136,25 +136,28 @@ def _refuse(error: type[LazyZarrError], path: str, why: str) -> LazyZarrError:
     return error(f"{path}: {why}")
 
 
-def _open_regular(path: str, error: type[LazyZarrError]) -> tuple[int, str]:
-    """An fd of the regular file `path` (symlinks resolved), opened so it cannot block."""
-    real = os.path.realpath(path)
+def _open_regular(path: str, error: type[LazyZarrError]) -> int:
+    """An fd of the regular file `path` (symlinks followed), opened so it cannot block.
+
+    No `realpath`: `stat` and `open` follow symlinks themselves, and resolving the
+    path cost seven `lstat` calls (~45 µs) per chunk read.
+    """
     # stat before open: a device is refused without opening it (opening some has effects).
-    status = os.stat(real)
+    status = os.stat(path)
     if stat.S_ISDIR(status.st_mode):
         raise IsADirectoryError(errno.EISDIR, "is a directory", path)
     if not stat.S_ISREG(status.st_mode):
         raise _refuse(
             error, path, "is a FIFO, device or socket, not a regular file; refusing to read it"
         )
-    fd = os.open(real, _OPEN_FLAGS)
+    fd = os.open(path, _OPEN_FLAGS)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the stat
             raise _refuse(error, path, "is not a regular file; refusing to read it")
     except BaseException:
         os.close(fd)
         raise
-    return fd, real
+    return fd
 
 
 def _pread_all(fd: int, offset: int, count: int, deadline: float | None, path: str) -> bytes:
@@ -192,7 +195,7 @@ def open_regular_file(
     """
     where = os.fspath(path)
     try:
-        fd, _ = _open_regular(where, error)
+        fd = _open_regular(where, error)
     except LazyZarrError:
         raise
     except FileNotFoundError as cause:
@@ -241,7 +244,7 @@ def read_stamped(
     where = os.fspath(path)
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
-        fd, _ = _open_regular(where, error)
+        fd = _open_regular(where, error)
     except LazyZarrError:
         raise
     except (FileNotFoundError, NotADirectoryError) as cause:

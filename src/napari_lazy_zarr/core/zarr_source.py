@@ -487,18 +487,10 @@ class ZarrChunkSource(SourceFields):
             )
         self._coalesce = bool(coalesce) and self._shards is not None
         # A regular grid describes every stored chunk alike (edge chunks too: codecs see
-        # the full chunk shape), so its spec is made once, not per read (~6 µs each).
-        self._regular_spec = (
-            chunk_spec(
-                self._metadata,
-                self._zarr_grid,
-                (0,) * len(self._shape),
-                self._config,
-                self._prototype,
-            )
-            if compat.has_regular_grid(array)
-            else None
-        )
+        # the full chunk shape), so its spec is made once, on the first read, not per read
+        # (~6 µs each).
+        self._regular = compat.has_regular_grid(array)
+        self._regular_spec: Any = None
 
     # -- ChunkSource -------------------------------------------------------
 
@@ -543,7 +535,10 @@ class ZarrChunkSource(SourceFields):
         """The `ArraySpec` zarr decodes stored chunk `outer` with."""
         if self._regular_spec is not None:
             return self._regular_spec
-        return chunk_spec(self._metadata, self._zarr_grid, outer, self._config, self._prototype)
+        spec = chunk_spec(self._metadata, self._zarr_grid, outer, self._config, self._prototype)
+        if self._regular:
+            self._regular_spec = spec  # a race only makes the same spec twice
+        return spec
 
     def read_chunk(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any]:
         outer, key, selection = self._locate(coords)
