@@ -20,12 +20,14 @@ if TYPE_CHECKING:
 
 def _benchmarks() -> dict[str, Callable[[bool], str]]:
     from bench import (
+        backends,
         dask_view,
         engine,
         inspector,
         napari_pan,
         playback,
         remote,
+        remote_stores,
         shard_reads,
         view_cycle,
         volume,
@@ -41,6 +43,8 @@ def _benchmarks() -> dict[str, Callable[[bool], str]]:
         "volume": volume.run,
         "dask": dask_view.run,
         "shards": shard_reads.run,
+        "backends": backends.run,
+        "remote-stores": remote_stores.run,
     }
 
 

@@ -85,3 +85,45 @@ def test_the_reader_opens_urls_within_the_users_timeouts(
         # The default read cap is 10 s; the user's 0.3 s applied (each document once,
         # a timed-out metadata read is not retried).
         assert time.monotonic() - started < 5
+
+
+def test_the_backend_comes_from_the_settings_file_then_the_environment(tmp_path: Path) -> None:
+    from napari_lazy_zarr.core.settings import backend_from_settings
+
+    settings = tmp_path / "settings.toml"
+    env = {"NAPARI_LAZY_ZARR_SETTINGS": str(settings)}
+    assert backend_from_settings(env) == "auto"
+    settings.write_text('[reading]\nbackend = "tensorstore"\n')
+    assert backend_from_settings(env) == "tensorstore"
+    assert backend_from_settings({**env, "NAPARI_LAZY_ZARR_BACKEND": "zarr"}) == "zarr"
+    with pytest.raises(MetadataError, match="NAPARI_LAZY_ZARR_BACKEND: unknown backend 'fast'"):
+        backend_from_settings({**env, "NAPARI_LAZY_ZARR_BACKEND": "fast"})
+    settings.write_text("[reading]\nbackend = 3\n")
+    with pytest.raises(MetadataError, match=r"\[reading\] backend: unknown backend 3"):
+        backend_from_settings(env)
+    settings.write_text('[reading]\nbackends = "zarr"\n')
+    with pytest.raises(MetadataError, match=r"\[reading\] 'backends' is not a setting"):
+        backend_from_settings(env)
+
+
+def test_the_readers_levels_open_with_the_chosen_backend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import numpy as np
+    import zarr
+
+    from napari_lazy_zarr.core.backends import TensorStoreChunkSource
+    from napari_lazy_zarr.core.layout import describe_store, open_level_sources
+    from napari_lazy_zarr.core.zarr_source import ZarrChunkSource
+
+    path = tmp_path / "a.zarr"
+    data = np.arange(64 * 48, dtype="u2").reshape(64, 48)
+    zarr.create_array(str(path), shape=data.shape, chunks=(32, 32), dtype="u2")[...] = data
+    monkeypatch.setenv("NAPARI_LAZY_ZARR_SETTINGS", str(tmp_path / "none.toml"))
+    (image,) = describe_store(path)
+    (source,) = open_level_sources(path, image)
+    assert type(source) is ZarrChunkSource  # "auto"
+    monkeypatch.setenv("NAPARI_LAZY_ZARR_BACKEND", "tensorstore")
+    (source,) = open_level_sources(path, image)
+    assert isinstance(source, TensorStoreChunkSource)
+    np.testing.assert_array_equal(source.read_chunk((1, 1)), data[32:, 32:])

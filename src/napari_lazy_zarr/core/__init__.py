@@ -4,6 +4,14 @@ Nothing here imports Qt or napari.
 """
 
 from napari_lazy_zarr.core.array import ChunkedArray, PartialRead, open_array
+from napari_lazy_zarr.core.backends import (
+    BACKENDS,
+    TensorStoreChunkSource,
+    ZarrsChunkSource,
+    available_backends,
+    choose_backend,
+    open_backend_source,
+)
 from napari_lazy_zarr.core.cache import (
     DEFAULT_STALLED_AFTER,
     DEFAULT_TOTAL_BYTES_LIMIT,
@@ -66,6 +74,7 @@ from napari_lazy_zarr.core.view import AxisMap, ViewController, ViewRequest, Vie
 from napari_lazy_zarr.core.zarr_source import ZarrChunkSource, open_zarr_source
 
 __all__ = [
+    "BACKENDS",
     "DEFAULT_COMPUTE_TIMEOUT",
     "DEFAULT_STALLED_AFTER",
     "DEFAULT_TIMEOUTS",
@@ -115,6 +124,7 @@ __all__ = [
     "StackFile",
     "StackSource",
     "StoreNotFoundError",
+    "TensorStoreChunkSource",
     "Timeouts",
     "UnsafeDataError",
     "UnsupportedDataError",
@@ -122,11 +132,15 @@ __all__ = [
     "ViewRequest",
     "ViewResult",
     "ZarrChunkSource",
+    "ZarrsChunkSource",
+    "available_backends",
     "check_concurrency",
     "check_total_bytes_limit",
+    "choose_backend",
     "coarsened_levels",
     "default_concurrency",
     "open_array",
+    "open_backend_source",
     "open_stack",
     "open_zarr_source",
 ]

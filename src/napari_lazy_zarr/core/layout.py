@@ -34,6 +34,7 @@ import zarr.errors
 import zarr.storage
 from zarr.abc.store import RangeByteRequest
 
+from napari_lazy_zarr.core.backends import choose_backend, open_backend_source
 from napari_lazy_zarr.core.errors import (
     LazyZarrError,
     MetadataError,
@@ -51,6 +52,7 @@ from napari_lazy_zarr.core.manifest import (
     reference_file_kind,
 )
 from napari_lazy_zarr.core.retry import NO_RETRY, Timeouts
+from napari_lazy_zarr.core.settings import backend_from_settings
 from napari_lazy_zarr.core.zarr_source import (
     _METADATA_FILES,
     MAX_METADATA_BYTES,
@@ -918,11 +920,16 @@ def open_level_sources(location: str | os.PathLike[str], spec: ImageSpec) -> lis
     ((64, 48), 32)
     """
     location = os.fspath(location)
+    # The user's decode backend (settings file or NAPARI_LAZY_ZARR_BACKEND); "auto" is
+    # zarr-python through our bounded reads (`core.backends`).
+    backend = choose_backend(backend_from_settings(), location)
 
     def one(level: LevelSpec) -> ChunkSource:
         if level._array is None:
             return open_source(location, path=level.path)
         full = f"{location.rstrip('/')}/{level.path}" if level.path else location
+        if backend != "zarr":
+            return open_backend_source(location, path=level.path, backend=backend)
         return ZarrChunkSource(level._array, location=full)
 
     levels = spec.levels

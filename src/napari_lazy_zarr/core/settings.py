@@ -8,8 +8,15 @@ The settings file is the one `ReferencePolicy.from_settings` reads
     read = 20        # seconds a response may stay silent
     total = 60       # seconds one request may take in all
 
+and its ``[reading]`` table, which decode backend reads zarr arrays in napari
+(`napari_lazy_zarr.core.backends`)::
+
+    [reading]
+    backend = "auto"   # or "zarr", "tensorstore", "zarrs"
+
 Environment variables override the file: ``NAPARI_LAZY_ZARR_TIMEOUT_CONNECT``,
-``NAPARI_LAZY_ZARR_TIMEOUT_READ`` and ``NAPARI_LAZY_ZARR_TIMEOUT_TOTAL``.
+``NAPARI_LAZY_ZARR_TIMEOUT_READ``, ``NAPARI_LAZY_ZARR_TIMEOUT_TOTAL`` and
+``NAPARI_LAZY_ZARR_BACKEND``.
 """
 
 from __future__ import annotations
@@ -27,7 +34,12 @@ from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS, Timeouts
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["TIMEOUT_VARIABLES", "timeouts_from_settings"]
+__all__ = [
+    "BACKEND_VARIABLE",
+    "TIMEOUT_VARIABLES",
+    "backend_from_settings",
+    "timeouts_from_settings",
+]
 
 _SETTINGS_BYTES: Final = 1 << 20  # a settings file is a few lines
 TIMEOUT_VARIABLES: Final = {
@@ -35,6 +47,8 @@ TIMEOUT_VARIABLES: Final = {
     "read": "NAPARI_LAZY_ZARR_TIMEOUT_READ",
     "total": "NAPARI_LAZY_ZARR_TIMEOUT_TOTAL",
 }
+BACKEND_VARIABLE: Final = "NAPARI_LAZY_ZARR_BACKEND"
+_TABLES: Final = {"timeouts": tuple(TIMEOUT_VARIABLES), "reading": ("backend",)}
 
 
 def _seconds(value: Any, where: str) -> float:
@@ -49,7 +63,7 @@ def _seconds(value: Any, where: str) -> float:
     return seconds
 
 
-def _table(path: str) -> dict[str, Any]:
+def _table(path: str, name: str) -> dict[str, Any]:
     try:
         # Non-blocking open, then fstat: a FIFO or device named as the file cannot block.
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -63,13 +77,13 @@ def _table(path: str) -> dict[str, Any]:
         raise MetadataError(
             f"{path}: cannot read the napari-lazy-zarr settings: {error}"
         ) from error
-    table = document.get("timeouts", {})
+    table = document.get(name, {})
     if not isinstance(table, dict):
-        raise MetadataError(f"{path}: 'timeouts' must be a table ([timeouts])")
-    unknown = sorted(set(table) - set(TIMEOUT_VARIABLES))
+        raise MetadataError(f"{path}: {name!r} must be a table ([{name}])")
+    unknown = sorted(set(table) - set(_TABLES[name]))
     if unknown:
         raise MetadataError(
-            f"{path}: [timeouts] {unknown[0]!r} is not a setting ({', '.join(TIMEOUT_VARIABLES)})"
+            f"{path}: [{name}] {unknown[0]!r} is not a setting ({', '.join(_TABLES[name])})"
         )
     return table
 
@@ -93,7 +107,8 @@ def timeouts_from_settings(environ: Mapping[str, str] | None = None) -> Timeouts
     env = os.environ if environ is None else environ
     path = settings_path(env)
     values = {
-        name: _seconds(value, f"{path}: [timeouts] {name}") for name, value in _table(path).items()
+        name: _seconds(value, f"{path}: [timeouts] {name}")
+        for name, value in _table(path, "timeouts").items()
     }
     for name, variable in TIMEOUT_VARIABLES.items():
         if env.get(variable):
@@ -105,3 +120,35 @@ def timeouts_from_settings(environ: Mapping[str, str] | None = None) -> Timeouts
         read=values.get("read", DEFAULT_TIMEOUTS.read),
         total=values.get("total", DEFAULT_TIMEOUTS.total),
     )
+
+
+def backend_from_settings(environ: Mapping[str, str] | None = None) -> str:
+    """The decode backend the user asked for: ``"auto"``, then the settings file's
+    ``[reading] backend``, then ``NAPARI_LAZY_ZARR_BACKEND``.
+
+    Raises
+    ------
+    MetadataError
+        The settings file cannot be read, or the name is not ``"auto"`` or one of
+        `BACKENDS` (the message names the file or the variable).
+
+    Examples
+    --------
+    >>> backend_from_settings({"NAPARI_LAZY_ZARR_SETTINGS": "/nonexistent/settings.toml"})
+    'auto'
+    >>> backend_from_settings({"NAPARI_LAZY_ZARR_BACKEND": "tensorstore",
+    ...                        "NAPARI_LAZY_ZARR_SETTINGS": "/nonexistent/settings.toml"})
+    'tensorstore'
+    """
+    from napari_lazy_zarr.core.backends import BACKENDS
+
+    env = os.environ if environ is None else environ
+    path = settings_path(env)
+    name: Any = _table(path, "reading").get("backend", "auto")
+    where = f"{path}: [reading] backend"
+    if env.get(BACKEND_VARIABLE):
+        name, where = env[BACKEND_VARIABLE], BACKEND_VARIABLE
+    if name != "auto" and name not in BACKENDS:
+        allowed = ", ".join(repr(b) for b in ("auto", *BACKENDS))
+        raise MetadataError(f"{where}: unknown backend {name!r}; choose one of {allowed}")
+    return str(name)
