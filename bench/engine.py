@@ -28,6 +28,14 @@ interleaved, reporting medians:
    a viewport request does before any chunk is touched.
 5. **Pan**: 256-pixel steps to the right; ours and TensorStore (1 GB cache) keep
    what earlier steps loaded, zarr-python and dask re-read every step.
+6. **Per-chunk overhead beyond decode**: a cold window read by ours with one
+   worker against the raw limit on one thread, over the same chunks in the same
+   run; ``(ours - raw) / chunks`` per paired sample is what ours adds per chunk to
+   reading and decoding it (planning, queueing, state moves, handing the chunk
+   back, copying it out).
+7. **Point gather**: ``vindex`` with 10,000 seeded random points inside each
+   window, cold (no chunk cache) and warm (every chunk resident), against
+   TensorStore's ``vindex`` (cache pool 0 / 1 GB).
 
 Every method's output is checked against `synthetic_region` outside the timings.
 """
@@ -59,6 +67,7 @@ from bench import (
     markdown_table,
     median_ms,
 )
+from napari_lazy_zarr.core import ChunkedArray
 from napari_lazy_zarr.core.sample import synthetic_region, write_sample_store
 
 if TYPE_CHECKING:
@@ -70,6 +79,8 @@ __all__ = ["FULL", "QUICK", "Config", "RawReader", "run"]
 THREADS: Final = 2
 """Threads every method may use: the machine's two cores."""
 TS_WARM_CACHE_BYTES: Final = 1_000_000_000
+GATHER_POINTS: Final = 10_000
+"""Points of the `vindex` gather (section 7)."""
 _EMPTY: Final = 2**64 - 1  # shard index entry of an absent inner chunk
 
 
@@ -421,11 +432,17 @@ class DatasetBench:
         self.pool = ThreadPoolExecutor(THREADS, thread_name_prefix="raw")
         self.raw = RawReader(path, self.pool)
         self.raw_out = np.zeros((config.window, config.window), dtype=self.raw.dtype)
+        # Section 6: one decoding thread each, so the difference is per-chunk work.
+        self.ours_serial = napari_lazy_zarr.open_array(str(path), concurrency=1)
+        self.serial_pool = ThreadPoolExecutor(1, thread_name_prefix="raw-serial")
+        self.raw_serial = RawReader(path, self.serial_pool)
         self._expected: dict[Window, np.ndarray[Any, Any]] = {}
 
     def close(self) -> None:
         self.ours.cache.close()
+        self.ours_serial.cache.close()
         self.pool.shutdown()
+        self.serial_pool.shutdown()
 
     def _open_tensorstore(self, cache_bytes: int) -> Any:
         spec = {
@@ -479,6 +496,16 @@ class DatasetBench:
             raise AssertionError("ours: a completed non-blocking read is still incomplete")
         self.check("ours (non-blocking, completed)", window, again.data)
         self.check("raw", window, self.raw.read(window, self.raw_out))
+        self.check("raw, 1 thread", window, self.raw_serial.read(window, self.raw_out))
+        self.check("ours, 1 worker", window, self.ours_serial[window.slices].result())
+        ys, xs = self.gather_points(window)
+        expected = self.expected(window)[ys - window.y0, xs - window.x0]
+        for method, gathered in (
+            ("ours (gather)", self.ours.vindex[ys, xs].result()),
+            ("tensorstore (gather)", self.ts_cold.vindex[ys, xs].read().result()),
+        ):
+            if not np.array_equal(gathered, expected):
+                raise AssertionError(f"{self.dataset.label}: {method} returned wrong points")
         self.check("zarr-python", window, self.zarr[window.slices])
         self.check(
             "dask",
@@ -590,13 +617,16 @@ class DatasetBench:
     def planning(self, windows: Sequence[Window]) -> dict[str, list[float]]:
         """Planning a viewport request: `view.chunk_refs()` on a fresh view.
 
+        The view is taken from a new `ChunkedArray` over the same source and
+        cache each time (untimed), so no plan an earlier read made and kept
+        is reused: this is the cost of planning a window never seen before.
         Also timed separately: creating the view (`array[y0:y1, x0:x1]`, which
         composes an index transform).
         """
         ours = self.ours
 
         def chunk_refs(window: Window) -> float:
-            view = ours[window.slices]
+            view = ChunkedArray(ours.source, ours.cache)[window.slices]
             return _clock(view.chunk_refs)
 
         return interleaved(
@@ -655,6 +685,88 @@ class DatasetBench:
             self.config.pan_rounds,
         )
 
+    # -- 6. per-chunk overhead -----------------------------------------------------
+
+    def per_chunk(self, windows: Sequence[Window]) -> dict[str, list[float]]:
+        """Cold window, one decoding thread each: ours (`concurrency=1`) and raw (1 thread).
+
+        ``per chunk`` holds, per (round, window), ``(ours - raw) / chunks`` of the
+        two reads made back to back on that case: what ours adds per chunk beyond
+        reading and decoding it.
+        """
+        ours, raw, out = self.ours_serial, self.raw_serial, self.raw_out
+        chunks = {w: len(ours[w.slices].chunk_refs()) for w in windows}
+        order: list[Window] = []
+
+        def ours_cold(window: Window) -> float:
+            ours.cache.evict_unpinned()
+            order.append(window)
+            return _clock(lambda: ours[window.slices].result())
+
+        samples = interleaved(
+            {"raw, 1 thread": lambda w: _clock(lambda: raw.read(w, out)), "ours": ours_cold},
+            windows,
+            self.config.rounds,
+        )
+        samples["per chunk"] = [
+            (mine - floor) / chunks[window]
+            for mine, floor, window in zip(
+                samples["ours"], samples["raw, 1 thread"], order, strict=True
+            )
+        ]
+        return samples
+
+    # -- 7. point gather ----------------------------------------------------------
+
+    def gather_points(self, window: Window) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        """`GATHER_POINTS` seeded random (y, x) points inside `window`."""
+        rng = np.random.default_rng((self.config.seed, window.y0, window.x0))
+        ys = rng.integers(window.y0, window.y0 + window.h, GATHER_POINTS)
+        xs = rng.integers(window.x0, window.x0 + window.w, GATHER_POINTS)
+        return ys, xs
+
+    def gather(self, windows: Sequence[Window]) -> dict[str, list[float]]:
+        """`vindex[ys, xs]` of `GATHER_POINTS` points in the window, cold and warm.
+
+        Indexing is timed with the read (each method builds its indexed view
+        per read, as a caller would). Cold: ours evicts its chunk cache first
+        (untimed), TensorStore reads with a 0-byte cache pool. Warm: ours with
+        every chunk of the window resident, TensorStore through its 1 GB pool
+        holding them.
+        """
+        points = {window: self.gather_points(window) for window in windows}
+        ours, ts_cold, ts_warm = self.ours, self.ts_cold, self.ts_warm
+
+        def ours_cold(window: Window) -> float:
+            ours.cache.evict_unpinned()
+            ys, xs = points[window]
+            return _clock(lambda: ours.vindex[ys, xs].result())
+
+        def ours_warm(window: Window) -> float:
+            ours[window.slices].result()  # untimed: the window's chunks resident
+            ys, xs = points[window]
+            return _clock(lambda: ours.vindex[ys, xs].result())
+
+        def ts(store: Any) -> Callable[[Window], float]:
+            def read(window: Window) -> float:
+                ys, xs = points[window]
+                return _clock(lambda: store.vindex[ys, xs].read().result())
+
+            return read
+
+        for window in windows:
+            ts_warm[window.slices].read().result()
+        return interleaved(
+            {
+                "ours, cold": ours_cold,
+                "tensorstore, cold": ts(ts_cold),
+                "ours, warm": ours_warm,
+                "tensorstore (1 GB cache), warm": ts(ts_warm),
+            },
+            windows,
+            self.config.rounds,
+        )
+
 
 # -- report --------------------------------------------------------------------------
 
@@ -675,6 +787,8 @@ class Target:
     reference: str | None
     """Reference method for a ratio target; None for an absolute target (ms)."""
     limit: float
+    unit: Literal["ms", "µs"] = "ms"
+    """How an absolute target is shown (the limit and the samples are in ms)."""
 
 
 TARGETS: Final = (
@@ -683,6 +797,21 @@ TARGETS: Final = (
     Target("2. warm viewport: ours / memcpy", "warm", "ours", "memcpy", 2.00),
     Target("3. non-blocking request returns", "nonblocking", "return", None, 2.0),
     Target("4. planning: chunk_refs()", "planning", "chunk_refs", None, 1.0),
+    Target("6. per-chunk overhead beyond decode", "per_chunk", "per chunk", None, 0.2, "µs"),
+    Target(
+        "7. 10,000-point gather, cold: ours / TensorStore",
+        "gather",
+        "ours, cold",
+        "tensorstore, cold",
+        1.20,
+    ),
+    Target(
+        "7. 10,000-point gather, warm: ours / TensorStore",
+        "gather",
+        "ours, warm",
+        "tensorstore (1 GB cache), warm",
+        1.20,
+    ),
 )
 
 
@@ -713,6 +842,59 @@ def _section_table(
     return markdown_table(header, rows) + f"\n{note}.\n"
 
 
+def _per_chunk_table(results: dict[str, dict[str, dict[str, list[float]]]]) -> str:
+    """Section 6: one row per dataset; the 1-thread pair and the 2-thread one of section 1."""
+    rows = []
+    for label, sections in results.items():
+        serial = sections["per_chunk"]
+        rows.append(
+            [
+                label,
+                _ms(median_ms(serial["raw, 1 thread"])),
+                _ms(median_ms(serial["ours"])),
+                f"{median_ms(serial['per chunk']) * 1e3:.0f}",
+                f"{median_ms(serial['per chunk, 2 threads']) * 1e3:.0f}",
+            ]
+        )
+    header = [
+        "dataset",
+        "raw, 1 thread (ms)",
+        "ours, 1 worker (ms)",
+        "per chunk, 1 thread (µs)",
+        "per chunk, 2 threads (µs)",
+    ]
+    counts = {len(sections["per_chunk"]["ours"]) for sections in results.values()}
+    note = f"n = {'/'.join(map(str, sorted(counts)))} pairs per dataset"
+    return markdown_table(header, rows) + f"\n{note}.\n"
+
+
+def _gather_table(results: dict[str, dict[str, dict[str, list[float]]]]) -> str:
+    """Section 7: per method and dataset, with ours' ratio to TensorStore in the same state."""
+    labels = list(results)
+    references = {
+        "ours, cold": "tensorstore, cold",
+        "ours, warm": "tensorstore (1 GB cache), warm",
+    }
+    rows = []
+    for method in results[labels[0]]["gather"]:
+        cells = []
+        for label in labels:
+            samples = results[label]["gather"]
+            value = median_ms(samples[method])
+            cell = _ms(value)
+            if method in references:
+                cell += f" ({_ratio(value / median_ms(samples[references[method]]))})"
+            cells.append(cell)
+        rows.append([method, *cells])
+    counts = {len(results[label]["gather"]["ours, cold"]) for label in labels}
+    note = (
+        f"n = {'/'.join(map(str, sorted(counts)))} samples per cell; in parentheses: "
+        "ratio of medians to TensorStore in the same state"
+    )
+    header = ["method", *(f"{label} (ms)" for label in labels)]
+    return markdown_table(header, rows) + f"\n{note}.\n"
+
+
 @dataclass(frozen=True, slots=True)
 class RunInfo:
     """Facts about one run that the report states."""
@@ -736,7 +918,10 @@ def report(
         for label in labels:
             samples = results[label][target.section]
             ours = median_ms(samples[target.method])
-            if target.reference is None:
+            if target.reference is None and target.unit == "µs":
+                measured, reference_ms = ours, ""
+                limit, shown = f"<= {target.limit * 1e3:g} µs", f"{ours * 1e3:.0f} µs"
+            elif target.reference is None:
                 measured, reference_ms, limit = ours, "", f"<= {target.limit:g} ms"
                 shown = f"{_ms(measured)} ms"
             else:
@@ -829,7 +1014,8 @@ def report(
         _section_table(results, "nonblocking", None),
         "### 4. Planning a viewport request, median ms",
         "",
-        "chunk_refs: `view.chunk_refs()` on a freshly created view. index: creating the view, "
+        "chunk_refs: `view.chunk_refs()` on a freshly created view of a new array over the "
+        "same source (no plan kept from an earlier read). index: creating the view, "
         "`array[y0:y1, x0:x1]`.",
         "",
         _section_table(results, "planning", None),
@@ -840,6 +1026,24 @@ def report(
         "loaded; zarr-python and dask re-read every chunk of every step.",
         "",
         _section_table(results, "pan", "tensorstore (1 GB cache)"),
+        "### 6. Per-chunk overhead beyond decode",
+        "",
+        "A cold window read with one decoding thread on each side: ours "
+        "(`open_array(path, concurrency=1)`, cache evicted before each read) and raw (its "
+        "pool of 1 thread), back to back on the same window. per chunk: the median over "
+        "those pairs of (ours - raw) / chunks in the window, in µs: what ours adds to "
+        "reading and decoding a chunk. With 2 threads (section 1) the same difference is "
+        "shown for comparison; there a second core hides part of it.",
+        "",
+        _per_chunk_table(results),
+        "### 7. 10,000-point gather (`vindex`), median ms",
+        "",
+        f"{GATHER_POINTS:,} seeded random points inside each window; each read builds its "
+        "indexed view (`array.vindex[ys, xs]`) and reads it. cold: ours with its chunk cache "
+        "evicted, TensorStore with a 0-byte cache pool. warm: ours with the window's chunks "
+        "resident, TensorStore through a 1 GB cache pool holding them.",
+        "",
+        _gather_table(results),
     ]
     return "\n".join(lines)
 
@@ -882,6 +1086,8 @@ def run(quick: bool = False) -> str:
                 ("nonblocking", bench.nonblocking, windows),
                 ("planning", bench.planning, windows),
                 ("pan", bench.pan, path),
+                ("per_chunk", bench.per_chunk, windows),
+                ("gather", bench.gather, windows),
             ):
                 begin = time.perf_counter()
                 sections[name] = measure(cases)
@@ -890,6 +1096,15 @@ def run(quick: bool = False) -> str:
                     f"{_median_line(sections[name])} ms",
                     flush=True,
                 )
+            # Section 1's pairs give the same difference with 2 threads (interleaved()
+            # lists each method's samples round by round, in the order of the windows).
+            chunks = [len(bench.ours[w.slices].chunk_refs()) for w in windows]
+            sections["per_chunk"]["per chunk, 2 threads"] = [
+                (mine - floor) / chunks[index % len(windows)]
+                for index, (mine, floor) in enumerate(
+                    zip(sections["cold"]["ours"], sections["cold"]["raw"], strict=True)
+                )
+            ]
             results[dataset.label] = sections
         finally:
             bench.close()

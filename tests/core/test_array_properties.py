@@ -15,6 +15,7 @@ import tempfile
 from typing import Any, ClassVar
 
 import numpy as np
+import pytest
 import zarr
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -33,13 +34,17 @@ from zarr_indexing.testing import (
 
 from napari_lazy_zarr.core import (
     ArraySource,
+    CacheClosedError,
     CacheReader,
     ChunkCache,
     ChunkedArray,
+    ChunkReadError,
     InlineExecutor,
     ManualExecutor,
     open_zarr_source,
 )
+from napari_lazy_zarr.core.array import PLANS_KEPT
+from tests.sources import FaultySource
 
 # Caches shared by a machine class's examples: inline executors start no threads.
 _CACHE = ChunkCache(16 << 20, executor=InlineExecutor())
@@ -133,6 +138,16 @@ class ChunkedArrayIndexing(RuleBasedStateMachine):
         _CACHE.evict_unpinned()
         self.chain.append(("evict",))
 
+    @rule(data=st.data())
+    def evict_all_but_some(self, data: st.DataObject) -> None:
+        """Leave some of the view's chunks resident: the next read copies those and loads
+        the rest."""
+        refs = self.view.chunk_refs()
+        kept = data.draw(st.lists(st.sampled_from(refs), unique=True) if refs else st.just([]))
+        with _CACHE.request(kept):  # pinned chunks survive the eviction
+            _CACHE.evict_unpinned()
+        self.chain.append(("evict all but", [str(ref.key) for ref in kept]))
+
     @invariant()
     def shape_matches(self) -> None:
         assert self.view.shape == self.model.shape, self.chain
@@ -161,3 +176,56 @@ class ChunkedArrayIndexing(RuleBasedStateMachine):
 
 
 TestChunkedArrayIndexing = state_machine_test(ChunkedArrayIndexing, config=_SETTINGS)
+
+
+# -- the blocking read's resident-first path and its plan memo ------------------------
+
+
+def test_a_partly_resident_view_loads_only_its_missing_chunks() -> None:
+    data = np.arange(64 * 64, dtype=np.uint16).reshape(64, 64)
+    with ChunkCache(1 << 20, executor=InlineExecutor()) as cache:
+        image = ChunkedArray(ArraySource(data, chunks=(16, 16)), cache)
+        np.testing.assert_array_equal(image[5:30, 5:30].result(), data[5:30, 5:30])
+        loads = cache.statistics.loads
+        assert loads == 4
+        np.testing.assert_array_equal(image[5:30, 5:60].result(), data[5:30, 5:60])
+        assert cache.statistics.loads - loads == 4  # the two chunk columns not yet resident
+        np.testing.assert_array_equal(image[::-3, 7].result(), data[::-3, 7])
+
+
+def test_a_failed_chunk_beside_resident_ones_is_named_and_not_read_again() -> None:
+    source = FaultySource(ArraySource(np.ones((8, 8)), chunks=(4, 4), name="img"), {(1, 1)})
+    with ChunkCache(1 << 20, executor=InlineExecutor()) as cache:
+        image = ChunkedArray(source, cache)
+        np.testing.assert_array_equal(image[:4].result(), np.ones((4, 8)))
+        for _ in range(2):  # loading it fails; then it is FAILED, and stays so
+            with pytest.raises(ChunkReadError, match=r"\[4:8, 4:8\] failed") as raised:
+                image.result()
+            assert raised.value.__cause__ is not None
+        assert cache.statistics.failures == 1
+
+
+def test_a_closed_cache_serves_no_read_even_of_resident_chunks() -> None:
+    cache = ChunkCache(1 << 20, executor=InlineExecutor())
+    image = ChunkedArray(ArraySource(np.ones((8, 8)), chunks=(4, 4), name="img"), cache)
+    image.result()
+    cache.close()
+    with pytest.raises(CacheClosedError, match="closed"):
+        image.result()
+
+
+def test_views_of_one_selection_share_one_plan_and_few_plans_are_kept() -> None:
+    data = np.arange(100 * 100).reshape(100, 100)
+    with ChunkCache(1 << 20, executor=InlineExecutor()) as cache:
+        image = ChunkedArray(ArraySource(data, chunks=(16, 16)), cache)
+        first = image[3:50, 7:90].plan()
+        assert image[3:50][:, 7:90].plan() is first  # same transform, another route
+        assert image[3:50, 7:91].plan() is not first
+        assert ChunkedArray(image.source, cache)[3:50, 7:90].plan() is not first
+        for start in range(PLANS_KEPT):
+            image[start : start + 10].plan()
+        assert image[3:50, 7:90].plan() is not first  # the oldest plans are dropped
+        points = image.vindex[[1, 2], [3, 4]]
+        assert points.plan() is points.plan()  # a gather's plan is kept by its view
+        assert image.vindex[[1, 2], [3, 4]].plan() is not points.plan()
+        np.testing.assert_array_equal(image[3:50, 7:90].result(), data[3:50, 7:90])

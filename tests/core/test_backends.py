@@ -487,3 +487,19 @@ def test_tensorstore_cancel_load_ends_a_read_in_flight(
     assert not reader.is_alive()
     assert len(outcome) == 1
     assert isinstance(outcome[0], LoadCancelledError)
+
+
+def test_open_array_takes_a_backend(tmp_path: Path) -> None:
+    from napari_lazy_zarr import open_array
+
+    path = tmp_path / "a.zarr"
+    data = np.arange(40 * 30, dtype="u2").reshape(40, 30)
+    zarr.create_array(str(path), shape=data.shape, chunks=(16, 16), dtype="u2")[...] = data
+    for backend in available_backends():
+        image = open_array(path, backend=backend)
+        try:
+            np.testing.assert_array_equal(image[3:37, 5:29].result(timeout=30), data[3:37, 5:29])
+        finally:
+            image.cache.close()
+    with pytest.raises(ValueError, match="unknown backend 'fast'"):
+        open_array(path, backend="fast")

@@ -287,6 +287,21 @@ def test_statistics_count_hits_misses_and_latency(
     assert stats.transitions[ChunkState.QUEUED, ChunkState.LOADING] == 2
 
 
+def test_reads_of_a_chunked_array_count_hits_and_misses(
+    inline_cache: ChunkCache, source: ArraySource
+) -> None:
+    from napari_lazy_zarr.core.array import ChunkedArray
+
+    array = ChunkedArray(source, inline_cache)
+    view = array[:, : source.shape[1] // 2]
+    touched = len(view.chunk_refs())
+    view.result(timeout=10)
+    assert (inline_cache.statistics.hits, inline_cache.statistics.misses) == (0, touched)
+    array.result(timeout=10)  # half of it resident: hits, the rest misses
+    stats = inline_cache.statistics
+    assert (stats.hits, stats.misses) == (touched, len(array.chunk_refs()))
+
+
 def test_event_log_is_bounded(source: ArraySource) -> None:
     with ChunkCache(1 << 20, executor=InlineExecutor(), event_log_size=5) as cache:
         cache.request(refs(source, *[(0, c) for c in range(4)])).release()

@@ -695,13 +695,20 @@ class ChunkCache:
             self._touch(key)
             return entry.data
 
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called (a closed cache serves no reads)."""
+        return self._closed
+
     def lookup_many(
-        self, keys: Iterable[ChunkKey]
+        self, keys: Iterable[ChunkKey], *, count_hits: bool = False
     ) -> tuple[dict[ChunkKey, np.ndarray[Any, Any]], set[ChunkKey]]:
         """The READY chunks among `keys` (marked recently used) and the FAILED ones.
 
         One lock acquisition for a whole view: a thread that reads many chunks
         (napari's, for a volume) does not queue for the lock once per chunk.
+        `count_hits` counts the READY ones as cache hits (a read served from them;
+        its missing chunks are counted as misses when requested).
         """
         ready: dict[ChunkKey, np.ndarray[Any, Any]] = {}
         failed: set[ChunkKey] = set()
@@ -716,6 +723,8 @@ class ChunkCache:
                     ready[key] = entry.data
                 elif entry.state is ChunkState.FAILED:
                     failed.add(key)
+            if count_hits:
+                self._hits += len(ready)
         return ready, failed
 
     # -- inspection --------------------------------------------------------
