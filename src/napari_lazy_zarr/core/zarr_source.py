@@ -104,6 +104,15 @@ _SPAN_FILL: Final = 0.75
 type Spread = Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]]
 """Runs a job on each item (maybe on several threads at once); the results, in order."""
 
+# A batched shard read decodes its chunks in at most this many groups at once.
+_DECODE_GROUPS: Final = 4
+
+
+def _one_by_one(job: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+    """`Spread` on the calling thread."""
+    return [job(item) for item in items]
+
+
 # The threads that fetch and decode the second and later runs of a batched shard read
 # while the cache's worker does the first (daemons: a stuck read never holds up exit).
 _RUN_THREADS: Final = DaemonExecutor(name="lazy-zarr-range")
@@ -986,36 +995,41 @@ class _ShardReader:
                 if sum(b - a for a, b, _ in ranges) >= _SPAN_FILL * (span[1] - span[0]):
                     runs = [(*span, ranges)]
 
-            def job(
+            def fetch_run(
                 run: tuple[int, int, list[tuple[int, int, int]]], stamp: FileStamp | None = stamp
-            ) -> dict[int, np.ndarray[Any, Any] | BaseException] | None:
-                return self._read_run(key, run, stamp, fetch, shard_spec, located)
+            ) -> dict[int, Buffer] | None:
+                return self._fetch_run(key, run, stamp, fetch)
 
-            outcomes = [job(run) for run in runs] if spread is None else spread(job, runs)
-            if any(outcome is None for outcome in outcomes):
+            def decode(members: list[tuple[int, Buffer]]) -> list[Any]:
+                return [self._decode_member(part, shard_spec, located[m]) for m, part in members]
+
+            run_all = spread if spread is not None else _one_by_one
+            fetched = run_all(fetch_run, runs)
+            if any(parts is None for parts in fetched):
                 self._forget(key)  # rewritten since its index was read: read it again
                 continue
-            for outcome in outcomes:
-                assert outcome is not None
-                results.update(outcome)
+            parts = [item for found in fetched for item in found.items()]
+            # Decoded in up to `_DECODE_GROUPS` groups at once: one run may hold them all.
+            size = max(1, math.ceil(len(parts) / _DECODE_GROUPS))
+            groups = [parts[i : i + size] for i in range(0, len(parts), size)]
+            for group, decoded in zip(groups, run_all(decode, groups), strict=True):
+                results.update(zip((m for m, _ in group), decoded, strict=True))
             return [
                 results.get(member, np.full(shape, fill_value, dtype=dtype))
                 for member, (_, _, shape) in enumerate(located)
             ]
         raise FileChangedError(f"{key}: the shard kept changing while it was read; retry later")
 
-    def _read_run(
+    def _fetch_run(
         self,
         key: str,
         run: tuple[int, int, list[tuple[int, int, int]]],
         stamp: FileStamp | None,
         fetch: Callable[[str, ByteRequest | None], Fetched],
-        shard_spec: Any,
-        located: Sequence[tuple[tuple[int, ...], tuple[slice, ...], tuple[int, ...]]],
-    ) -> dict[int, np.ndarray[Any, Any] | BaseException] | None:
-        """One run's bytes, decoded per member chunk; ``{}`` when the shard is gone (its
+    ) -> dict[int, Buffer] | None:
+        """One run's bytes, split per member chunk; ``{}`` when the shard is gone (its
         chunks read as fill), None when it was rewritten since the index (of version
-        `stamp`) was read. A chunk that does not decode is its error."""
+        `stamp`) was read."""
         start, stop, members = run
         found = fetch(key, RangeByteRequest(start, stop))
         if found is None:  # the shard vanished since its index was read
@@ -1028,15 +1042,23 @@ class _ShardReader:
             raise ChunkReadError(
                 f"{key}: bytes {start}-{stop} of the shard came back {len(raw):,} bytes long"
             )
-        decoded: dict[int, np.ndarray[Any, Any] | BaseException] = {}
-        for chunk_start, chunk_stop, member in members:
-            _, local, shape = located[member]
-            try:
-                part = raw[chunk_start - start : chunk_stop - start]
-                decoded[member] = self._decode(part, shard_spec, local, shape)
-            except Exception as error:
-                decoded[member] = error
-        return decoded
+        return {
+            member: raw[chunk_start - start : chunk_stop - start]
+            for chunk_start, chunk_stop, member in members
+        }
+
+    def _decode_member(
+        self,
+        part: Buffer,
+        shard_spec: Any,
+        located: tuple[tuple[int, ...], tuple[slice, ...], tuple[int, ...]],
+    ) -> np.ndarray[Any, Any] | BaseException:
+        """One inner chunk decoded, or the error that fails it alone."""
+        _, local, shape = located
+        try:
+            return self._decode(part, shard_spec, local, shape)
+        except Exception as error:
+            return error
 
     def read_inner(
         self,
