@@ -867,6 +867,8 @@ class _ShardReader:
         self._indexes: OrderedDict[str, tuple[Any, FileStamp | None]] = OrderedDict()
         self._index_bytes = 0  # of the kept indexes: at most SHARD_INDEX_BYTES
         self._index_size = 0  # bytes of one (every shard of an array has as many chunks)
+        self._chunks_per_shard: tuple[int, ...] | None = None
+        self._inner_specs: dict[Any, Any] = {}  # shard spec -> inner chunk spec
         self._decoders: dict[Any, _BoundedDecode] = {}
         self._loading: dict[str, threading.Lock] = {}  # indexes being read, held by the reader
         self._lock = threading.Lock()
@@ -919,6 +921,13 @@ class _ShardReader:
             if self._indexes.pop(key, None) is not None:
                 self._index_bytes -= self._index_size
 
+    def _per_shard(self, shard_spec: Any) -> tuple[int, ...]:
+        """Inner chunks per shard along each axis (one shard shape per array: kept)."""
+        found = self._chunks_per_shard
+        if found is None:
+            found = self._chunks_per_shard = inner_chunks_per_shard(self._codec, shard_spec)
+        return found
+
     def _decoder(self, shard_spec: Any) -> _BoundedDecode:
         decoder = self._decoders.get(shard_spec)
         if decoder is None:
@@ -944,7 +953,9 @@ class _ShardReader:
         self, raw: Buffer, shard_spec: Any, local: tuple[slice, ...], shape: tuple[int, ...]
     ) -> np.ndarray[Any, Any]:
         decoder = self._decoder(shard_spec)
-        spec = inner_chunk_spec(self._codec, shard_spec)
+        spec = self._inner_specs.get(shard_spec)
+        if spec is None:
+            spec = self._inner_specs[shard_spec] = inner_chunk_spec(self._codec, shard_spec)
         decoded = np.asarray(decoder.decode_chunk(raw, spec).as_ndarray_like())
         if decoded.shape == shape:
             return decoded
@@ -971,7 +982,7 @@ class _ShardReader:
         dtype = shard_spec.dtype.to_native_dtype()
         fill_value = fill_value_of(shard_spec.fill_value, dtype)
         located = [self._inner(selection) for selection in selections]
-        chunks_per_shard = inner_chunks_per_shard(self._codec, shard_spec)
+        chunks_per_shard = self._per_shard(shard_spec)
         for _ in range(TORN_READ_ATTEMPTS):
             index, stamp = self._index(key, chunks_per_shard, fetch)
             ranges: list[tuple[int, int, int]] = []  # (start, stop, member)
@@ -1068,16 +1079,13 @@ class _ShardReader:
         fetch: Callable[[str, ByteRequest | None], Fetched],
     ) -> np.ndarray[Any, Any]:
         """Exactly one inner chunk of shard `key`, `selection` (shard-local), clipped."""
-        codec = self._codec
         coords, local, shape = self._inner(selection)
-        dtype = shard_spec.dtype.to_native_dtype()
-        fill = np.full(shape, fill_value_of(shard_spec.fill_value, dtype), dtype=dtype)
-        chunks_per_shard = inner_chunks_per_shard(codec, shard_spec)
+        chunks_per_shard = self._per_shard(shard_spec)
         for _ in range(TORN_READ_ATTEMPTS):
             index, stamp = self._index(key, chunks_per_shard, fetch)
             chunk_range = None if index is None else shard_chunk_range(index, coords)
             if chunk_range is None:  # absent shard or absent inner chunk
-                return fill
+                return _fill(shard_spec, shape)
             start, stop = chunk_range
             if stop - start > self._max_inner_bytes:
                 raise ExpansionError(
@@ -1087,13 +1095,19 @@ class _ShardReader:
             found = fetch(key, RangeByteRequest(start, stop))
             if found is None:  # the shard vanished since its index was read
                 self._forget(key)
-                return fill
+                return _fill(shard_spec, shape)
             raw, raw_stamp = found
             if raw_stamp != stamp:  # the shard was rewritten since: read its index again
                 self._forget(key)
                 continue
             return self._decode(raw, shard_spec, local, shape)
         raise FileChangedError(f"{key}: the shard kept changing while it was read; retry later")
+
+
+def _fill(shard_spec: Any, shape: tuple[int, ...]) -> np.ndarray[Any, Any]:
+    """An absent inner chunk: the array's fill value."""
+    dtype = shard_spec.dtype.to_native_dtype()
+    return np.full(shape, fill_value_of(shard_spec.fill_value, dtype), dtype=dtype)
 
 
 def _runs(
