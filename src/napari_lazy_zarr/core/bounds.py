@@ -26,6 +26,7 @@ import os
 import re
 import stat
 import struct
+import threading
 import time
 import zlib
 from dataclasses import dataclass
@@ -46,11 +47,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DECODABLE_CODECS",
+    "INTO_CODECS",
     "MAX_JSON_DEPTH",
     "ExpansionError",
     "FileChangedError",
     "FileStamp",
     "bounded_decode",
+    "decode_into",
     "decode_limit",
     "load_json",
     "open_regular_file",
@@ -574,6 +577,83 @@ def _crc32c(data: Buffer) -> Buffer:
 
     decoded: Buffer = CRC32C(location="end").decode(memoryview(data).cast("B"))
     return decoded
+
+
+INTO_CODECS: Final = frozenset({"zstd", "blosc"})
+"""Codecs `decode_into` decodes straight into a caller's buffer."""
+
+_ZSTD = threading.local()  # a decompression context per thread (they are not thread-safe)
+
+
+def decode_into(codec: str, data: Buffer, out: np.ndarray[Any, Any]) -> None:
+    """Decode `data` (one bytes-to-bytes stage) into `out`, which it must fill exactly.
+
+    Bounded by construction: nothing is written past `out`, and data declaring
+    or holding more (or fewer) bytes than `out` is refused. `codec` is one of
+    `INTO_CODECS` (a ``numcodecs.`` prefix is ignored); `out` a writable,
+    C-contiguous uint8 array.
+
+    Raises
+    ------
+    ExpansionError
+        The data declares or holds more bytes than `out`.
+    ValueError
+        The data is corrupt or truncated, or `codec` cannot decode into a buffer.
+
+    Examples
+    --------
+    >>> import zstandard
+    >>> out = np.empty(1000, dtype=np.uint8)
+    >>> decode_into("zstd", zstandard.compress(bytes(range(10)) * 100), out)
+    >>> out[:12].tolist()
+    [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1]
+    >>> decode_into("zstd", zstandard.compress(bytes(2000)), out)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    napari_lazy_zarr.core.bounds.ExpansionError: zstd data expands beyond its expected 1,000 ...
+    """
+    name = codec.removeprefix("numcodecs.")
+    expected = out.nbytes
+    view = memoryview(data).cast("B")
+    if name == "zstd":
+        import zstandard
+
+        declared = zstandard.frame_content_size(view)
+        if declared > expected:
+            raise _expanded("zstd", expected, f"its frame declares {declared:,}")
+        dctx = getattr(_ZSTD, "dctx", None)
+        if dctx is None:
+            dctx = _ZSTD.dctx = zstandard.ZstdDecompressor()
+        target = memoryview(out).cast("B")
+        with dctx.stream_reader(view, read_across_frames=True) as reader:
+            filled = 0
+            while filled < expected:
+                count = reader.readinto(target[filled:])
+                if not count:
+                    raise ValueError(
+                        f"zstd data decodes to {filled:,} bytes, fewer than the {expected:,} "
+                        "of its chunk"
+                    )
+                filled += count
+            if reader.read(1):
+                raise _expanded("zstd", expected, "more bytes follow")
+        return
+    if name == "blosc":
+        from numcodecs import blosc
+
+        if len(view) < 16:
+            raise ValueError(f"blosc data of {len(view)} bytes is shorter than its header")
+        (declared,) = struct.unpack_from("<I", view, 4)
+        if declared > expected:
+            raise _expanded("blosc", expected, f"its header declares {declared:,}")
+        if declared < expected:
+            raise ValueError(
+                f"blosc data declares {declared:,} bytes, fewer than the {expected:,} of its chunk"
+            )
+        if expected:  # blosc cannot decompress into an empty buffer
+            blosc.decompress(view, out)
+        return
+    raise ValueError(f"codec {codec!r} does not decode into a buffer")
 
 
 def bounded_decode(

@@ -8,6 +8,7 @@ import json
 import lzma
 import math
 import os
+import sys
 import threading
 import weakref
 import zipfile
@@ -28,6 +29,7 @@ from zarr.abc.store import (
     SuffixByteRequest,
 )
 from zarr.buffer import default_buffer_prototype
+from zarr.codecs import BytesCodec
 from zarr.storage import FsspecStore, WrapperStore
 from zarr_indexing import (
     DimensionGridLike,
@@ -45,17 +47,20 @@ from napari_lazy_zarr.core._zarr_compat import (  # per chunk read: bound once h
 )
 from napari_lazy_zarr.core.bounds import (
     DECODABLE_CODECS,
+    INTO_CODECS,
     TORN_READ_ATTEMPTS,
     ExpansionError,
     FileChangedError,
     FileStamp,
     bounded_decode,
     check_json_depth,
+    decode_into,
     load_json,
     open_regular_file,
     read_regular_file,
     read_stamped,
 )
+from napari_lazy_zarr.core.buffers import CHUNK_MEMORY
 from napari_lazy_zarr.core.errors import (
     ChunkReadError,
     LoadCancelledError,
@@ -115,7 +120,8 @@ def _one_by_one(job: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
 
 # The threads that fetch and decode the second and later runs of a batched shard read
 # while the cache's worker does the first (daemons: a stuck read never holds up exit).
-_RUN_THREADS: Final = DaemonExecutor(name="lazy-zarr-range")
+# Idle ones leave after a second: a view's reads come in bursts, and no thread lingers.
+_RUN_THREADS: Final = DaemonExecutor(name="lazy-zarr-range", idle_seconds=1.0)
 DEFAULT_RETRY: Final = RetryPolicy()
 
 
@@ -332,6 +338,24 @@ class _BoundedDecode:
                 if _codec_id(codec)[0] in DECODABLE_CODECS - {"crc32c"}
             )
         self.stages = tuple(stages)
+        # The common chains (bytes + zstd or blosc; a Zarr v2 zstd or blosc compressor
+        # without filters) decode straight into recycled memory (`decode_pooled`).
+        self._into: str | None = None
+        self._v2 = hasattr(array_bytes, "filters")
+        if (
+            len(stages) == 1
+            and stages[0][0].removeprefix("numcodecs.") in INTO_CODECS
+            and not array_array
+            and not rest
+            and (
+                (self._v2 and not array_bytes.filters and array_bytes.compressor is None)
+                or (
+                    isinstance(array_bytes, BytesCodec)
+                    and array_bytes.endian in (None, sys.byteorder)
+                )
+            )
+        ):
+            self._into = stages[0][0]
         self._tail = (
             compat.transform_with_codecs(transform, (*array_array, array_bytes, *rest))
             if stages
@@ -348,6 +372,25 @@ class _BoundedDecode:
                 spec = codec.resolve_metadata(spec)
             self._itemsize = int(spec.dtype.to_native_dtype().itemsize) * self._ratio
         return self._itemsize
+
+    def decode_pooled(self, raw: Buffer, spec: Any) -> np.ndarray[Any, Any] | None:
+        """`raw` decoded into a block of `CHUNK_MEMORY` (pages already mapped), as
+        zarr's chain would decode it; None when this chain cannot (then `decode_chunk`).
+        """
+        if self._into is None:
+            return None
+        dtype = spec.dtype.to_native_dtype()
+        if not self._v2 and not dtype.isnative:
+            return None
+        if dtype.hasobject:
+            return None
+        shape = tuple(int(n) for n in spec.shape)
+        block = CHUNK_MEMORY.lease(math.prod(shape) * dtype.itemsize)
+        decode_into(self._into, raw.as_numpy_array(), block)
+        # As zarr's V2Codec: a view in the stored dtype, in the array's order.
+        order = spec.config.order if self._v2 else "C"
+        decoded: np.ndarray[Any, Any] = block.view(dtype).reshape(shape, order=order)
+        return decoded
 
     def decode_chunk(self, raw: Buffer, spec: Any) -> Any:
         """`raw`, the bytes of a chunk described by `spec`, decoded (an NDBuffer)."""
@@ -800,7 +843,9 @@ class ZarrChunkSource(SourceFields):
         shape = tuple(sel.stop - sel.start for sel in selection)
         if found is None:
             return np.full(shape, self._fill_value, dtype=self._dtype)
-        decoded = np.asarray(self._decoder.decode_chunk(found[0], spec).as_ndarray_like())
+        decoded = self._decoder.decode_pooled(found[0], spec)
+        if decoded is None:
+            decoded = np.asarray(self._decoder.decode_chunk(found[0], spec).as_ndarray_like())
         if decoded.shape == shape:
             return decoded
         return np.array(decoded[selection], copy=True)
@@ -956,7 +1001,9 @@ class _ShardReader:
         spec = self._inner_specs.get(shard_spec)
         if spec is None:
             spec = self._inner_specs[shard_spec] = inner_chunk_spec(self._codec, shard_spec)
-        decoded = np.asarray(decoder.decode_chunk(raw, spec).as_ndarray_like())
+        decoded = decoder.decode_pooled(raw, spec)
+        if decoded is None:
+            decoded = np.asarray(decoder.decode_chunk(raw, spec).as_ndarray_like())
         if decoded.shape == shape:
             return decoded
         return np.array(decoded[local], copy=True)

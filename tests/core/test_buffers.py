@@ -1,0 +1,157 @@
+"""Decoded chunks in recycled memory: a block is reused only when no array can see it,
+and decoding into a block is bounded exactly by its size."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+import zarr
+import zstandard
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from numcodecs import blosc
+
+from napari_lazy_zarr.core.bounds import ExpansionError, decode_into
+from napari_lazy_zarr.core.buffers import BlockPool
+from napari_lazy_zarr.core.zarr_source import open_zarr_source
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def test_a_block_comes_back_only_when_no_view_of_it_is_left() -> None:
+    pool = BlockPool(1 << 20)
+    block = pool.lease(1024)
+    chunk = block.view("u2").reshape(16, 32)
+    chunk[...] = 7
+    chunk.flags.writeable = False
+    row = chunk[3]  # a view the cache's caller kept
+    del block, chunk
+    gc.collect()
+    assert pool.free_bytes == 0
+    other = pool.lease(1024)  # must not be the kept view's memory
+    other[...] = 0
+    assert (row == 7).all()
+    del row
+    assert pool.free_bytes == 1024
+    again = pool.lease(1024)
+    assert pool.free_bytes == 0
+    assert again.flags.writeable
+
+
+def test_the_pool_keeps_at_most_its_limit() -> None:
+    pool = BlockPool(3000)
+    blocks = [pool.lease(1000) for _ in range(5)]
+    del blocks
+    assert pool.free_bytes == 3000
+    pool.clear()
+    assert pool.free_bytes == 0
+
+
+def test_leases_and_returns_from_many_threads() -> None:
+    pool = BlockPool(1 << 20)
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        try:
+            for i in range(200):
+                block = pool.lease(256)
+                block[...] = (seed + i) % 251
+                assert (block == (seed + i) % 251).all()
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not errors
+    assert pool.free_bytes <= 4 * 256
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    data=st.binary(min_size=0, max_size=5000),
+    codec=st.sampled_from(["zstd", "blosc"]),
+    frames=st.integers(1, 3),
+)
+def test_decode_into_fills_exactly_what_the_data_holds(
+    data: bytes, codec: str, frames: int
+) -> None:
+    if codec == "zstd":
+        parts = [data[i::frames] for i in range(frames)]
+        encoded = b"".join(zstandard.compress(p) for p in parts)
+        plain = b"".join(parts)
+    else:
+        encoded = blosc.compress(data, b"lz4", 5, blosc.SHUFFLE, 2)
+        plain = data
+    out = np.empty(len(plain), dtype=np.uint8)
+    decode_into(codec, encoded, out)
+    assert out.tobytes() == plain
+    if plain:
+        with pytest.raises(ValueError, match=r"fewer|more|expands"):
+            decode_into(codec, encoded, np.empty(len(plain) + 1, dtype=np.uint8))
+        with pytest.raises(ExpansionError):
+            decode_into(codec, encoded, np.empty(len(plain) - 1, dtype=np.uint8))
+
+
+def test_a_zstd_bomb_is_refused_before_it_is_decoded() -> None:
+    bomb = zstandard.compress(bytes(64 << 20))
+    with pytest.raises(ExpansionError, match="declares"):
+        decode_into("zstd", bomb, np.empty(1 << 16, dtype=np.uint8))
+    # A frame that hides its size is cut off at the buffer's end.
+    hidden = zstandard.ZstdCompressor(write_content_size=False).compress(bytes(64 << 20))
+    with pytest.raises(ExpansionError, match="more bytes follow"):
+        decode_into("zstd", hidden, np.empty(1 << 16, dtype=np.uint8))
+
+
+@pytest.mark.parametrize(
+    ("zarr_format", "compressor", "order", "dtype"),
+    [
+        (3, "zstd", "C", "<u2"),
+        (3, "blosc", "C", "<f4"),
+        (2, "zstd", "C", "<i2"),
+        (2, "blosc", "F", "<u2"),  # a Fortran-ordered v2 chunk, as zarr reshapes it
+        (2, "zstd", "C", ">u2"),  # big-endian v2: the stored dtype, converted once
+    ],
+)
+def test_pooled_decoding_reads_like_zarr(
+    tmp_path: Path, zarr_format: int, compressor: str, order: str, dtype: str
+) -> None:
+    from zarr.codecs import BloscCodec, ZstdCodec
+
+    rng = np.random.default_rng(3)
+    data = rng.integers(0, 30_000, size=(37, 29)).astype(dtype)
+    path = str(tmp_path / "a.zarr")
+    if zarr_format == 3:
+        codec: Any = ZstdCodec() if compressor == "zstd" else BloscCodec()
+        array = zarr.create_array(
+            path, shape=data.shape, chunks=(8, 16), dtype=dtype, compressors=codec
+        )
+    else:
+        import numcodecs
+
+        codec = numcodecs.Zstd() if compressor == "zstd" else numcodecs.Blosc()
+        array = zarr.create_array(
+            path,
+            shape=data.shape,
+            chunks=(8, 16),
+            dtype=dtype,
+            compressors=codec,
+            zarr_format=2,
+            order=order,
+        )
+    array[...] = data
+    source = open_zarr_source(path)
+    assert source._decoder is not None
+    assert source._decoder._into == compressor  # the pooled path is the one tested
+    for r in range(5):
+        for c in range(2):
+            np.testing.assert_array_equal(
+                source.read_chunk((r, c)), data[r * 8 : r * 8 + 8, c * 16 : c * 16 + 16]
+            )
