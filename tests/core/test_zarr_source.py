@@ -419,3 +419,29 @@ def test_a_sharded_inner_chunk_of_a_rewritten_shard_reads_the_new_index(
     array[:32, :32] = np.arange(32 * 32, dtype=data.dtype).reshape(32, 32)[::-1]
     expected = np.arange(32 * 32, dtype=data.dtype).reshape(32, 32)[::-1]
     np.testing.assert_array_equal(source.read_chunk((1, 1)), expected[8:16, 8:16])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_every_chunk_reads_its_box_on_regular_grids(tmp_path: Path, seed: int) -> None:
+    """A regular grid locates chunks by arithmetic: every chunk of random shapes, chunks and
+    shards (edge chunks and partial shards included) reads NumPy's box."""
+    import itertools
+
+    rng = np.random.default_rng(seed)
+    ndim = int(rng.integers(1, 4))
+    shape = tuple(int(n) for n in rng.integers(1, 24, ndim))
+    inner = tuple(int(n) for n in rng.integers(1, 7, ndim))
+    shards = (
+        tuple(i * int(k) for i, k in zip(inner, rng.integers(1, 4, ndim), strict=True))
+        if seed % 2
+        else None
+    )
+    data = rng.integers(0, 255, size=shape, dtype=np.uint8)
+    path = str(tmp_path / "a.zarr")
+    zarr.create_array(path, shape=shape, chunks=inner, shards=shards, dtype="u1")[...] = data
+    source = open_zarr_source(path)
+    grid = [range(-(-s // c)) for s, c in zip(shape, inner, strict=True)]
+    for coords in itertools.product(*grid):
+        lo, hi = chunk_bounds(source.grid, coords, shape)
+        box = tuple(slice(a, b) for a, b in zip(lo, hi, strict=True))
+        np.testing.assert_array_equal(source.read_chunk(coords), data[box])

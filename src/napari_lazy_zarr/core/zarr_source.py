@@ -505,6 +505,11 @@ class ZarrChunkSource(SourceFields):
                 f"{self._location}: shape {self._shape} has an extent of 2**63 or more"
             )
         self._grid = _read_grid(array, self._shape)
+        self._fixed_sizes = (
+            tuple(int(g.size) for g in self._grid if isinstance(g, FixedDimension))
+            if all(isinstance(g, FixedDimension) for g in self._grid)
+            else None
+        )
         stored = array.shards if array.shards is not None else array.chunks
         self._max_stored_bytes = _max_encoded_bytes(stored, self._dtype)
         # Over HTTP: no chunk body may be longer than any encoding of the chunk, and a
@@ -573,9 +578,21 @@ class ZarrChunkSource(SourceFields):
     def _locate(self, coords: Sequence[int]) -> tuple[tuple[int, ...], str, tuple[slice, ...]]:
         """Chunk `coords`' stored chunk (outer coordinates), its key, and its selection
         within the stored chunk (clipped at the array's edge)."""
-        lo, hi = chunk_bounds(self._grid, coords, self._shape)
         outer = tuple(int(c) // p for c, p in zip(coords, self._per_outer, strict=True))
         key = self._metadata.encode_chunk_key(outer)
+        sizes = self._fixed_sizes
+        if sizes is not None:  # a regular grid: arithmetic, no grid calls (~10 µs a read)
+            return (
+                outer,
+                key,
+                tuple(
+                    slice((c - o * p) * n, min((c - o * p + 1) * n, extent - o * p * n))
+                    for c, o, p, n, extent in zip(
+                        coords, outer, self._per_outer, sizes, self._shape, strict=True
+                    )
+                ),
+            )
+        lo, hi = chunk_bounds(self._grid, coords, self._shape)
         outer_lo = tuple(
             int(g.chunk_offset(o * p))
             for g, o, p in zip(self._grid, outer, self._per_outer, strict=True)
