@@ -372,3 +372,16 @@ def test_pinned_chunks_leave_the_lru_and_return_as_most_recent(source: ArraySour
             ChunkState.READY,
             ChunkState.READY,
         ]
+
+
+def test_a_large_resident_view_is_copied_on_two_threads_and_equals_numpy() -> None:
+    from napari_lazy_zarr.core import array as array_module
+    from napari_lazy_zarr.core.array import ChunkedArray
+
+    data = np.random.default_rng(5).integers(0, 2**31, size=(1100, 1100), dtype=np.uint32)
+    assert data[3:1097, 1:].nbytes >= array_module._SPLIT_COPY_BYTES  # the split path runs
+    source = ArraySource(data, chunks=(256, 256))
+    with ChunkCache(64 << 20, executor=InlineExecutor()) as cache:
+        array = ChunkedArray(source, cache)
+        np.testing.assert_array_equal(array[3:1097, 1:].result(timeout=10), data[3:1097, 1:])
+        np.testing.assert_array_equal(array[3:1097, 1:].result(timeout=10), data[3:1097, 1:])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -25,6 +26,7 @@ from napari_lazy_zarr.core.errors import (
     LazyZarrError,
     MetadataError,
 )
+from napari_lazy_zarr.core.loader import DaemonExecutor
 from napari_lazy_zarr.core.plans import Fallback, ReadPlan, plan_read
 from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS, RetryPolicy, Timeouts
 from napari_lazy_zarr.core.source import grid_shape
@@ -107,6 +109,38 @@ class _PlanMemo:
             if len(self._plans) > PLANS_KEPT:
                 self._plans.popitem(last=False)
         return plan
+
+
+# A view of at least this many bytes has its resident chunks copied on two threads: one
+# thread's strided copies run at about 1.7x a memcpy, and numpy releases the GIL to copy.
+_SPLIT_COPY_BYTES: Final = 4 << 20
+_COPY_THREADS: Final = DaemonExecutor(name="lazy-zarr-copy", idle_seconds=1.0)
+
+
+def _copy_all(
+    plan: ReadPlan, out: np.ndarray[Any, Any], chunks: list[tuple[ChunkKey, np.ndarray[Any, Any]]]
+) -> None:
+    """Copy `chunks` into `out` (half of them on a copy thread when the view is large)."""
+    if out.nbytes < _SPLIT_COPY_BYTES or len(chunks) < 4:
+        for key, data in chunks:
+            plan.copy_chunk(out, key, data)
+        return
+    half = len(chunks) // 2
+    done: Future[None] = Future()
+
+    def copy_rest() -> None:
+        try:
+            for key, data in chunks[half:]:
+                plan.copy_chunk(out, key, data)
+        except BaseException as error:  # handed to the reading thread
+            done.set_exception(error)
+        else:
+            done.set_result(None)
+
+    _COPY_THREADS.submit(copy_rest)
+    for key, data in chunks[:half]:
+        plan.copy_chunk(out, key, data)
+    done.result(timeout=60)  # memory copies: milliseconds; the cap only guards a bug
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,8 +326,7 @@ class ChunkedArray:
         # even if evicted meanwhile. Pinning them costs as much as the copies'
         # overhead on a warm window (25 chunks: ~0.15 ms, a quarter of a memcpy).
         ready, failed = cache.lookup_many((ref.key for ref in plan.refs), count_hits=True)
-        for key, resident in ready.items():
-            plan.copy_chunk(out, key, resident)
+        _copy_all(plan, out, list(ready.items()))
         if len(ready) == len(plan.refs):
             return plan.finish(out)
         for key in failed:
