@@ -59,7 +59,7 @@ from napari_lazy_zarr.core.errors import (
     MetadataError,
     UnsupportedDataError,
 )
-from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS, RetryPolicy, Timeouts, classify
+from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS, RetryPolicy, Timeouts, attempts_note
 from napari_lazy_zarr.core.source import SourceFields, chunk_bounds
 from napari_lazy_zarr.core.zarr_source import (
     DEFAULT_RETRY,
@@ -254,16 +254,7 @@ class _BackendSource(SourceFields):
         except LoadCancelledError:
             raise  # not a failure of the data: the cache queues the chunk again
         except Exception as error:
-            verdict = classify(error)
-            how = (
-                "access denied, not retried"
-                if verdict == "denied"
-                else f"after {attempts} attempts"
-                if attempts > 1
-                else "not retryable"
-                if verdict == "permanent"
-                else "1 attempt"
-            )
+            how = attempts_note(error, attempts)
             kind = LoadTimeoutError if isinstance(error, TimeoutError) else ChunkReadError
             raise kind(
                 f"{self._location}: chunk {self._reference.stored_key(coords)!r} (grid "

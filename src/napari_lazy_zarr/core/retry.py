@@ -19,7 +19,15 @@ from typing import TYPE_CHECKING, Literal, TypeVar
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["DEFAULT_TIMEOUTS", "NO_RETRY", "RetryPolicy", "Timeouts", "classify", "retry_after"]
+__all__ = [
+    "DEFAULT_TIMEOUTS",
+    "NO_RETRY",
+    "RetryPolicy",
+    "Timeouts",
+    "attempts_note",
+    "classify",
+    "retry_after",
+]
 
 T = TypeVar("T")
 
@@ -80,6 +88,24 @@ def classify(error: BaseException) -> Verdict:
             return "transient"
         current = current.__cause__ or current.__context__
     return "permanent"
+
+
+def attempts_note(error: BaseException, attempts: int) -> str:
+    """How a read that failed with `error` after `attempts` tries was handled, for its message.
+
+    Examples
+    --------
+    >>> attempts_note(PermissionError(), 1), attempts_note(ConnectionResetError(), 4)
+    ('access denied, not retried', 'after 4 attempts')
+    """
+    verdict = classify(error)
+    if verdict == "permanent" and getattr(error, "retryable", False):
+        verdict = "transient"  # e.g. a file that kept changing while read
+    if verdict == "denied":
+        return "access denied, not retried"
+    if attempts > 1:
+        return f"after {attempts} attempts"
+    return "not retryable" if verdict == "permanent" else "1 attempt"
 
 
 def retry_after(error: BaseException) -> float | None:

@@ -73,7 +73,13 @@ from napari_lazy_zarr.core.errors import (
 )
 from napari_lazy_zarr.core.http_store import http_store_of
 from napari_lazy_zarr.core.loader import DaemonExecutor
-from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS, RetryPolicy, Timeouts, classify
+from napari_lazy_zarr.core.retry import (
+    DEFAULT_TIMEOUTS,
+    RetryPolicy,
+    Timeouts,
+    attempts_note,
+    classify,
+)
 from napari_lazy_zarr.core.source import SourceFields, chunk_bounds, fill_value_of
 
 if TYPE_CHECKING:
@@ -754,18 +760,7 @@ class ZarrChunkSource(SourceFields):
         except LoadCancelledError:
             raise  # not a failure of the data: the cache queues the chunk again
         except Exception as error:
-            verdict = classify(error)
-            if verdict == "permanent" and getattr(error, "retryable", False):
-                verdict = "transient"  # e.g. a file that kept changing while read
-            how = (
-                "access denied, not retried"
-                if verdict == "denied"
-                else f"after {attempts} attempts"
-                if attempts > 1
-                else "not retryable"
-                if verdict == "permanent"
-                else "1 attempt"
-            )
+            how = attempts_note(error, attempts)
             where = (
                 f"grid position {coords[0]}"
                 if len(coords) == 1
