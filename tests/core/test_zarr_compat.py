@@ -22,7 +22,11 @@ from zarr.codecs import ShardingCodec
 from zarr.storage import LocalStore, LoggingStore, MemoryStore, WrapperStore, ZipStore
 
 from napari_lazy_zarr.core import _zarr_compat as compat
-from napari_lazy_zarr.core.zarr_source import BoundedZipStore, MetadataMemoStore
+from napari_lazy_zarr.core.zarr_source import (
+    BoundedLocalStore,
+    BoundedZipStore,
+    MetadataMemoStore,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -265,36 +269,39 @@ def test_run_sync_runs_on_zarrs_loop_from_a_worker_thread() -> None:
     assert loop_thread not in (worker.ident, threading.get_ident())
 
 
-def test_ensure_local_store_open(tmp_path: Path) -> None:
-    def is_open(store: LocalStore) -> bool:
-        return store._is_open
-
-    store = LocalStore(tmp_path, read_only=True)
-    assert not is_open(store)
-    compat.ensure_local_store_open(store)
-    assert is_open(store)
-    with pytest.raises(FileNotFoundError):
-        compat.ensure_local_store_open(LocalStore(tmp_path / "absent", read_only=True))
+def test_a_bounded_local_store_without_its_root_reads_absent_keys(tmp_path: Path) -> None:
+    # It reads files itself (no LocalStore open state): a missing root is missing keys.
+    store = BoundedLocalStore(tmp_path / "absent", read_only=True)
+    assert store.get_sync("zarr.json") is None
 
 
-def test_zip_archive_is_the_open_archive_under_the_stores_lock(tmp_path: Path) -> None:
+def test_a_bounded_zip_store_reads_members_from_many_threads(tmp_path: Path) -> None:
+    # Its member reads go through an archive of its own, under its own lock.
     path = tmp_path / "a.zip"
-    with zipfile.ZipFile(path, "w") as archive:
-        archive.writestr("x", b"payload")
-    store = ZipStore(path, mode="r")
-    acquired: list[bool] = []
+    payloads = {f"m{i}": bytes([i]) * (1000 + i) for i in range(16)}
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in payloads.items():
+            archive.writestr(name, data)
+    store = BoundedZipStore(path)
+    prototype = default_buffer_prototype()
+    wrong: list[str] = []
 
-    def try_lock() -> None:
-        acquired.append(store._lock.acquire(blocking=False))
+    def read(name: str) -> None:
+        for _ in range(20):
+            got = store.get_bounded(name, prototype)
+            if got is None or got.to_bytes() != payloads[name]:
+                wrong.append(name)
 
-    with compat.zip_archive(store) as archive:
-        assert isinstance(archive, zipfile.ZipFile)
-        assert archive.read("x") == b"payload"
-        other = threading.Thread(target=try_lock)
-        other.start()
-        other.join(timeout=30)
-    assert acquired == [False]
-    store.close()
+    threads = [threading.Thread(target=read, args=(name,)) for name in payloads]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert wrong == []
+    assert store.get_bounded("absent", prototype) is None
+    tail = store.get_bounded("m3", prototype, RangeByteRequest(1000, 1003))
+    assert tail is not None
+    assert tail.to_bytes() == bytes([3]) * 3
 
 
 def test_bounded_zip_store_overrides_every_read_of_zip_store() -> None:
@@ -308,11 +315,6 @@ def test_bounded_zip_store_overrides_every_read_of_zip_store() -> None:
         assert name in vars(BoundedZipStore), name
 
 
-def test_wrapped_store() -> None:
-    inner = MemoryStore()
-    assert compat.wrapped_store(LoggingStore(inner, log_level="CRITICAL")) is inner
-
-
 def test_wrapper_store_copies_through_with_store(tmp_path: Path) -> None:
     # zarr copies a MetadataMemoStore (read-only ones while opening) through
     # WrapperStore's copy methods: the copies must share one memo, so `forget` reaches them.
@@ -321,7 +323,7 @@ def test_wrapper_store_copies_through_with_store(tmp_path: Path) -> None:
     store = MetadataMemoStore(inner)
     copy = store.with_read_only(True)
     assert isinstance(copy, MetadataMemoStore)
-    assert compat.wrapped_store(copy).read_only
+    assert copy.wrapped.read_only
     _open(copy)
     assert store._memo is copy._memo
     assert store._memo.documents

@@ -19,13 +19,12 @@ Public zarr API the engine uses directly (not here): `zarr.buffer`
 ``CodecPipeline.read``.
 
 Thread contract: every function is safe to call from any thread (none keeps
-state); `zip_archive` holds the store's own lock while its block runs.
+state).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final
 
 from zarr.abc.store import _store_supports_sync_io
@@ -35,20 +34,16 @@ from zarr.core.codec_pipeline import FusedCodecPipeline
 from zarr.core.sync import sync
 
 if TYPE_CHECKING:
-    import zipfile
-    from collections.abc import Coroutine, Iterator, Sequence
+    from collections.abc import Coroutine, Sequence
 
     import zarr
     from zarr.abc.buffer import BufferPrototype
-    from zarr.abc.store import Store
-    from zarr.storage import LocalStore, WrapperStore, ZipStore
 
 __all__ = [
     "FUSED_PIPELINE_CONFIG",
     "chunk_grid",
     "chunk_spec",
     "config_with_order",
-    "ensure_local_store_open",
     "has_regular_grid",
     "inner_chunk_spec",
     "inner_chunk_transform",
@@ -62,8 +57,6 @@ __all__ = [
     "transform_codecs",
     "transform_with_codecs",
     "v2_codec_with",
-    "wrapped_store",
-    "zip_archive",
 ]
 
 FUSED_PIPELINE_CONFIG: Final = {
@@ -232,37 +225,3 @@ def run_sync[T](coroutine: Coroutine[Any, Any, T]) -> T:
     form: the coroutine must run on the loop zarr's stores were opened on.
     """
     return sync(coroutine)
-
-
-def ensure_local_store_open(store: LocalStore) -> None:
-    """Mark a `LocalStore` open as its own reads do: ``LocalStore._ensure_open_sync``.
-
-    Checks the root exists (`FileNotFoundError` otherwise) once; a subclass
-    that reads files itself keeps the store's open state as zarr expects it.
-    """
-    store._ensure_open_sync()
-
-
-@contextmanager
-def zip_archive(store: ZipStore) -> Iterator[zipfile.ZipFile]:
-    """A `ZipStore`'s open `zipfile.ZipFile`, under the store's lock, for this block.
-
-    ``ZipStore._lock`` and ``ZipStore._zipfile()``: a member read must not
-    interleave with another on the shared archive file.
-    """
-    with store._lock:
-        yield store._zipfile()
-
-
-def wrapped_store(store: WrapperStore[Any]) -> Store:
-    """The store a `WrapperStore` wraps: its ``_store`` attribute (named in its docstring).
-
-    Examples
-    --------
-    >>> from zarr.storage import LoggingStore, MemoryStore
-    >>> inner = MemoryStore()
-    >>> wrapped_store(LoggingStore(inner)) is inner
-    True
-    """
-    wrapped: Store = store._store
-    return wrapped

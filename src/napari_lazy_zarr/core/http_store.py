@@ -66,10 +66,8 @@ from zarr.abc.store import (
     SuffixByteRequest,
 )
 from zarr.buffer import default_buffer_prototype
-from zarr.storage import WrapperStore
 
 from napari_lazy_zarr.core._sync_store import SyncReads
-from napari_lazy_zarr.core._zarr_compat import wrapped_store
 from napari_lazy_zarr.core.errors import (
     ChunkReadError,
     LoadCancelledError,
@@ -720,7 +718,10 @@ class HttpStore(SyncReads, Store):
 
 
 def http_store_of(store: Store) -> HttpStore | None:
-    """The `HttpStore` that `store` is or wraps (through zarr `WrapperStore`s), else None.
+    """The `HttpStore` that `store` is or wraps, else None.
+
+    Looks through stores that name what they wrap in a public ``wrapped`` attribute
+    (the `MetadataMemoStore` that `store_for` puts in front of an `HttpStore`).
 
     For `ZarrChunkSource`: ``http_store_of(store).limit(array_path, max_stored_bytes)``
     at open, ``.cancel_thread(reader)`` to end a read nobody wants any more.
@@ -731,8 +732,9 @@ def http_store_of(store: Store) -> HttpStore | None:
     >>> http_store_of(MemoryStore()) is None
     True
     """
-    while isinstance(store, WrapperStore):
-        store = wrapped_store(store)
+    seen = 0
+    while (inner := getattr(store, "wrapped", None)) is not None and seen < 16:
+        store, seen = inner, seen + 1
     return store if isinstance(store, HttpStore) else None
 
 

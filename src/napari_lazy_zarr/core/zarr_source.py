@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -662,28 +663,18 @@ class ZarrChunkSource(SourceFields):
             shards.setdefault(outer, []).append(i)
         for outer, members in shards.items():
             key = located[members[0]][1]
-            selections = [located[i][2] for i in members]
-
-            def read(
-                outer: tuple[int, ...] = outer,
-                key: str = key,
-                selections: list[tuple[slice, ...]] = selections,
-            ) -> list[np.ndarray[Any, Any] | BaseException]:
-                assert self._shards is not None
-                spec = self._chunk_spec(outer)
-                return self._shards.read_many(
-                    key, spec, selections, self._fetch, gap=self._coalesce_gap, spread=spread
-                )
-
-            def spread(
-                job: Callable[[Any], Any],
-                items: Sequence[Any],
-                batch: tuple[tuple[int, ...], ...] = tuple(tuple(coords[i]) for i in members),
-            ) -> list[Any]:
-                return self._spread(job, items, batch)
-
+            batch = tuple(tuple(coords[i]) for i in members)
+            read = functools.partial(
+                self._shards.read_many,
+                key,
+                self._chunk_spec(outer),
+                [located[i][2] for i in members],
+                self._fetch,
+                gap=self._coalesce_gap,
+                spread=functools.partial(self._spread, readers=batch),
+            )
             try:
-                found = self._guarded(read, tuple(tuple(coords[i]) for i in members), key)
+                found = self._guarded(read, batch, key)
             except ChunkReadError as error:
                 for i in members:
                     results[i] = error
@@ -701,10 +692,14 @@ class ZarrChunkSource(SourceFields):
         return results
 
     def _spread(
-        self, job: Callable[[Any], Any], items: Sequence[Any], coords: Sequence[tuple[int, ...]]
+        self,
+        job: Callable[[Any], Any],
+        items: Sequence[Any],
+        *,
+        readers: Sequence[tuple[int, ...]],
     ) -> list[Any]:
         """`job` on each item: the first on this thread, the others at once on run
-        threads (each tracked as a reader of `coords`, so `cancel_load` ends it)."""
+        threads (each tracked as a reader of chunks `readers`, so `cancel_load` ends it)."""
         pending: list[Future[Any]] = []
         for item in items[1:]:
             future: Future[Any] = Future()
@@ -713,7 +708,8 @@ class ZarrChunkSource(SourceFields):
                 if not future.set_running_or_notify_cancel():
                     return
                 try:
-                    future.set_result(self._as_reader(coords, job, item))
+                    with self._reading(readers):
+                        future.set_result(job(item))
                 except BaseException as error:  # handed to the waiting worker
                     future.set_exception(error)
 
@@ -724,21 +720,27 @@ class ZarrChunkSource(SourceFields):
         wait = self._timeouts.connect + self._timeouts.total + 5
         return [first, *(future.result(timeout=wait) for future in pending)][: len(items)]
 
-    def _as_reader(
-        self, coords: Sequence[tuple[int, ...]], job: Callable[[Any], Any], item: Any
-    ) -> Any:
-        """`job(item)` with this thread tracked as a reader of `coords` (HTTP only)."""
+    @contextmanager
+    def _reading(self, coords: Sequence[tuple[int, ...]]) -> Iterator[None]:
+        """This thread tracked as a reader of chunks `coords` while the block runs, so
+        `cancel_load` can end its request (HTTP only: a local read is short)."""
         if self._http is None:
-            return job(item)
+            yield
+            return
         reader = threading.get_ident()
         with self._readers_lock:
             for one in coords:
                 self._readers.setdefault(one, set()).add(reader)
         try:
-            return job(item)
+            yield
         finally:
-            for one in coords:
-                self._forget_reader(one, reader)
+            with self._readers_lock:
+                for one in coords:
+                    readers = self._readers.get(one)
+                    if readers is not None:
+                        readers.discard(reader)
+                        if not readers:
+                            del self._readers[one]
 
     def _guarded[T](self, read: Callable[[], T], coords: Sequence[tuple[int, ...]], key: str) -> T:
         """`read()` retried by the policy, its failure a `ChunkReadError` naming `key`;
@@ -749,14 +751,9 @@ class ZarrChunkSource(SourceFields):
             nonlocal attempts
             attempts = attempt + 1
 
-        reader = threading.get_ident()
-        tracked = self._http is not None  # only an HTTP read can be ended (`cancel_load`)
-        if tracked:
-            with self._readers_lock:
-                for one in coords:
-                    self._readers.setdefault(one, set()).add(reader)
         try:
-            return self._retry.call(read, on_retry=count)
+            with self._reading(coords):
+                return self._retry.call(read, on_retry=count)
         except LoadCancelledError:
             raise  # not a failure of the data: the cache queues the chunk again
         except Exception as error:
@@ -770,18 +767,6 @@ class ZarrChunkSource(SourceFields):
                 f"{self._location}: chunk {key!r} ({where}): "
                 f"{type(error).__name__}: {error} ({how})"
             ) from error
-        finally:
-            if tracked:
-                for one in coords:
-                    self._forget_reader(one, reader)
-
-    def _forget_reader(self, coords: tuple[int, ...], reader: int) -> None:
-        with self._readers_lock:
-            readers = self._readers.get(coords)
-            if readers is not None:
-                readers.discard(reader)
-                if not readers:
-                    del self._readers[coords]
 
     cancel_superseded = False
     """A superseded download is left to finish (the cache parks its chunk): cut off, it would
@@ -1283,6 +1268,11 @@ class MetadataMemoStore(WrapperStore[Store]):
         self._inner = store  # ours: WrapperStore keeps it in a private attribute
         self._memo = _Memo()
 
+    @property
+    def wrapped(self) -> Store:
+        """The store this one reads through (`http_store_of` looks through it)."""
+        return self._inner
+
     # zarr makes copies while opening (read-only ones, entered ones): they share the memo,
     # so `forget` reaches them. Through the public copy methods, not WrapperStore's hook.
     def with_read_only(self, read_only: bool = False) -> Self:
@@ -1400,8 +1390,7 @@ class BoundedLocalStore(SyncReads, zarr.storage.LocalStore):
     ) -> Buffer | None:
         if prototype is None:
             prototype = default_buffer_prototype()
-        compat.ensure_local_store_open(self)
-        data = self.read_bounded(key, byte_range)
+        data = self.read_bounded(key, byte_range)  # a missing root reads as absent keys
         return None if data is None else prototype.buffer.from_bytes(data)
 
     def __repr__(self) -> str:
@@ -1438,8 +1427,18 @@ class BoundedZipStore(zarr.storage.ZipStore):
         self.location = os.fspath(path)
         archive = open_regular_file(self.location, error=NotAZarrStoreError)
         super().__init__(archive, mode="r")
-        # zipfile leaves a file object it was handed open; the store owns this one.
+        # Member reads go through an archive of our own (its own file handle, under its
+        # own lock), not ZipStore's private one: zarr's listing and ours never share a seek.
+        handle = open_regular_file(self.location, error=NotAZarrStoreError)
+        try:
+            self._members = zipfile.ZipFile(handle, mode="r")
+        except zipfile.BadZipFile as cause:
+            handle.close()
+            raise NotAZarrStoreError(f"{self.location}: not a zip archive: {cause}") from cause
+        self._members_lock = threading.Lock()
+        # zipfile leaves a file object it was handed open; the store owns these.
         weakref.finalize(self, archive.close)
+        weakref.finalize(self, handle.close)
         self.max_bytes = max_bytes
 
     def get_bounded(
@@ -1456,7 +1455,8 @@ class BoundedZipStore(zarr.storage.ZipStore):
         where = f"{self.location}: member {key!r}"
         if limit is None:
             limit = MAX_METADATA_BYTES if metadata else self.max_bytes
-        with compat.zip_archive(self) as archive:
+        with self._members_lock:
+            archive = self._members
             try:
                 info = archive.getinfo(key)
             except KeyError:
