@@ -1184,7 +1184,8 @@ class ChunkCache:
         self._flush(outbox)
 
     def _wanted(self, entry: _Entry) -> bool:
-        """Whether anyone still wants a LOADING chunk (if not, its read may be cancelled)."""
+        """Whether anyone still wants a chunk being read, or about to be (if not, its read
+        may be cancelled, and it does not ride along in another chunk's batch)."""
         if entry.pins or self._fetch_superseded:
             return True
         if any(
@@ -1226,19 +1227,24 @@ class ChunkCache:
             self._queue.push_item(item)
         if not live and entry.pins:
             # A live request still pins it, but no view queued it: queue it as needed.
-            item = self._queue.make(
-                entry.key,
-                load_class=LoadClass.NEEDED,
-                level=0,
-                distance=0.0,
-                view=None,
-                generation=0,
-                cost=entry.cost,
-            )
-            self._push(entry, item)
-            self._queue.push_item(item)
+            self._queue_as_needed(entry)
         if entry.queue_items == 0:
             self._park(entry)  # parks (or re-queues) the derived chunks waiting for it
+
+    def _queue_as_needed(self, entry: _Entry) -> None:
+        """Queue a QUEUED chunk no view asked for (a retry, a pinned cancelled load) as
+        needed now (lock held)."""
+        item = self._queue.make(
+            entry.key,
+            load_class=LoadClass.NEEDED,
+            level=0,
+            distance=0.0,
+            view=None,
+            generation=0,
+            cost=entry.cost,
+        )
+        self._push(entry, item)
+        self._queue.push_item(item)
 
     def _current_generation(self, view: Hashable) -> int | None:
         return self._generations.get(view)
@@ -1262,17 +1268,7 @@ class ChunkCache:
             return 0
         entry.error = None
         self._transition(entry, ChunkState.QUEUED, "retry", outbox)
-        item = self._queue.make(
-            entry.key,
-            load_class=LoadClass.NEEDED,
-            level=0,
-            distance=0.0,
-            view=None,
-            generation=0,
-            cost=entry.cost,
-        )
-        self._push(entry, item)
-        self._queue.push_item(item)
+        self._queue_as_needed(entry)
         count = 1
         if entry.derived:
             # It failed because an input did, typically: retrying it alone would fail again.
@@ -1420,13 +1416,7 @@ class ChunkCache:
         for entry in list(members.values()):
             if len(riders) + 1 >= _BATCH_LIMIT:
                 break
-            if entry.key in self._parked or not (
-                self._fetch_superseded
-                or any(
-                    not self._queue.is_stale(item, self._current_generation)
-                    for item in entry.wants.values()
-                )
-            ):
+            if entry.key in self._parked or not self._wanted(entry):
                 continue
             self._transition(entry, ChunkState.LOADING, reason, outbox)
             entry.started = leader.started
