@@ -155,10 +155,14 @@ class SlowCancellableSource(ArraySource):
         self._lock = threading.Lock()
         self._cancels: dict[tuple[int, ...], threading.Event] = {}
         self.cancelled = 0
+        self.started = 0  # reads begun so far
+        self._started_changed = threading.Condition(self._lock)
 
     def read_chunk(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any]:
         with self._lock:
             event = self._cancels.setdefault(coords, threading.Event())
+            self.started += 1
+            self._started_changed.notify_all()
         if event.wait(self.latency):  # storage latency, cut short by a cancel
             with self._lock:
                 del self._cancels[coords]
@@ -173,6 +177,11 @@ class SlowCancellableSource(ArraySource):
             event = self._cancels.get(coords)
         if event is not None:
             event.set()
+
+    def wait_for_reads_beyond(self, count: int, timeout: float) -> None:
+        """Wait (at most `timeout`) until more than `count` reads have begun."""
+        with self._lock:
+            self._started_changed.wait_for(lambda: self.started > count, timeout=timeout)
 
 
 def test_views_moving_on_cancel_loads_and_never_show_wrong_pixels() -> None:
@@ -190,6 +199,7 @@ def test_views_moving_on_cancel_loads_and_never_show_wrong_pixels() -> None:
                 while time.monotonic() < stop:
                     y, x = rng.integers(0, 200, size=2)
                     selection = (slice(y, y + 56), slice(x, x + 56))
+                    begun = source.started
                     # Pan: each read supersedes the view's previous one (and its loads).
                     partial = image[selection].read_nonblocking(view=("pan", index))
                     if reads[index] % 8 == 7:
@@ -198,6 +208,10 @@ def test_views_moving_on_cancel_loads_and_never_show_wrong_pixels() -> None:
                         )
                     elif partial.complete:
                         np.testing.assert_array_equal(partial.data, data[selection])
+                    else:
+                        # Move on once a read is under way, as a user panning on does:
+                        # the next view supersedes it while it is in flight.
+                        source.wait_for_reads_beyond(begun, timeout=1.0)
                     reads[index] += 1
             except BaseException as error:  # reported by the main thread
                 errors.append(error)
