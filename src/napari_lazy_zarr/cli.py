@@ -48,7 +48,8 @@ def _format_statistics(stats: CacheStatistics) -> str:
             f"  hits {stats.hits}, misses {stats.misses} (hit rate {stats.hit_rate:.0%})",
             f"  loads {stats.loads}, failures {stats.failures}, evictions {stats.evictions}",
             f"  resident {stats.resident_bytes / mib:.1f} MiB of "
-            f"{stats.total_bytes_limit / mib:.0f} MiB, pinned {stats.pinned_bytes / mib:.1f} MiB",
+            f"{stats.total_bytes_limit / mib:.0f} MiB, pinned {stats.pinned_bytes / mib:.1f} MiB, "
+            f"shard indexes {stats.kept_bytes / mib:.1f} MiB",
             f"  load latency mean {stats.load_latency_mean * 1e3:.2f} ms, "
             f"p95 {stats.load_latency_p95 * 1e3:.2f} ms",
             "  chunk states: "

@@ -445,3 +445,39 @@ def test_every_chunk_reads_its_box_on_regular_grids(tmp_path: Path, seed: int) -
         lo, hi = chunk_bounds(source.grid, coords, shape)
         box = tuple(slice(a, b) for a, b in zip(lo, hi, strict=True))
         np.testing.assert_array_equal(source.read_chunk(coords), data[box])
+
+
+def test_shard_indexes_count_in_the_cache_budget(tmp_path: Path) -> None:
+    """The shard indexes a sharded array keeps are counted in the byte budget of the cache
+    reading it: chunks are evicted to make room for them."""
+    from napari_lazy_zarr.core import ChunkedArray, KeepingSource
+
+    data = np.arange(256 * 256, dtype="u2").reshape(256, 256)
+    path = str(tmp_path / "s.zarr")  # written by zarr-python: 8 x 8 inner chunks per shard
+    zarr.create_array(path, shape=data.shape, chunks=(8, 8), shards=(64, 64), dtype="u2")[...] = (
+        data
+    )
+    source = open_zarr_source(path)
+    assert isinstance(source, KeepingSource)
+    assert source.kept_bytes == 0
+    index = 8 * 8 * 16  # (offset, length) per inner chunk, 8 bytes each
+    chunk = 8 * 8 * 2
+    limit = 64 * chunk  # 64 inner chunks; 16 shards' indexes would take 128 of them
+    with ChunkCache(limit, executor=InlineExecutor()) as cache:
+        image = ChunkedArray(source, cache)
+        for row in range(0, 256, 64):  # one inner chunk of each shard, then a few more
+            for col in range(0, 256, 64):
+                np.testing.assert_array_equal(
+                    image[row : row + 16, col : col + 16].result(timeout=10),
+                    data[row : row + 16, col : col + 16],
+                )
+                stats = cache.statistics
+                assert stats.kept_bytes == source.kept_bytes
+                assert stats.resident_bytes + stats.kept_bytes <= max(limit, stats.kept_bytes)
+        assert source.kept_bytes == 16 * index
+        stats = cache.statistics
+        assert stats.kept_bytes == 16 * index
+        assert stats.resident_bytes == 0  # the indexes alone fill the budget
+        cache.total_bytes_limit = 16 * index + 10 * chunk
+        np.testing.assert_array_equal(image[:40, :16].result(timeout=10), data[:40, :16])
+        assert cache.statistics.resident_bytes == 10 * chunk  # room for 10 chunks beside them

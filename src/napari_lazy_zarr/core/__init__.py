@@ -62,6 +62,7 @@ from napari_lazy_zarr.core.source import (
     CancellableSource,
     ChunkSource,
     DerivedSource,
+    KeepingSource,
 )
 from napari_lazy_zarr.core.state import (
     LEGAL_MOVES,
@@ -108,6 +109,7 @@ __all__ = [
     "IllegalTransitionError",
     "IncompatibleSourcesError",
     "InlineExecutor",
+    "KeepingSource",
     "LazyZarrError",
     "LoadCancelledError",
     "LoadClass",

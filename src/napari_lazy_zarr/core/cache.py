@@ -71,6 +71,7 @@ import os
 import queue
 import threading
 import time
+import weakref
 from collections import Counter, OrderedDict, deque
 from concurrent import futures
 from concurrent.futures import Future, InvalidStateError
@@ -88,7 +89,13 @@ from napari_lazy_zarr.core.loader import (
     PriorityQueue,
     QueueItem,
 )
-from napari_lazy_zarr.core.source import CancellableSource, ChunkSource, chunk_key, is_derived
+from napari_lazy_zarr.core.source import (
+    CancellableSource,
+    ChunkSource,
+    KeepingSource,
+    chunk_key,
+    is_derived,
+)
 from napari_lazy_zarr.core.state import (
     LEGAL_MOVES,
     ChunkEvent,
@@ -181,6 +188,8 @@ class CacheStatistics:
     load_latency_p95: float
     states: dict[ChunkState, int]
     transitions: dict[tuple[ChunkState, ChunkState], int]
+    kept_bytes: int = 0
+    """Bytes its sources keep beside the chunks (shard indexes), counted in the limit."""
 
     @property
     def hit_rate(self) -> float:
@@ -277,6 +286,8 @@ class CacheCounters:
     """QUEUED chunks dropped from the queue because their view moved on."""
     deferred: int
     """QUEUED derived chunks waiting for their inputs."""
+    kept_bytes: int = 0
+    """Bytes its sources keep beside the chunks (shard indexes), counted in the limit."""
 
 
 class _Entry:
@@ -450,8 +461,10 @@ class ChunkCache:
     Parameters
     ----------
     total_bytes_limit
-        Capacity in bytes of decoded chunk data, an int >= 0. Chunks pinned by
-        live requests may exceed it; nothing else does.
+        Capacity in bytes of decoded chunk data, an int >= 0, less what the
+        sources read keep beside their chunks (`KeepingSource.kept_bytes`: the
+        shard indexes of sharded arrays). Chunks pinned by live requests may
+        exceed it; nothing else does.
     concurrency
         How many chunks load at once (worker threads), an int >= 1.
     executor
@@ -564,6 +577,7 @@ class ChunkCache:
         self._transition_counts: Counter[tuple[ChunkState, ChunkState]] = Counter()
         self._latencies: deque[float] = deque(maxlen=_LATENCY_WINDOW)
         self._resident = 0
+        self._keepers: weakref.WeakSet[KeepingSource] = weakref.WeakSet()  # kept_bytes > 0
         self._pinned = 0
         self._hits = 0
         self._misses = 0
@@ -843,6 +857,7 @@ class ChunkCache:
                 - len(self._deferred),
                 parked=len(self._parked),
                 deferred=len(self._deferred),
+                kept_bytes=self._kept_bytes(),
             )
         finally:
             self._lock.release()
@@ -990,6 +1005,8 @@ class ChunkCache:
         if entry is None:
             entry = self._entries[ref.key] = _Entry(ref)
             self._state_counts[ChunkState.NEW] += 1
+            if hasattr(type(ref.source), "kept_bytes"):
+                self._keepers.add(cast("KeepingSource", ref.source))
         return entry
 
     def _transition(
@@ -1109,9 +1126,15 @@ class ChunkCache:
         entry.nbytes = 0
         self._evictions += 1
 
+    def _kept_bytes(self) -> int:
+        """What the sources read keep beside their chunks (lock held)."""
+        return sum(source.kept_bytes for source in self._keepers)
+
     def _evict_over_limit(self, outbox: _Outbox) -> None:
-        """Evict least recently used unpinned chunks until under the limit: O(1) each."""
-        while self._resident > self._limit and self._lru:
+        """Evict least recently used unpinned chunks until under the limit (less what the
+        sources keep): O(1) each."""
+        limit = self._limit - self._kept_bytes() if self._keepers else self._limit
+        while self._resident > limit and self._lru:
             self._lru_visits += 1
             self._evict(self._entries[next(iter(self._lru))], outbox)
 
@@ -1308,6 +1331,7 @@ class ChunkCache:
             deferred=len(self._deferred),
             load_latency_mean=float(latencies.mean()) if latencies.size else math.nan,
             load_latency_p95=float(np.percentile(latencies, 95)) if latencies.size else math.nan,
+            kept_bytes=self._kept_bytes(),
             states={state: self._state_counts[state] for state in ChunkState},
             transitions=dict(self._transition_counts),
         )

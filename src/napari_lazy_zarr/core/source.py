@@ -164,6 +164,22 @@ class BatchSource(ChunkSource, Protocol):
         ...
 
 
+@runtime_checkable
+class KeepingSource(ChunkSource, Protocol):
+    """A `ChunkSource` that keeps decoded data of its own beside the chunks it returns.
+
+    A sharded zarr array is one: it keeps the shard indexes it has read, so
+    each is read once. Every cache that reads the source counts `kept_bytes`
+    in its byte budget (`ChunkCache.total_bytes_limit`) and evicts chunks to
+    make room for them; the source bounds them itself.
+    """
+
+    @property
+    def kept_bytes(self) -> int:
+        """Bytes kept now (read from any thread, without a lock: a recent value will do)."""
+        ...
+
+
 def is_derived(source: ChunkSource) -> TypeGuard[DerivedSource]:
     """Whether `source` is a `DerivedSource` (its chunks have inputs).
 

@@ -568,6 +568,12 @@ class ZarrChunkSource(SourceFields):
         """The time caps of this source's reads (`total` caps each local file read)."""
         return self._timeouts
 
+    @property
+    def kept_bytes(self) -> int:
+        """Bytes of the shard indexes kept (at most `SHARD_INDEX_BYTES`; 0 unsharded):
+        counted in the byte budget of every cache reading this source (`KeepingSource`)."""
+        return 0 if self._shards is None else self._shards.kept_bytes
+
     def version(self) -> str:
         """The array's version now: differs from ``identity.version`` once the store's
         metadata was rewritten (a recheck hook; reopen the array to see the new data).
@@ -957,6 +963,10 @@ class _ShardReader:
             with self._lock:
                 del self._loading[key]
             loading.release()
+
+    @property
+    def kept_bytes(self) -> int:
+        return self._index_bytes
 
     def _forget(self, key: str) -> None:
         with self._lock:

@@ -284,6 +284,7 @@ class ChunkInspector(QWidget):
         stats.addRow(self.resident)
         for name in (
             "pinned",
+            "shard indexes",
             "hits / misses",
             "in flight / queued",
             "parked / deferred",
@@ -858,6 +859,7 @@ class ChunkInspector(QWidget):
         mean, p95 = stats.load_latency_mean * 1e3, stats.load_latency_p95 * 1e3
         texts = {
             "pinned": size_text(stats.pinned_bytes),
+            "shard indexes": size_text(stats.kept_bytes),
             "hits / misses": f"{stats.hits:,} / {stats.misses:,} ({hit_rate})",
             "in flight / queued": f"{stats.in_flight:,} / {stats.queued:,}",
             "parked / deferred": f"{stats.parked:,} / {stats.deferred:,}",
