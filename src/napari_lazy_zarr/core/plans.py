@@ -10,6 +10,10 @@ view's index transform is:
   viewport path napari takes on every pan and zoom.
 - `PointPlan` — a pure point gather (`vindex` over every axis, plus scalar
   indices), served from the `JointSet` table: one vectorized take per chunk.
+  On a regular grid the points are grouped by chunk here, by arithmetic and
+  one stable sort of narrow chunk numbers (a radix sort when they fit 16
+  bits), not by zarr-indexing's general joint-set planning (about 0.9 ms of
+  a 10,000-point warm gather's ~2 ms).
 - `PartsPlan` — everything else (orthogonal gathers, mixed selections):
   `LazyArray.parts()` resolved through `CacheReader`, the zarr-indexing
   `Reader` that consumes each part's projection.
@@ -30,6 +34,7 @@ from zarr_indexing import (
     ArrayMap,
     ConstantMap,
     DimensionMap,
+    FixedDimension,
     GridPartition,
     LazyArray,
     Partition,
@@ -145,16 +150,19 @@ def plan_read(lazy: LazyArray, source: ChunkSource, cache: ChunkCache | None = N
         partition = plan_chunks(transform, source.grid).partition()
         if _every_input_axis_bound(partition):
             return StridedPlan(partition, source, lazy.shape)
-    elif transform.index_array_structure == "general" and all(
-        isinstance(m, ArrayMap | ConstantMap) for m in transform.output
-    ):
-        partition = plan_chunks(transform, source.grid).partition()
-        if (
-            len(partition.joint_sets) == 1
-            and all(axis.input_dimension is None for axis in partition.sets)
-            and partition.joint_sets[0].broadcast_axes == tuple(range(transform.domain.ndim))
-        ):
-            return PointPlan(partition, source, lazy.shape)
+    elif all(isinstance(m, ArrayMap | ConstantMap) for m in transform.output):
+        # Point gathers: every vindex, and fancy indexing of a 1-d array.
+        regular = PointPlan.on_regular_grid(transform, source, lazy.shape)
+        if regular is not None:
+            return regular
+        if transform.index_array_structure == "general":  # not an orthogonal gather
+            partition = plan_chunks(transform, source.grid).partition()
+            if (
+                len(partition.joint_sets) == 1
+                and all(axis.input_dimension is None for axis in partition.sets)
+                and partition.joint_sets[0].broadcast_axes == tuple(range(transform.domain.ndim))
+            ):
+                return PointPlan.from_partition(partition, source, lazy.shape)
     if cache is None:
         raise ValueError("planning an orthogonal or mixed selection needs the chunk cache")
     return PartsPlan(lazy, source, cache)
@@ -251,18 +259,32 @@ class StridedPlan(ReadPlan):
 
 
 class PointPlan(ReadPlan):
-    """A pure point gather: the joint table's points grouped by chunk, one take each."""
+    """A pure point gather: the points grouped by chunk, one take each.
+
+    `pieces` maps each chunk to its chunk-local selector (one index array or
+    int per source axis) and the flat output positions its points fill.
+    """
 
     def __init__(
-        self, partition: GridPartition, source: ChunkSource, shape: tuple[int, ...]
+        self,
+        source: ChunkSource,
+        shape: tuple[int, ...],
+        pieces: list[tuple[ChunkRef, tuple[Any, ...], np.ndarray[Any, Any]]],
     ) -> None:
         super().__init__(source, shape)
+        self._pieces = {ref.key: (selector, positions) for ref, selector, positions in pieces}
+        self.refs = [ref for ref, _, _ in pieces]
+
+    @classmethod
+    def from_partition(
+        cls, partition: GridPartition, source: ChunkSource, shape: tuple[int, ...]
+    ) -> PointPlan:
+        """From zarr-indexing's `JointSet` table (any grid)."""
         joint = partition.joint_sets[0]
         constants = [cast("StridedSet", axis) for axis in partition.sets]
         rank = len(source.grid)
         local = joint.local
-        self._pieces: dict[ChunkKey, tuple[tuple[Any, ...], np.ndarray[Any, Any]]] = {}
-        self.refs = []
+        pieces = []
         for row in range(len(joint)):
             run = joint.run(row)
             coords = [0] * rank
@@ -273,9 +295,75 @@ class PointPlan(ReadPlan):
             for column, dim in enumerate(joint.output_dimensions):
                 coords[dim] = int(joint.chunk[row, column])
                 selector[dim] = local[run, column]
-            ref = ChunkRef.of(source, coords)
-            self._pieces[ref.key] = (tuple(selector), joint.positions[run])
-            self.refs.append(ref)
+            pieces.append((ChunkRef.of(source, coords), tuple(selector), joint.positions[run]))
+        return cls(source, shape, pieces)
+
+    @classmethod
+    def on_regular_grid(
+        cls, transform: Any, source: ChunkSource, shape: tuple[int, ...]
+    ) -> PointPlan | None:
+        """The plan of a vectorized gather whose index arrays all span the whole request
+        (every `vindex`), over a regular grid, with every point inside the array; else
+        None (the general planning then reads it, or names what is wrong)."""
+        grid = source.grid
+        domain = tuple(int(n) for n in transform.domain.shape)
+        if math.prod(domain) == 0 or not all(isinstance(g, FixedDimension) for g in grid):
+            return None
+        count = math.prod(domain)
+        fixed: list[tuple[int, int, int]] = []  # (axis, chunk, local) of the constant axes
+        varying: list[tuple[int, np.ndarray[Any, Any], np.ndarray[Any, Any], int]] = []
+        for axis, (m, g, extent) in enumerate(
+            zip(transform.output, grid, source.shape, strict=True)
+        ):
+            size = int(cast("FixedDimension", g).size)
+            if size <= 0:
+                return None
+            if isinstance(m, ConstantMap):
+                point = int(m.offset)
+                if not 0 <= point < extent:
+                    return None
+                fixed.append((axis, point // size, point % size))
+                continue
+            array_map = cast("ArrayMap", m)
+            if tuple(array_map.index_array.shape) != domain:
+                return None  # an orthogonal or partly broadcast gather
+            points = array_map.index_array.reshape(-1).astype(np.intp, copy=False)
+            if array_map.stride != 1 or array_map.offset != 0:
+                points = array_map.offset + array_map.stride * points
+            if int(points.min()) < 0 or int(points.max()) >= extent:
+                return None
+            chunks, local = np.divmod(points, size)
+            varying.append((axis, chunks, local, -(-extent // size)))
+        if not varying:
+            return None
+        # Number each point's chunk on the varying axes, as narrow as the grid allows.
+        total = math.prod(n for *_, n in varying)
+        if total > np.iinfo(np.uint32).max:
+            return None
+        number: np.ndarray[Any, Any] = np.zeros(
+            count, dtype=np.uint16 if total <= 1 << 16 else np.uint32
+        )
+        for _, chunks, _, n in varying:
+            np.multiply(number, n, out=number)
+            np.add(number, chunks.astype(number.dtype, copy=False), out=number)
+        order = np.argsort(number, kind="stable")  # radix sort for 16-bit numbers
+        ordered = number[order]
+        starts = np.flatnonzero(np.diff(ordered)) + 1
+        bounds = [0, *starts.tolist(), count]
+        locals_in_order = [local[order] for _, _, local, _ in varying]
+        chunks_first = [chunks[order[bounds[:-1]]] for _, chunks, _, _ in varying]
+        rank = len(grid)
+        pieces = []
+        for row, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+            coords = [0] * rank
+            selector: list[Any] = [None] * rank
+            for axis, chunk, offset in fixed:
+                coords[axis], selector[axis] = chunk, offset
+            for column, (axis, *_rest) in enumerate(varying):
+                coords[axis] = int(chunks_first[column][row])
+                selector[axis] = locals_in_order[column][lo:hi]
+            pieces.append((ChunkRef.of(source, coords), tuple(selector), order[lo:hi]))
+        return cls(source, shape, pieces)
 
     def new_buffer(self) -> np.ndarray[Any, Any]:
         return np.empty(math.prod(self._shape), dtype=self._source.dtype)
