@@ -45,7 +45,7 @@ from zarr_indexing import (
 
 from napari_lazy_zarr.core.cache import ChunkRef
 from napari_lazy_zarr.core.reader import CacheReader
-from napari_lazy_zarr.core.state import ChunkKey, ChunkState
+from napari_lazy_zarr.core.state import ChunkKey
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
@@ -77,9 +77,9 @@ class ReadPlan:
         self._source = source
         self._shape = shape
 
-    def new_buffer(self) -> np.ndarray[Any, Any]:
-        """An uninitialized buffer every chunk of the plan is copied into."""
-        return np.empty(self._shape, dtype=self._source.dtype)
+    def new_buffer(self, *, zeros: bool = False) -> np.ndarray[Any, Any]:
+        """An uninitialized (or zeroed) buffer every chunk of the plan is copied into."""
+        return (np.zeros if zeros else np.empty)(self._shape, dtype=self._source.dtype)
 
     def finish(self, out: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         """The view's array, once every chunk was copied into `out` (or filled)."""
@@ -116,20 +116,29 @@ class ReadPlan:
         fill value). FAILED
         chunks always get the placeholder, so a failure is never disguised.
         """
-        out = self.new_buffer()
         value = self._source.fill_value if placeholder is None else placeholder
-        resident = [(ref.key, cache.lookup(ref.key)) for ref in self.refs]
-        missing = {key for key, data in resident if data is None}
+        # One lock acquisition for the whole view (napari's main thread calls this).
+        ready, failed = cache.lookup_many(ref.key for ref in self.refs)
+        missing = {ref.key for ref in self.refs if ref.key not in ready}
         values = fallback(missing) if missing and callable(fallback) else fallback
         if callable(values):  # nothing is missing: the callable is never needed
             values = None
-        if values is None and len(missing) == len(resident):
-            out.fill(value)  # a cold view: one contiguous fill beats one per chunk
+        if values is None and not ready:
+            # A cold view: one contiguous fill beats one per chunk, and a zero fill is
+            # none at all (zeroed pages from the OS: 8 MiB filled cost ~1.2 ms here).
+            dtype = self._source.dtype
+            if np.asarray(value, dtype=dtype).tobytes() == bytes(dtype.itemsize):
+                return self.finish(self.new_buffer(zeros=True)), missing
+            out = self.new_buffer()
+            out.fill(value)
             return self.finish(out), missing
-        for key, data in resident:
+        out = self.new_buffer()
+        for ref in self.refs:
+            key = ref.key
+            data = ready.get(key)
             if data is not None:
                 self.copy_chunk(out, key, data)
-            elif values is not None and cache.state(key) is ChunkState.FAILED:
+            elif values is not None and key in failed:
                 # A failed chunk keeps the explicit placeholder: the failure stays visible.
                 self.fill_missing(out, key, value, None)
             else:
@@ -365,8 +374,8 @@ class PointPlan(ReadPlan):
             pieces.append((ChunkRef.of(source, coords), tuple(selector), order[lo:hi]))
         return cls(source, shape, pieces)
 
-    def new_buffer(self) -> np.ndarray[Any, Any]:
-        return np.empty(math.prod(self._shape), dtype=self._source.dtype)
+    def new_buffer(self, *, zeros: bool = False) -> np.ndarray[Any, Any]:
+        return (np.zeros if zeros else np.empty)(math.prod(self._shape), dtype=self._source.dtype)
 
     def finish(self, out: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         return out.reshape(self._shape)
