@@ -577,7 +577,7 @@ class ChunkCache:
         self._transition_counts: Counter[tuple[ChunkState, ChunkState]] = Counter()
         self._latencies: deque[float] = deque(maxlen=_LATENCY_WINDOW)
         self._resident = 0
-        self._keepers: weakref.WeakSet[KeepingSource] = weakref.WeakSet()  # kept_bytes > 0
+        self._keepers: weakref.WeakSet[KeepingSource] = weakref.WeakSet()  # sources read
         self._pinned = 0
         self._hits = 0
         self._misses = 0
@@ -833,7 +833,8 @@ class ChunkCache:
     def counters(self, *, wait: bool) -> CacheCounters | None: ...
 
     def counters(self, *, wait: bool = True) -> CacheCounters | None:
-        """The running counters, in O(1) (read-only; `statistics` adds latencies and tables).
+        """The running counters, in O(1) per source that keeps bytes (read-only; `statistics`
+        adds latencies and tables).
 
         With ``wait=False`` it returns None rather than wait for the lock (a UI
         thread refreshing a display keeps its previous counters instead of
