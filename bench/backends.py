@@ -25,30 +25,27 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import tensorstore
 import zarr
 
 from bench import (
-    DATA_DIR,
     Window,
     environment_line,
-    generated_store,
     interleaved,
     markdown_table,
     median_ms,
 )
-from bench.engine import Config, viewport_windows
+from bench.engine import DATASETS, Config, _clock, ensure_store, viewport_windows
 from napari_lazy_zarr.core import ChunkCache, ChunkedArray, open_array
 from napari_lazy_zarr.core.backends import (
     ZARRS_PIPELINE_CONFIG,
     available_backends,
     open_backend_source,
 )
-from napari_lazy_zarr.core.sample import synthetic_region, write_sample_store
+from napari_lazy_zarr.core.sample import synthetic_region
 from napari_lazy_zarr.core.source import grid_shape
 
 if TYPE_CHECKING:
@@ -66,56 +63,6 @@ FULL: Final = Config(
 QUICK: Final = Config(
     "quick", size=4096, shard=2048, windows=2, rounds=2, warm_rounds=0, pan_steps=0, pan_rounds=0
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Dataset:
-    label: str
-    slug: str
-    zarr_format: Literal[2, 3]
-    codec: Literal["zstd", "blosc-lz4"]
-    sharded: bool
-
-
-DATASETS: Final = (
-    Dataset("v3 zstd", "v3-zstd", 3, "zstd", sharded=False),
-    Dataset("v3 sharded", "v3-zstd-sharded", 3, "zstd", sharded=True),
-    Dataset("v2 blosc-lz4", "v2-blosc-lz4", 2, "blosc-lz4", sharded=False),
-)
-
-
-def ensure_store(config: Config, dataset: Dataset) -> Path:
-    """The dataset's store under ``bench/.data/backends-<mode>/``, written on first use only."""
-    shards = (config.shard, config.shard) if dataset.sharded else None
-    params = {
-        "shape": [config.size, config.size],
-        "chunks": [config.chunk, config.chunk],
-        "shards": list(shards) if shards else None,
-        "zarr_format": dataset.zarr_format,
-        "codec": dataset.codec,
-        "seed": 0,
-    }
-    path = DATA_DIR / f"backends-{config.mode}" / f"{dataset.slug}.zarr"
-
-    def write() -> None:
-        write_sample_store(
-            path,
-            shape=(config.size, config.size),
-            chunks=(config.chunk, config.chunk),
-            shards=shards,
-            zarr_format=dataset.zarr_format,
-            codec=dataset.codec,
-        )
-
-    return generated_store(path, params, write, "backends")
-
-
-def _clock(read: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    result = read()
-    elapsed = time.perf_counter() - start
-    del result
-    return elapsed
 
 
 def _check(label: str, window: Window, data: Any) -> None:
@@ -222,7 +169,7 @@ def run(quick: bool) -> str:
     cold: dict[str, dict[str, float]] = {}
     chunk_ms: dict[str, dict[str, float]] = {}
     for dataset in DATASETS:
-        path = ensure_store(config, dataset)
+        path = ensure_store(config, dataset, folder=f"backends-{config.mode}", name="backends")
         bench = DatasetBench(path)
         try:
             sizes = grid_shape(bench.sources["zarr"])

@@ -186,8 +186,11 @@ def pan_path(config: Config) -> list[Window]:
 # -- data --------------------------------------------------------------------------
 
 
-def ensure_store(config: Config, dataset: Dataset) -> Path:
-    """The dataset's store under `bench/.data/<mode>/`, written on first use only.
+def ensure_store(
+    config: Config, dataset: Dataset, *, folder: str | None = None, name: str = "engine"
+) -> Path:
+    """The dataset's store under `bench/.data/<folder>/` (default: the mode), written on
+    first use only (`name`: the benchmark, in the generation log).
 
     A marker file holding the generation parameters is written after the store is
     complete; a store without a matching marker (interrupted, or other
@@ -201,7 +204,7 @@ def ensure_store(config: Config, dataset: Dataset) -> Path:
         "codec": dataset.codec,
         "seed": 0,
     }
-    path = DATA_DIR / config.mode / f"{dataset.slug}.zarr"
+    path = DATA_DIR / (folder or config.mode) / f"{dataset.slug}.zarr"
 
     def write() -> None:
         write_sample_store(
@@ -213,7 +216,7 @@ def ensure_store(config: Config, dataset: Dataset) -> Path:
             codec=dataset.codec,
         )
 
-    return generated_store(path, params, write, "engine")
+    return generated_store(path, params, write, name)
 
 
 # -- the raw limit -----------------------------------------------------------------
