@@ -89,6 +89,7 @@ __all__ = [
     "looks_like_zarr",
     "open_level_sources",
     "open_source",
+    "store_name",
 ]
 
 # What `looks_like_zarr` accepts: a directory holding one of these files...
@@ -152,7 +153,8 @@ class ImageSpec:
     ----------
     name
         The layer name: the multiscales ``name``, else the group or array path,
-        else the store's basename (for what sits at the root).
+        else the store's basename without its suffix (`store_name`: ``cells.ome.zarr``
+        shows as ``cells``) for what sits at the root.
     kind
         ``"labels"`` for an OME-Zarr label image, else ``"image"``.
     levels
@@ -320,7 +322,7 @@ def describe_store(path_or_url: str | os.PathLike[str]) -> tuple[ImageSpec, ...]
     kind = reference_file_kind(location)
     if kind == "stack":
         return (_stack_image(location),)
-    basename = _basename(location)
+    basename = store_name(location)
     if kind == "kerchunk":
         store, local_dir = ManifestStore(location), None
         basename = basename.removesuffix(".json")
@@ -871,10 +873,30 @@ def _join(parent: str, child: str) -> str:
     return f"{parent}/{child.strip('/')}" if parent else child.strip("/")
 
 
-def _basename(location: str) -> str:
+# A store's own suffixes, not part of the name it shows as (as napari names a file's layer
+# after its stem): longest first, so "cells.ome.zarr" is "cells", not "cells.ome".
+_STORE_SUFFIXES: Final = (".ome.zarr.zip", ".zarr.zip", ".ome.zarr", ".zarr", ".ozx")
+
+
+def store_name(location: str) -> str:
+    """The name a store's root shows as in napari: its basename without the store suffix.
+
+    Examples
+    --------
+    >>> store_name("/data/cells.ome.zarr"), store_name("https://host/a/raw.zarr/")
+    ('cells', 'raw')
+    >>> store_name("/data/plate.zarr.zip"), store_name("/data/volume")
+    ('plate', 'volume')
+    """
     if _is_url(location):
-        return location.rstrip("/").rsplit("/", 1)[-1]
-    return os.path.basename(os.path.abspath(location))
+        base = location.rstrip("/").rsplit("/", 1)[-1]
+    else:
+        base = os.path.basename(os.path.abspath(location))
+    lowered = base.lower()
+    for suffix in _STORE_SUFFIXES:
+        if lowered.endswith(suffix) and len(base) > len(suffix):
+            return base[: -len(suffix)]
+    return base
 
 
 # -- reference and stack files (core/manifest.py) ------------------------------

@@ -28,6 +28,7 @@ import numpy as np
 
 from napari_lazy_zarr.core.composite import ConcatSource, ConstantSource, _boundaries
 from napari_lazy_zarr.core.errors import LazyZarrError, MetadataError
+from napari_lazy_zarr.core.layout import store_name
 from napari_lazy_zarr.core.source import SourceFields
 from napari_lazy_zarr.core.zarr_source import forget_metadata, open_node, store_for
 
@@ -175,7 +176,7 @@ def describe_plate(
         )
         for level in template.levels
     )
-    name = str(plate.get("name") or os.path.basename(location))
+    name = str(plate.get("name") or store_name(location))
     return PlateLayout(
         location,
         rows,
