@@ -1,0 +1,111 @@
+"""The plugin's page in napari's *Preferences*: reading it, following it, writing to it.
+
+napari builds the page (*Plugin Preferences ▸ Lazy Zarr*) from the manifest's
+``contributions.configurations`` (`core.settings.configuration_schema`) and
+saves it beside its own settings (``napari-lazy-zarr.yaml`` in napari's
+configuration folder, or ``NAPARI_CONFIG``'s). This module reaches it through
+napari's public `napari.settings.get_plugin_settings` only:
+
+- `watch_preferences` registers the page with `core.settings.use_preferences`
+  (so `current_settings` reads it) and calls back on every change, which is
+  how the shared cache's capacity and loaders follow the page live;
+- `write_preference` sets a value on the page (napari saves it at once): the
+  chunk inspector's cache controls write through it, so they persist.
+
+Without napari, or with a napari that has no plugin preferences, both do
+nothing and the settings file stays the source. Main thread only (napari's
+settings are a Qt-side model).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any, Final
+
+from napari_lazy_zarr.core.settings import Settings, use_preferences
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["PLUGIN_NAME", "plugin_preferences", "watch_preferences", "write_preference"]
+
+PLUGIN_NAME: Final = "napari-lazy-zarr"
+"""The plugin's npe2 name: the key of its page in napari's plugin settings."""
+
+# The page we listen to (napari rebuilds its plugin settings when plugins are enabled or
+# disabled, so the page can be replaced) and who wants to hear of changes.
+_watched: weakref.ref[Any] | None = None
+_listeners: list[Callable[[], None]] = []
+
+
+def plugin_preferences() -> Any | None:
+    """napari's settings model of the plugin's page, or None without one.
+
+    None when napari is not installed, has no plugin preferences, or does not
+    list the plugin (disabled).
+    """
+    try:
+        from napari.settings import get_plugin_settings
+    except ImportError:
+        return None
+    try:
+        return get_plugin_settings(PLUGIN_NAME)
+    except KeyError:
+        return None
+
+
+def _changed_values() -> dict[str, dict[str, Any]]:
+    page = _follow()
+    if page is None:
+        return {}
+    # What napari saves: the values that differ from their defaults.
+    values: dict[str, dict[str, Any]] = page.model_dump(exclude_defaults=True)
+    return values
+
+
+def _follow() -> Any | None:
+    """The current page, connected to `_on_changed` (once per page)."""
+    global _watched
+    page = plugin_preferences()
+    if page is not None and (_watched is None or _watched() is not page):
+        page.events.changed.connect(_on_changed)
+        _watched = weakref.ref(page)
+    return page
+
+
+def _on_changed(_event: Any = None) -> None:
+    for listener in list(_listeners):
+        listener()
+
+
+def watch_preferences(on_change: Callable[[], None] | None = None) -> bool:
+    """Read the Preferences page into the settings; call `on_change` when it changes.
+
+    Idempotent (a listener is registered once). Returns whether napari has a
+    page for the plugin.
+    """
+    use_preferences(_changed_values)
+    if on_change is not None and on_change not in _listeners:
+        _listeners.append(on_change)
+    return _follow() is not None
+
+
+def write_preference(name: str, value: Any) -> bool:
+    """Set the `Settings` field `name` on the Preferences page (napari saves it).
+
+    Returns False, and changes nothing, without a page.
+
+    Raises
+    ------
+    MetadataError
+        `value` is not a valid value of the field.
+    """
+    page = _follow()
+    if page is None:
+        return False
+    setting = Settings.setting(name)
+    Settings(**{name: value})  # our own validation, with our own message
+    section = getattr(page, setting.section)
+    if getattr(section, name) != value:
+        setattr(section, name, value)
+    return True
