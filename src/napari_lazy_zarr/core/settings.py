@@ -313,7 +313,9 @@ class Settings:
 
 
 _FIELDS: Final = {item.name: item for item in fields(Settings)}
-_BY_KEY: Final[dict[tuple[str, str], str]] = {(Settings.setting(name).section, name): name for name in _FIELDS}
+_BY_KEY: Final[dict[tuple[str, str], str]] = {
+    (Settings.setting(name).section, name): name for name in _FIELDS
+}
 _LISTS: Final = frozenset({"allowed_roots", "allowed_remotes"})
 TIMEOUT_VARIABLES: Final = {
     name: Settings.setting(f"{name}_timeout").variable for name in ("connect", "read", "total")
