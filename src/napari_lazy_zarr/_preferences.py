@@ -12,13 +12,14 @@ napari's public `napari.settings.get_plugin_settings` only:
 - `write_preference` sets a value on the page (napari saves it at once): the
   chunk inspector's cache controls write through it, so they persist.
 
-Without napari, or with a napari that has no plugin preferences, both do
-nothing and the settings file stays the source. Main thread only (napari's
-settings are a Qt-side model).
+Outside napari (napari's settings not loaded), or with a napari that has no
+plugin preferences, both do nothing and the settings file stays the source.
+Main thread only (napari's settings are a Qt-side model).
 """
 
 from __future__ import annotations
 
+import sys
 import weakref
 from typing import TYPE_CHECKING, Any, Final
 
@@ -41,12 +42,14 @@ _listeners: list[Callable[[], None]] = []
 def plugin_preferences() -> Any | None:
     """napari's settings model of the plugin's page, or None without one.
 
-    None when napari is not installed, has no plugin preferences, or does not
-    list the plugin (disabled).
+    None when napari's settings are not loaded (the plugin is not running
+    inside napari: a script reading with the plugin gets the settings file, and
+    does not pay seconds for napari's plugin discovery), when napari has no
+    plugin preferences, or does not list the plugin (disabled).
     """
-    try:
-        from napari.settings import get_plugin_settings
-    except ImportError:
+    napari_settings = sys.modules.get("napari.settings")
+    get_plugin_settings = getattr(napari_settings, "get_plugin_settings", None)
+    if get_plugin_settings is None:
         return None
     try:
         return get_plugin_settings(PLUGIN_NAME)
