@@ -14,12 +14,15 @@ napari's public `napari.settings.get_plugin_settings` only:
 
 Outside napari (napari's settings not loaded), or with a napari that has no
 plugin preferences, both do nothing and the settings file stays the source.
-Main thread only (napari's settings are a Qt-side model).
+`watch_preferences` and `write_preference` are for the main thread (napari's
+settings are a main-thread model); `current_settings` may run on any thread:
+off the main thread it reads a snapshot of the page taken on the main thread.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Final
 
@@ -37,6 +40,8 @@ PLUGIN_NAME: Final = "napari-lazy-zarr"
 # disabled, so the page can be replaced) and who wants to hear of changes.
 _watched: weakref.ref[Any] | None = None
 _listeners: list[Callable[[], None]] = []
+_snapshot_lock = threading.Lock()
+_snapshot: dict[str, dict[str, Any]] = {}  # the page's non-default values, for any thread
 
 
 def plugin_preferences() -> Any | None:
@@ -58,25 +63,37 @@ def plugin_preferences() -> Any | None:
 
 
 def _changed_values() -> dict[str, dict[str, Any]]:
-    page = _follow()
-    if page is None:
-        return {}
-    # What napari saves: the values that differ from their defaults.
-    values: dict[str, dict[str, Any]] = page.model_dump(exclude_defaults=True)
-    return values
+    """The page's values that differ from their defaults (what napari saves).
+
+    Stores are opened on worker threads too (a plate's fields): they read the
+    snapshot the main thread keeps, never napari's model itself.
+    """
+    if threading.current_thread() is threading.main_thread():
+        _follow()
+    with _snapshot_lock:
+        return {section: dict(values) for section, values in _snapshot.items()}
 
 
 def _follow() -> Any | None:
-    """The current page, connected to `_on_changed` (once per page)."""
+    """The current page, connected to `_on_changed` (once per page), its snapshot taken."""
     global _watched
     page = plugin_preferences()
     if page is not None and (_watched is None or _watched() is not page):
         page.events.changed.connect(_on_changed)
         _watched = weakref.ref(page)
+    _take_snapshot(page)
     return page
 
 
+def _take_snapshot(page: Any | None) -> None:
+    global _snapshot
+    values = {} if page is None else page.model_dump(exclude_defaults=True)
+    with _snapshot_lock:
+        _snapshot = values
+
+
 def _on_changed(_event: Any = None) -> None:
+    _take_snapshot(None if _watched is None else _watched())
     for listener in list(_listeners):
         listener()
 

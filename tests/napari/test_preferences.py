@@ -155,3 +155,14 @@ def test_the_inspectors_controls_write_to_the_page(
     assert "total_bytes_limit_mib: 300" in page.config_path.read_text()  # saved
     assert (shared_cache().total_bytes_limit, shared_cache().concurrency) == (300 * _MIB, 7)
     viewer.window.remove_dock_widget(dock)
+
+
+def test_a_worker_thread_reads_the_page() -> None:
+    """Stores open on worker threads too (a plate's fields): they see the page's values."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    watch_preferences()
+    plugin_preferences().timeouts.read_timeout = 2.5
+    with ThreadPoolExecutor(1) as pool:
+        timeouts = pool.submit(lambda: current_settings().timeouts).result(timeout=10)
+    assert timeouts.read == 2.5
