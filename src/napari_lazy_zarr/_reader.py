@@ -71,6 +71,8 @@ _shared_cache: ChunkCache | None = None
 # whether a URL was opened through it (its loaders are then raised for remote reads).
 _configured: weakref.WeakKeyDictionary[ChunkCache, dict[str, int]] = weakref.WeakKeyDictionary()
 _remote_caches: weakref.WeakSet[ChunkCache] = weakref.WeakSet()
+# The 3D voxel budget the open layers were given (a change of the setting re-applies it).
+_applied_voxels: int | None = None
 # The contrast sample (blocking, when the metadata gives no limits): at most this many
 # stored chunks, of at most this many decoded bytes in all, waited for at most this long.
 _CONTRAST_CHUNKS = 64
@@ -95,11 +97,12 @@ def shared_cache(*, remote: bool = False) -> ChunkCache:
     MetadataError
         The settings are malformed (the message names where).
     """
-    global _shared_cache
+    global _shared_cache, _applied_voxels
     with _cache_lock:
         if _shared_cache is None:
             watch_preferences(apply_settings)
             settings = current_settings()
+            _applied_voxels = settings.volume_voxels
             _shared_cache = ChunkCache(
                 settings.total_bytes_limit, concurrency=settings.concurrency or None
             )
@@ -127,11 +130,13 @@ def _apply(cache: ChunkCache, settings: Settings) -> None:
 
 
 def apply_settings() -> None:
-    """Give the shared cache the capacity and loaders of `current_settings` now.
+    """Give the shared cache the capacity and loaders of `current_settings` now, and
+    the open layers the 3D voxel budget when that setting changed.
 
     Called when napari's Preferences page changes (main thread). Malformed
     settings are reported as a warning, and change nothing.
     """
+    global _applied_voxels
     cache = _shared_cache
     if cache is None:
         return
@@ -141,6 +146,13 @@ def apply_settings() -> None:
         warnings.warn(str(error), stacklevel=2)
         return
     _apply(cache, settings)
+    if settings.volume_voxels != _applied_voxels:
+        _applied_voxels = settings.volume_voxels
+        for viewer in list(_watched_viewers):
+            for layer in viewer.layers:
+                loader = loader_of(layer)
+                if loader is not None:
+                    loader.volume_voxels = settings.volume_voxels
 
 
 def configure(

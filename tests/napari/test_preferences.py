@@ -94,8 +94,12 @@ def test_a_changed_value_persists_into_a_new_napari(store: Path) -> None:
 def test_the_shared_cache_follows_the_page_live(
     make_napari_viewer: Callable[..., Any], store: Path
 ) -> None:
+    from napari_lazy_zarr._layer_data import loader_of
+    from napari_lazy_zarr._reader import watch_viewer
+
     viewer = make_napari_viewer()
-    viewer.open(str(store), plugin="napari-lazy-zarr")
+    watch_viewer(viewer)
+    (layer,) = viewer.open(str(store), plugin="napari-lazy-zarr")
     cache = shared_cache()
     assert cache.total_bytes_limit == Settings().total_bytes_limit
     page = plugin_preferences()
@@ -105,6 +109,10 @@ def test_the_shared_cache_follows_the_page_live(
     assert cache.concurrency == 3
     page.cache.concurrency = 0
     assert cache.concurrency == default_concurrency()
+    loader = loader_of(layer)
+    assert loader.volume_voxels == Settings().volume_voxels
+    page.reading.volume_voxels = 4096  # the open layers get a new 3D budget
+    assert loader.volume_voxels == 4096
 
 
 def test_a_variable_beats_the_page(monkeypatch: pytest.MonkeyPatch, store: Path) -> None:
