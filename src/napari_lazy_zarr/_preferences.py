@@ -75,12 +75,17 @@ def _changed_values() -> dict[str, dict[str, Any]]:
 
 
 def _follow() -> Any | None:
-    """The current page, connected to `_on_changed` (once per page), its snapshot taken."""
+    """The current page, connected to `_on_changed` (once per page), its snapshot taken.
+
+    A page found for the first time (napari's settings were loaded after the
+    plugin's cache was made, as the command line does) counts as a change.
+    """
     global _watched
     page = plugin_preferences()
     if page is not None and (_watched is None or _watched() is not page):
         page.events.changed.connect(_on_changed)
         _watched = weakref.ref(page)
+        _on_changed()
     _take_snapshot(page)
     return page
 

@@ -66,16 +66,21 @@ def test_a_changed_value_persists_into_a_new_napari(store: Path) -> None:
     page.cache.total_bytes_limit_mib = 96
     page.reading.backend = "zarr"
     assert os.path.exists(page.config_path)  # napari saved it at once
+    # As the command line does it: the plugin's cache is made before napari's settings load.
     script = textwrap.dedent(
         f"""
+        import sys
         import napari
-        from napari.settings import get_plugin_settings
+        from napari_lazy_zarr import configure
         from napari_lazy_zarr._reader import shared_cache
+        configure(concurrency=2)
+        assert "napari.settings" not in sys.modules
         viewer = napari.Viewer(show=False)
+        from napari.settings import get_plugin_settings
         viewer.open({str(store)!r}, plugin="napari-lazy-zarr")
         page = get_plugin_settings("napari-lazy-zarr")
         print(page.cache.total_bytes_limit_mib, page.reading.backend,
-              shared_cache().total_bytes_limit)
+              shared_cache().total_bytes_limit, shared_cache().concurrency)
         viewer.close()
         """
     )
@@ -88,7 +93,7 @@ def test_a_changed_value_persists_into_a_new_napari(store: Path) -> None:
         timeout=120,
         check=True,
     )
-    assert done.stdout.split()[-3:] == ["96", "zarr", str(96 * _MIB)]
+    assert done.stdout.split()[-4:] == ["96", "zarr", str(96 * _MIB), "2"]
 
 
 def test_the_shared_cache_follows_the_page_live(
