@@ -338,13 +338,6 @@ def _parse_remote(entry: str) -> str | _Location:
     return _Location(scheme.lower(), host, port, _url_path(parts.path))
 
 
-def _check_remote(entry: str, source: str) -> None:
-    try:
-        _parse_remote(entry)
-    except ValueError as error:
-        raise MetadataError(f"{source}: {error}") from error
-
-
 def _url_path(path: str) -> str:
     """A URL path normalised for comparison (``..`` and ``%2e`` cannot climb out of a prefix)."""
     if not path or path == "/":
