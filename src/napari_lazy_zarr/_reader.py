@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 import os
 import threading
-import warnings
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +72,8 @@ _configured: weakref.WeakKeyDictionary[ChunkCache, dict[str, int]] = weakref.Wea
 _remote_caches: weakref.WeakSet[ChunkCache] = weakref.WeakSet()
 # The 3D voxel budget the open layers were given (a change of the setting re-applies it).
 _applied_voxels: int | None = None
+# The settings applied live to the open layers and their cache.
+_LIVE = ("total_bytes_limit_mib", "concurrency", "remote_concurrency", "volume_voxels")
 # The contrast sample (blocking, when the metadata gives no limits): at most this many
 # stored chunks, of at most this many decoded bytes in all, waited for at most this long.
 _CONTRAST_CHUNKS = 64
@@ -133,17 +134,18 @@ def apply_settings() -> None:
     """Give the shared cache the capacity and loaders of `current_settings` now, and
     the open layers the 3D voxel budget when that setting changed.
 
-    Called when napari's Preferences page changes (main thread). Malformed
-    settings are reported as a warning, and change nothing.
+    Called when napari's Preferences page changes (main thread). Only those
+    settings are read here: another one napari cannot check (an *Allowed
+    remotes* entry, invalid while it is being typed) is reported, naming the
+    preference, when it is used. A malformed settings file changes nothing.
     """
     global _applied_voxels
     cache = _shared_cache
     if cache is None:
         return
     try:
-        settings = current_settings()
-    except LazyZarrError as error:
-        warnings.warn(str(error), stacklevel=2)
+        settings = current_settings(names=_LIVE)
+    except LazyZarrError:
         return
     _apply(cache, settings)
     if settings.volume_voxels != _applied_voxels:

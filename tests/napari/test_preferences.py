@@ -179,3 +179,17 @@ def test_a_worker_thread_reads_the_page() -> None:
     with ThreadPoolExecutor(1) as pool:
         timeouts = pool.submit(lambda: current_settings().timeouts).result(timeout=10)
     assert timeouts.read == 2.5
+
+
+def test_a_half_typed_remote_does_not_stop_the_live_settings(tmp_path: Path) -> None:
+    """napari cannot check an Allowed remotes entry: it is named when a reference file needs it."""
+    from napari_lazy_zarr.core.errors import MetadataError
+    from napari_lazy_zarr.core.manifest import ReferencePolicy
+
+    cache = shared_cache()
+    page = plugin_preferences()
+    page.references.allowed_remotes = "https:"  # on its way to "https://data.example.org"
+    page.cache.total_bytes_limit_mib = 8
+    assert cache.total_bytes_limit == 8 * _MIB
+    with pytest.raises(MetadataError, match=r"napari Preferences: .*allowed_remotes: 'https:'"):
+        ReferencePolicy.from_settings()

@@ -61,7 +61,7 @@ from napari_lazy_zarr.core.errors import MetadataError
 from napari_lazy_zarr.core.retry import Timeouts
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Collection, Mapping
 
 __all__ = [
     "BACKEND_VARIABLE",
@@ -516,11 +516,15 @@ def _environment_values(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
     return values
 
 
-def current_settings(environ: Mapping[str, str] | None = None) -> Settings:
+def current_settings(
+    environ: Mapping[str, str] | None = None, *, names: Collection[str] | None = None
+) -> Settings:
     """The user's `Settings`: defaults < settings file < napari Preferences < environment.
 
     Read afresh on each call (a few small reads), so an edit applies to what
-    is opened next. The allow-lists add up over the sources.
+    is opened next. The allow-lists add up over the sources. With `names`,
+    only those fields are resolved (and checked); the others keep their
+    defaults.
 
     Raises
     ------
@@ -539,7 +543,7 @@ def current_settings(environ: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if environ is None else environ
     layers = (_environment_values(env), _preference_values(), _file_values(settings_path(env)))
     chosen: dict[str, Any] = {}
-    for name in _FIELDS:
+    for name in _FIELDS if names is None else names:
         found = [
             (_checked(name, layer[name][0], layer[name][1]), layer[name][1])
             for layer in layers
