@@ -96,13 +96,14 @@ def shared_cache(*, remote: bool = False) -> ChunkCache:
     Raises
     ------
     MetadataError
-        The settings are malformed (the message names where).
+        The settings it reads (`Settings` capacity, loaders, voxel budget) are
+        malformed (the message names where).
     """
     global _shared_cache, _applied_voxels
     with _cache_lock:
         if _shared_cache is None:
             watch_preferences(apply_settings)
-            settings = current_settings()
+            settings = current_settings(names=_LIVE)
             _applied_voxels = settings.volume_voxels
             _shared_cache = ChunkCache(
                 settings.total_bytes_limit, concurrency=settings.concurrency or None
@@ -112,7 +113,7 @@ def shared_cache(*, remote: bool = False) -> ChunkCache:
         if raise_loaders:
             _remote_caches.add(cache)
     if raise_loaders:
-        _apply(cache, current_settings())
+        _apply(cache, current_settings(names=_LIVE))
     return cache
 
 
