@@ -11,10 +11,16 @@ Composite sources (concatenation, stacks, constants, functions, casts, kerchunk
 references) are described in docs/composite-sources.md; dask arrays and graphs
 (`from_dask`, computed locally or on a dask.distributed cluster) in docs/dask.md.
 Every read is bounded in bytes and time (`Timeouts`, `RetryPolicy`).
+
+The plugin's settings (`Settings`, resolved by `current_settings`) live on
+napari's *Preferences* page, in the environment and in a settings file;
+`configure` sets the shared chunk cache's capacity and loaders for this
+session (docs/user-guide.md, "Settings").
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
+from napari_lazy_zarr._reader import configure
 from napari_lazy_zarr.core import (
     ArraySource,
     CacheClosedError,
@@ -48,6 +54,7 @@ from napari_lazy_zarr.core import (
     open_array,
     open_stack,
 )
+from napari_lazy_zarr.core.settings import Settings, current_settings
 from napari_lazy_zarr.dask import from_dask
 
 try:
@@ -79,6 +86,7 @@ __all__ = [
     "PartialRead",
     "ReadOnlyError",
     "RetryPolicy",
+    "Settings",
     "StackSource",
     "StoreNotFoundError",
     "Timeouts",
@@ -86,6 +94,8 @@ __all__ = [
     "UnsupportedDataError",
     "ZarrChunkSource",
     "__version__",
+    "configure",
+    "current_settings",
     "from_dask",
     "open_array",
     "open_stack",

@@ -14,7 +14,6 @@ thread (`ViewController.prepare_volumes`): napari then reads it without waiting.
 
 from __future__ import annotations
 
-import os
 import time
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -26,6 +25,7 @@ from napari_lazy_zarr._napari_compat import (
     displayed_ndim,
     set_loading_indicator,
 )
+from napari_lazy_zarr.core.settings import Settings, current_settings
 from napari_lazy_zarr.core.view import volume_level
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ _REFRESH_SHARE = 2  # ...and at most 1/(1 + this) of the main thread spent refre
 _REFRESH_MAX_MS = 5000  # ...and a slow view shows its progress at least every 5 s
 _VOLUME_MS = 100  # the 3D level is re-chosen at most ten times a second
 
-DEFAULT_VOLUME_VOXELS = 512**3
+DEFAULT_VOLUME_VOXELS = Settings().volume_voxels
 """The default voxel budget of a 3D view: 512³ fits common GPU 3D-texture limits (2048³
 on most desktop GPUs; a 512³ float32 volume is 512 MiB, the texture napari uploads)."""
 
@@ -85,8 +85,9 @@ class LayerLoader:
     """Ties a `ViewController` to the napari layer showing it (main thread only).
 
     `volume_voxels` is the voxel budget of a 3D view (default
-    `NAPARI_LAZY_ZARR_VOLUME_VOXELS`, else `DEFAULT_VOLUME_VOXELS`); setting it
-    re-chooses the level shown.
+    `Settings.volume_voxels`: napari's Preferences, ``NAPARI_LAZY_ZARR_VOLUME_VOXELS``
+    or the settings file, else `DEFAULT_VOLUME_VOXELS`); setting it re-chooses the
+    level shown.
     """
 
     def __init__(self, controller: ViewController) -> None:
@@ -97,8 +98,7 @@ class LayerLoader:
         self._volume_throttle: Any = None
         self._slots: tuple[Callable[..., None], ...] | None = None
         self._locked: int | None = None  # the level we locked napari to in 3D
-        voxels = os.environ.get("NAPARI_LAZY_ZARR_VOLUME_VOXELS")
-        self._volume_voxels = int(voxels) if voxels else DEFAULT_VOLUME_VOXELS
+        self._volume_voxels = current_settings().volume_voxels
 
     @property
     def volume_voxels(self) -> int:

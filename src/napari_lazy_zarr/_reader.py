@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from napari_lazy_zarr._layer_data import LayerLoader, loader_of
+from napari_lazy_zarr._preferences import watch_preferences
 from napari_lazy_zarr.core import ChunkCache
-from napari_lazy_zarr.core.array import REMOTE_CONCURRENCY
-from napari_lazy_zarr.core.cache import DEFAULT_TOTAL_BYTES_LIMIT
+from napari_lazy_zarr.core.cache import default_concurrency
 from napari_lazy_zarr.core.errors import LazyZarrError, UnsupportedDataError
 from napari_lazy_zarr.core.layout import (
     ImageSpec,
@@ -42,6 +42,7 @@ from napari_lazy_zarr.core.layout import (
 from napari_lazy_zarr.core.manifest import reference_file_kind
 from napari_lazy_zarr.core.plate import describe_plate, field_opener, plate_level_sources
 from napari_lazy_zarr.core.pyramid import DecimatedSource, virtual_levels
+from napari_lazy_zarr.core.settings import Settings, current_settings
 from napari_lazy_zarr.core.view import AxisMap, ViewController
 from napari_lazy_zarr.core.zarr_source import is_remote
 
@@ -51,16 +52,28 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.array import ChunkedArray
     from napari_lazy_zarr.core.source import ChunkSource
 
-__all__ = ["configure", "layer_data", "napari_get_reader", "read_zarr", "shared_cache"]
+__all__ = [
+    "apply_settings",
+    "configure",
+    "layer_data",
+    "napari_get_reader",
+    "read_zarr",
+    "shared_cache",
+]
 
 LayerDataTuple = tuple[Any, dict[str, Any], str]
 type PathOrPaths = str | os.PathLike[str] | list[str] | tuple[str, ...]
 
 _cache_lock = threading.Lock()
 _shared_cache: ChunkCache | None = None
-# The shared cache whose worker count the user chose (NAPARI_LAZY_ZARR_CONCURRENCY or
-# `configure`): opening a remote store leaves that count as it is.
-_chosen_concurrency: ChunkCache | None = None
+# Per shared cache: what `configure` set this session (it beats the settings), and
+# whether a URL was opened through it (its loaders are then raised for remote reads).
+_configured: weakref.WeakKeyDictionary[ChunkCache, dict[str, int]] = weakref.WeakKeyDictionary()
+_remote_caches: weakref.WeakSet[ChunkCache] = weakref.WeakSet()
+# The 3D voxel budget the open layers were given (a change of the setting re-applies it).
+_applied_voxels: int | None = None
+# The settings applied live to the open layers and their cache.
+_LIVE = ("total_bytes_limit_mib", "concurrency", "remote_concurrency", "volume_voxels")
 # The contrast sample (blocking, when the metadata gives no limits): at most this many
 # stored chunks, of at most this many decoded bytes in all, waited for at most this long.
 _CONTRAST_CHUNKS = 64
@@ -72,48 +85,106 @@ _CONTRAST_INDICES = 1 << 16  # indices along one axis (a 1-D sample's index arra
 def shared_cache(*, remote: bool = False) -> ChunkCache:
     """The chunk cache every layer opened by the plugin reads through (created on first use).
 
-    Its capacity comes from `NAPARI_LAZY_ZARR_TOTAL_BYTES_LIMIT` (bytes) and its
-    worker count from `NAPARI_LAZY_ZARR_CONCURRENCY` when set (else one per
-    core); `configure` changes both live. With `remote` (the reader is opening
-    a URL) the worker count is raised to at least
-    `NAPARI_LAZY_ZARR_REMOTE_CONCURRENCY` (default `REMOTE_CONCURRENCY`, 32, as
-    `open_array` keeps for URLs: remote chunks are latency-bound), unless the
-    user chose a count by `NAPARI_LAZY_ZARR_CONCURRENCY` or `configure`.
+    Its capacity and loaders are the user's settings (`current_settings`:
+    napari's Preferences, the environment, the settings file), followed live
+    when the Preferences page changes; `configure` overrides them for the
+    session. With `remote` (the reader is opening a URL) the loaders are raised
+    to at least `Settings.remote_concurrency` (32 by default, as `open_array`
+    keeps for URLs: remote chunks are latency-bound), unless the user chose a
+    count (`Settings.concurrency`, or `configure`).
+
+    Raises
+    ------
+    MetadataError
+        The settings it reads (`Settings` capacity, loaders, voxel budget) are
+        malformed (the message names where).
     """
-    global _shared_cache, _chosen_concurrency
+    global _shared_cache, _applied_voxels
     with _cache_lock:
         if _shared_cache is None:
-            limit = int(
-                os.environ.get("NAPARI_LAZY_ZARR_TOTAL_BYTES_LIMIT", DEFAULT_TOTAL_BYTES_LIMIT)
+            watch_preferences(apply_settings)
+            settings = current_settings(names=_LIVE)
+            _applied_voxels = settings.volume_voxels
+            _shared_cache = ChunkCache(
+                settings.total_bytes_limit, concurrency=settings.concurrency or None
             )
-            workers = os.environ.get("NAPARI_LAZY_ZARR_CONCURRENCY")
-            _shared_cache = ChunkCache(limit, concurrency=int(workers) if workers else None)
-            if workers:
-                _chosen_concurrency = _shared_cache
         cache = _shared_cache
-        if remote and _chosen_concurrency is not cache:
-            wanted = os.environ.get("NAPARI_LAZY_ZARR_REMOTE_CONCURRENCY")
-            cache.concurrency = max(
-                cache.concurrency, int(wanted) if wanted else REMOTE_CONCURRENCY
-            )
-        return cache
+        raise_loaders = remote and cache not in _remote_caches
+        if raise_loaders:
+            _remote_caches.add(cache)
+    if raise_loaders:
+        _apply(cache, current_settings(names=_LIVE))
+    return cache
+
+
+def _apply(cache: ChunkCache, settings: Settings) -> None:
+    chosen = _configured.get(cache, {})
+    limit = chosen.get("total_bytes_limit", settings.total_bytes_limit)
+    workers = chosen.get("concurrency", settings.concurrency)
+    if not workers:
+        workers = default_concurrency()
+        if cache in _remote_caches:
+            workers = max(workers, settings.remote_concurrency)
+    if cache.total_bytes_limit != limit:
+        cache.total_bytes_limit = limit
+    if cache.concurrency != workers:
+        cache.concurrency = workers
+
+
+def apply_settings() -> None:
+    """Give the shared cache the capacity and loaders of `current_settings` now, and
+    the open layers the 3D voxel budget when that setting changed.
+
+    Called when napari's Preferences page changes (main thread). Only those
+    settings are read here: another one napari cannot check (an *Allowed
+    remotes* entry, invalid while it is being typed) is reported, naming the
+    preference, when it is used. A malformed settings file changes nothing.
+    """
+    global _applied_voxels
+    cache = _shared_cache
+    if cache is None:
+        return
+    try:
+        settings = current_settings(names=_LIVE)
+    except LazyZarrError:
+        return
+    _apply(cache, settings)
+    if settings.volume_voxels != _applied_voxels:
+        _applied_voxels = settings.volume_voxels
+        for viewer in list(_watched_viewers):
+            for layer in viewer.layers:
+                loader = loader_of(layer)
+                if loader is not None:
+                    loader.volume_voxels = settings.volume_voxels
 
 
 def configure(
     *, total_bytes_limit: int | None = None, concurrency: int | None = None
 ) -> ChunkCache:
-    """Set the shared cache's capacity and worker count (applied live).
+    """Set the shared cache's capacity (bytes) and loaders for this session (applied live).
 
-    A worker count set here is kept when a remote store is opened later.
+    What is set here beats the settings (napari's Preferences, the
+    environment, the settings file) until the process ends, and a loader count
+    set here is kept when a URL is opened. The command line's
+    ``--total-bytes-limit`` and ``--concurrency`` call it. To change the
+    settings themselves, use napari's Preferences or the settings file.
+
+    Raises
+    ------
+    ValueError
+        A capacity < 0 or a loader count < 1 (`ChunkCache`).
     """
-    global _chosen_concurrency
     cache = shared_cache()
     if total_bytes_limit is not None:
         cache.total_bytes_limit = total_bytes_limit
     if concurrency is not None:
         cache.concurrency = concurrency
-        with _cache_lock:
-            _chosen_concurrency = cache
+    with _cache_lock:
+        chosen = _configured.setdefault(cache, {})
+        if total_bytes_limit is not None:
+            chosen["total_bytes_limit"] = total_bytes_limit
+        if concurrency is not None:
+            chosen["concurrency"] = concurrency
     return cache
 
 

@@ -1,4 +1,4 @@
-"""The plugin's time caps from the settings file and the environment."""
+"""The plugin's settings: the model, the settings file, the environment, the manifest."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def test_no_settings_are_the_defaults(tmp_path: Path) -> None:
 
 def test_the_file_then_the_environment(tmp_path: Path) -> None:
     settings = tmp_path / "settings.toml"
-    settings.write_text("[timeouts]\nconnect = 2\nread = 3.5\n")
+    settings.write_text("[timeouts]\nconnect_timeout = 2\nread_timeout = 3.5\n")
     assert timeouts_from_settings(_env(settings)) == Timeouts(connect=2, read=3.5)
     env = _env(settings, NAPARI_LAZY_ZARR_TIMEOUT_READ="7", NAPARI_LAZY_ZARR_TIMEOUT_TOTAL="9")
     assert timeouts_from_settings(env) == Timeouts(connect=2, read=7, total=9)
@@ -34,9 +34,12 @@ def test_the_file_then_the_environment(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "variable", "message"),
     [
-        ("[timeouts]\nread = -1\n", None, "read"),
-        ("[timeouts]\nread = nan\n", None, "read"),
-        ("[timeouts]\nread = true\n", None, "read"),
+        ("[timeouts]\nread_timeout = -1\n", None, "read_timeout"),
+        ("[timeouts]\nread_timeout = nan\n", None, "read_timeout"),
+        ("[timeouts]\nread_timeout = true\n", None, "read_timeout"),
+        ("[cache]\nconcurrency = 1.5\n", None, r"\[cache\] concurrency: an integer"),
+        ("[cache]\nconcurrency = 999\n", None, "<= 256"),
+        ("[caches]\nconcurrency = 1\n", None, r"\[caches\] is not a settings table"),
         ("[timeouts]\nidle = 1\n", None, "'idle' is not a setting"),
         ("timeouts = 3\n", None, "must be a table"),
         ("[timeouts\n", None, "cannot read"),
@@ -127,3 +130,159 @@ def test_the_readers_levels_open_with_the_chosen_backend(
     (source,) = open_level_sources(path, image)
     assert isinstance(source, TensorStoreChunkSource)
     np.testing.assert_array_equal(source.read_chunk((1, 1)), data[32:, 32:])
+
+
+# -- the one settings model ----------------------------------------------------------
+
+
+def test_the_manifest_page_is_the_model() -> None:
+    """napari.yaml's ``configurations`` is the model, field for field, default for default."""
+    import dataclasses
+    import pathlib
+
+    import yaml
+
+    from napari_lazy_zarr.core.settings import Settings, configuration_schema
+
+    manifest = pathlib.Path(__file__).parents[2] / "napari.yaml"
+    contributed = yaml.safe_load(manifest.read_text())["contributions"]["configurations"]
+    assert contributed == configuration_schema(), (
+        "napari.yaml's configurations differ from core/settings.py's Settings: paste "
+        "yaml.safe_dump({'configurations': configuration_schema()}, sort_keys=False)"
+    )
+    json_types = {"integer": int, "number": float, "string": str}
+    properties = {
+        key: (section, entry)
+        for section, table in contributed.items()
+        for key, entry in table["properties"].items()
+    }
+    model = {item.name: item for item in dataclasses.fields(Settings)}
+    assert set(properties) == set(model)
+    for name, (section, entry) in properties.items():
+        assert Settings.setting(name).section == section
+        assert entry["default"] == getattr(Settings(), name)
+        assert type(getattr(Settings(), name)) is json_types[entry["type"]]
+        assert entry["description"]
+        assert entry["title"]
+
+
+def test_every_field_is_documented() -> None:
+    import dataclasses
+    import inspect
+
+    from napari_lazy_zarr.core.settings import Settings
+
+    doc = inspect.cleandoc(Settings.__doc__ or "")
+    for item in dataclasses.fields(Settings):
+        assert f"\n{item.name}\n    " in doc, item.name
+
+
+def test_the_backend_choices_are_the_backends() -> None:
+    from napari_lazy_zarr.core.backends import BACKENDS
+    from napari_lazy_zarr.core.settings import Settings
+
+    assert Settings.setting("backend").choices == ("auto", *BACKENDS)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("total_bytes_limit_mib", 0, "Settings.total_bytes_limit_mib: an integer >= 1"),
+        ("concurrency", 1.0, "Settings.concurrency: an integer"),
+        ("concurrency", True, "Settings.concurrency: an integer"),
+        ("volume_voxels", 2**31, "Settings.volume_voxels: an integer"),
+        ("read_timeout", 0, "Settings.read_timeout: a number of seconds >= 0.01"),
+        ("backend", "fast", "Settings.backend: unknown backend 'fast'"),
+        ("allowed_remotes", "file", "Settings.allowed_remotes: 'file': local"),
+        ("allowed_roots", 3, "Settings.allowed_roots: a string is needed"),
+    ],
+)
+def test_the_model_refuses_bad_values_by_field(field: str, value: object, message: str) -> None:
+    import re
+
+    from napari_lazy_zarr.core.settings import Settings
+
+    with pytest.raises(MetadataError, match=re.escape(message)):
+        Settings(**{field: value})  # type: ignore[arg-type]
+
+
+def test_the_model_accepts_every_value_in_bounds() -> None:
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from napari_lazy_zarr.core.settings import Settings
+
+    @given(
+        mib=st.integers(1, 1 << 20),
+        workers=st.integers(0, 256),
+        seconds=st.floats(0.01, 3600),
+        voxels=st.integers(1, 2**31 - 1),
+    )
+    def check(mib: int, workers: int, seconds: float, voxels: int) -> None:
+        settings = Settings(
+            total_bytes_limit_mib=mib,
+            concurrency=workers,
+            read_timeout=seconds,
+            volume_voxels=voxels,
+        )
+        assert settings.total_bytes_limit == mib << 20
+        assert settings.timeouts.read == seconds
+        assert (settings.concurrency, settings.volume_voxels) == (workers, voxels)
+
+    check()
+
+
+def test_sources_in_order_defaults_file_preferences_environment(tmp_path: Path) -> None:
+    from napari_lazy_zarr.core.settings import current_settings, use_preferences
+
+    settings = tmp_path / "settings.toml"
+    settings.write_text(
+        "[cache]\ntotal_bytes_limit_mib = 64\nconcurrency = 3\nremote_concurrency = 7\n"
+        '[reading]\nvolume_voxels = 1000\n[references]\nallowed_remotes = ["s3"]\n'
+    )
+    env = _env(settings)
+    assert current_settings(env).total_bytes_limit_mib == 64
+    preferences = {
+        "cache": {"total_bytes_limit_mib": 128, "concurrency": 5},
+        "references": {"allowed_remotes": "gs"},
+    }
+    use_preferences(lambda: preferences)
+    try:
+        chosen = current_settings(env)
+        assert (chosen.total_bytes_limit_mib, chosen.concurrency) == (128, 5)
+        assert (chosen.remote_concurrency, chosen.volume_voxels) == (7, 1000)  # the file's
+        assert chosen.remotes == ("gs", "s3")  # allow-lists add up
+        env |= {
+            "NAPARI_LAZY_ZARR_TOTAL_BYTES_LIMIT": str(3 << 20),
+            "NAPARI_LAZY_ZARR_ALLOWED_REMOTES": "https://example.org",
+        }
+        chosen = current_settings(env)
+        assert (chosen.total_bytes_limit, chosen.concurrency) == (3 << 20, 5)
+        assert chosen.remotes == ("https://example.org", "gs", "s3")
+        preferences["cache"]["concurrency"] = -2
+        with pytest.raises(MetadataError, match=r"napari Preferences: .*cache\.concurrency"):
+            current_settings(env)
+    finally:
+        use_preferences(None)
+    # The variable is in bytes; a part of a MiB counts as one.
+    assert (
+        current_settings(
+            _env(tmp_path / "none.toml", NAPARI_LAZY_ZARR_TOTAL_BYTES_LIMIT="1")
+        ).total_bytes_limit_mib
+        == 1
+    )
+    with pytest.raises(MetadataError, match="NAPARI_LAZY_ZARR_TOTAL_BYTES_LIMIT: a number"):
+        current_settings(_env(tmp_path / "none.toml", NAPARI_LAZY_ZARR_TOTAL_BYTES_LIMIT="1G"))
+
+
+def test_the_folders_come_from_platformdirs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from napari_lazy_zarr.core.sample import default_cache_dir
+    from napari_lazy_zarr.core.settings import settings_path
+
+    monkeypatch.delenv("NAPARI_LAZY_ZARR_SETTINGS", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    assert default_cache_dir() == tmp_path / "cache" / "napari-lazy-zarr"
+    assert settings_path() == str(tmp_path / "config" / "napari-lazy-zarr" / "settings.toml")

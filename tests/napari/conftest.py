@@ -122,14 +122,21 @@ def recorded_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[Any, 
 
 @pytest.fixture(autouse=True)
 def fresh_shared_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Each test gets its own plugin cache (closed afterwards), so tests do not share chunks."""
+    """Each test gets its own plugin cache (closed afterwards), so tests do not share chunks,
+    and the plugin's Preferences at their defaults afterwards."""
     from napari_lazy_zarr import _reader
+    from napari_lazy_zarr._preferences import plugin_preferences
 
     monkeypatch.setattr(_reader, "_shared_cache", None)
     yield
     cache = _reader._shared_cache
     if cache is not None:
         cache.close()
+    # What a test changed on the plugin's Preferences page (the inspector's controls write
+    # there) must not reach the next test: back to the defaults.
+    page = plugin_preferences()
+    if page is not None and page.model_dump(exclude_defaults=True):
+        page.reset()
 
 
 def omero(colors: list[str], windows: list[tuple[float, float]]) -> dict[str, Any]:

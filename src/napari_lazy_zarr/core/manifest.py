@@ -47,10 +47,8 @@ import os
 import posixpath
 import re
 import socket
-import sys
 import threading
 import time
-import tomllib
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn
 from urllib.parse import unquote, urlsplit
@@ -80,6 +78,12 @@ from napari_lazy_zarr.core.errors import (
     UnsupportedDataError,
 )
 from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS, RetryPolicy, Timeouts
+from napari_lazy_zarr.core.settings import (
+    SETTINGS_VARIABLE,
+    Settings,
+    current_settings,
+    settings_path,
+)
 from napari_lazy_zarr.core.zarr_source import (
     DEFAULT_RETRY,
     MAX_METADATA_BYTES,
@@ -186,46 +190,16 @@ def _read_json(location: str, what: str, limit: int) -> tuple[dict[str, Any], by
 
 # -- where references may point -----------------------------------------------
 
-ALLOWED_ROOTS_VARIABLE: Final = "NAPARI_LAZY_ZARR_ALLOWED_ROOTS"
+ALLOWED_ROOTS_VARIABLE: Final = Settings.setting("allowed_roots").variable
 """Environment variable: local folders references may point into (separated like ``PATH``)."""
-ALLOWED_REMOTES_VARIABLE: Final = "NAPARI_LAZY_ZARR_ALLOWED_REMOTES"
+ALLOWED_REMOTES_VARIABLE: Final = Settings.setting("allowed_remotes").variable
 """Environment variable: protocols and locations references may reach (comma-separated)."""
-SETTINGS_VARIABLE: Final = "NAPARI_LAZY_ZARR_SETTINGS"
-"""Environment variable: the settings file to use instead of the default one."""
 # Protocols whose URL "host" is a bucket or container, not a network address.
 _BUCKET_PROTOCOLS: Final = frozenset(
     {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss", "memory"}
 )
 _PROTOCOL: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
-_SETTINGS_KEYS: Final = ("allowed_roots", "allowed_remotes")
 _RESOLVE_TIMEOUT: Final = 2.0  # seconds a host name may take to resolve before it is refused
-
-
-def settings_path(environ: Mapping[str, str] | None = None) -> str:
-    """The plugin's settings file (it need not exist).
-
-    ``$NAPARI_LAZY_ZARR_SETTINGS`` when set, else ``napari-lazy-zarr/settings.toml``
-    in the user's configuration folder, beside napari's own: ``$XDG_CONFIG_HOME``
-    or ``~/.config`` on Linux, ``~/Library/Application Support`` on macOS,
-    ``%APPDATA%`` on Windows.
-
-    Examples
-    --------
-    >>> settings_path({"NAPARI_LAZY_ZARR_SETTINGS": "/etc/lazy-zarr.toml"})
-    '/etc/lazy-zarr.toml'
-    """
-    env = os.environ if environ is None else environ
-    chosen = env.get(SETTINGS_VARIABLE)
-    if chosen:
-        return os.path.expanduser(chosen)
-    home = os.path.expanduser("~")
-    if sys.platform == "win32":
-        base = env.get("APPDATA") or os.path.join(home, "AppData", "Roaming")
-    elif sys.platform == "darwin":
-        base = os.path.join(home, "Library", "Application Support")
-    else:
-        base = env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
-    return os.path.join(base, "napari-lazy-zarr", "settings.toml")
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,12 +255,14 @@ class ReferencePolicy:
 
     @classmethod
     def from_settings(cls, environ: Mapping[str, str] | None = None) -> ReferencePolicy:
-        """The user's policy: the environment variables and the settings file, together.
+        """The user's policy: `Settings.allowed_roots` and `Settings.allowed_remotes`.
 
-        ``NAPARI_LAZY_ZARR_ALLOWED_ROOTS`` lists folders separated by
-        ``os.pathsep`` (``:``; ``;`` on Windows); ``NAPARI_LAZY_ZARR_ALLOWED_REMOTES``
-        lists protocols and locations separated by commas or spaces. The
-        settings file (`settings_path`) may hold the same under ``[references]``::
+        What the environment, napari's Preferences and the settings file
+        allow, together (`current_settings`). ``NAPARI_LAZY_ZARR_ALLOWED_ROOTS``
+        lists folders separated by ``os.pathsep`` (``:``; ``;`` on Windows);
+        ``NAPARI_LAZY_ZARR_ALLOWED_REMOTES`` lists protocols and locations
+        separated by commas or spaces. The settings file (`settings_path`) may
+        hold the same under ``[references]``::
 
             [references]
             allowed_roots = ["/data/hdf5", "~/scans"]
@@ -310,25 +286,8 @@ class ReferencePolicy:
         >>> ReferencePolicy.from_settings(env).remotes
         ('s3', 'https://example.org')
         """
-        env = os.environ if environ is None else environ
-        roots = [
-            os.path.abspath(os.path.expanduser(root.strip()))
-            for root in env.get(ALLOWED_ROOTS_VARIABLE, "").split(os.pathsep)
-            if root.strip()
-        ]
-        remotes = [r for r in re.split(r"[,\s]+", env.get(ALLOWED_REMOTES_VARIABLE, "")) if r]
-        for entry in remotes:
-            _check_remote(entry, ALLOWED_REMOTES_VARIABLE)
-        path = settings_path(env)
-        table = _settings_table(path)
-        folder = os.path.dirname(os.path.abspath(path))
-        roots += [
-            os.path.join(folder, os.path.expanduser(root)) for root in table["allowed_roots"]
-        ]
-        for entry in table["allowed_remotes"]:
-            _check_remote(entry, f"{path}: allowed_remotes")
-        remotes += table["allowed_remotes"]
-        return cls(roots=tuple(roots), remotes=tuple(remotes))
+        settings = current_settings(environ)
+        return cls(roots=settings.roots, remotes=settings.remotes)
 
     def union(self, other: ReferencePolicy) -> ReferencePolicy:
         """What either policy allows."""
@@ -337,34 +296,6 @@ class ReferencePolicy:
             remotes=tuple(dict.fromkeys((*self.remotes, *other.remotes))),
             any_local=self.any_local or other.any_local,
         )
-
-
-def _settings_table(path: str) -> dict[str, list[str]]:
-    """The settings file's ``[references]`` lists (empty when there is no file)."""
-    empty: dict[str, list[str]] = {key: [] for key in _SETTINGS_KEYS}
-    try:
-        with open(path, "rb") as handle:
-            document = tomllib.load(handle)
-    except FileNotFoundError:
-        return empty
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
-        raise MetadataError(
-            f"{path}: cannot read the napari-lazy-zarr settings: {error}"
-        ) from error
-    table = document.get("references", {})
-    if not isinstance(table, dict):
-        raise MetadataError(f"{path}: 'references' must be a table ([references])")
-    unknown = sorted(set(table) - set(_SETTINGS_KEYS))
-    if unknown:
-        raise MetadataError(
-            f"{path}: [references] {unknown[0]!r} is not a setting ({', '.join(_SETTINGS_KEYS)})"
-        )
-    for key in _SETTINGS_KEYS:
-        value = table.get(key, [])
-        if not (isinstance(value, list) and all(isinstance(v, str) and v for v in value)):
-            raise MetadataError(f"{path}: [references] {key} must be a list of strings")
-        empty[key] = value
-    return empty
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,13 +336,6 @@ def _parse_remote(entry: str) -> str | _Location:
             "('s3://bucket', 'https://host', 'http://host:port/path')"
         )
     return _Location(scheme.lower(), host, port, _url_path(parts.path))
-
-
-def _check_remote(entry: str, source: str) -> None:
-    try:
-        _parse_remote(entry)
-    except ValueError as error:
-        raise MetadataError(f"{source}: {error}") from error
 
 
 def _url_path(path: str) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import platformdirs
 import zarr
 from zarr.codecs import BloscCodec, ZstdCodec
 
@@ -21,9 +22,13 @@ __all__ = [
 
 
 def default_cache_dir() -> Path:
-    """Where generated stores are kept between runs (`$XDG_CACHE_HOME/napari-lazy-zarr`)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "napari-lazy-zarr"
+    """Where generated stores are kept between runs: the user's cache folder.
+
+    `platformdirs.user_cache_dir`: ``$XDG_CACHE_HOME/napari-lazy-zarr`` (else
+    ``~/.cache/napari-lazy-zarr``) on Linux, ``~/Library/Caches/napari-lazy-zarr``
+    on macOS, ``%LOCALAPPDATA%\\napari-lazy-zarr`` on Windows.
+    """
+    return Path(platformdirs.user_cache_dir("napari-lazy-zarr", appauthor=False, opinion=False))
 
 
 def synthetic_region(

@@ -1,69 +1,447 @@
-"""The plugin's time caps from the environment and the settings file.
+"""The plugin's settings: one validated model, read from four places.
 
-The settings file is the one `ReferencePolicy.from_settings` reads
-(`settings_path`); this module reads its ``[timeouts]`` table::
+`Settings` is every setting the plugin has, each documented, with its default
+and its bounds. `current_settings` resolves them, each later source
+overriding the earlier ones:
 
-    [timeouts]
-    connect = 5      # seconds to establish a connection
-    read = 20        # seconds a response may stay silent
-    total = 60       # seconds one request may take in all
+1. the defaults (`Settings()`);
+2. the settings file (`settings_path`), a TOML file whose tables and keys are
+   those of napari's *Preferences* page (`SETTINGS_SECTIONS` and the
+   `Settings` fields)::
 
-and its ``[reading]`` table, which decode backend reads zarr arrays in napari
-(`napari_lazy_zarr.core.backends`)::
+       [cache]
+       total_bytes_limit_mib = 2048   # the shared chunk cache's capacity
+       concurrency = 8                # chunk loads in flight (0: one per core)
+       remote_concurrency = 32        # ... raised to this for URLs
 
-    [reading]
-    backend = "auto"   # or "zarr", "tensorstore", "zarrs"
+       [timeouts]
+       connect_timeout = 5    # seconds to establish a connection
+       read_timeout = 20      # seconds a response may stay silent
+       total_timeout = 60     # seconds one request may take in all
 
-Environment variables override the file: ``NAPARI_LAZY_ZARR_TIMEOUT_CONNECT``,
-``NAPARI_LAZY_ZARR_TIMEOUT_READ``, ``NAPARI_LAZY_ZARR_TIMEOUT_TOTAL`` and
-``NAPARI_LAZY_ZARR_BACKEND``.
+       [reading]
+       backend = "auto"               # or "zarr", "tensorstore", "zarrs"
+       volume_voxels = 134217728      # a 3D view's voxel budget (512³)
+
+       [references]
+       allowed_roots = ["/data/hdf5", "~/scans"]   # relative to the file
+       allowed_remotes = ["s3://open-data", "https://data.example.org"]
+
+   It is the fallback for a napari without plugin preferences, and for Python
+   scripts;
+3. napari's *Preferences* (*Lazy Zarr* under *Plugin Preferences*), when the
+   plugin runs inside napari: the napari glue registers them with
+   `use_preferences`. Only values that differ from the default count, as
+   napari saves only those;
+4. the environment variables (`Setting.variable`; the capacity
+   ``NAPARI_LAZY_ZARR_TOTAL_BYTES_LIMIT`` is in bytes, rounded up to MiB).
+
+The two allow-lists (``allowed_roots``, ``allowed_remotes``) add up instead:
+what any source allows is allowed. The napari manifest's
+``contributions.configurations`` is `configuration_schema` (a test keeps the
+two equal).
+
+This module imports neither napari nor Qt.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 import stat
+import threading
 import tomllib
-from typing import TYPE_CHECKING, Any, Final
+from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+import platformdirs
 
 from napari_lazy_zarr.core.errors import MetadataError
-from napari_lazy_zarr.core.manifest import settings_path
-from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS, Timeouts
+from napari_lazy_zarr.core.retry import Timeouts
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Collection, Mapping
 
 __all__ = [
     "BACKEND_VARIABLE",
+    "SETTINGS_SECTIONS",
+    "SETTINGS_VARIABLE",
     "TIMEOUT_VARIABLES",
+    "Setting",
+    "Settings",
     "backend_from_settings",
+    "configuration_schema",
+    "current_settings",
+    "settings_path",
     "timeouts_from_settings",
+    "use_preferences",
 ]
 
-_SETTINGS_BYTES: Final = 1 << 20  # a settings file is a few lines
-TIMEOUT_VARIABLES: Final = {
-    "connect": "NAPARI_LAZY_ZARR_TIMEOUT_CONNECT",
-    "read": "NAPARI_LAZY_ZARR_TIMEOUT_READ",
-    "total": "NAPARI_LAZY_ZARR_TIMEOUT_TOTAL",
+type Section = Literal["cache", "timeouts", "reading", "references"]
+type Preferences = Mapping[str, Mapping[str, Any]]
+
+SETTINGS_VARIABLE: Final = "NAPARI_LAZY_ZARR_SETTINGS"
+"""Environment variable: the settings file to use instead of the default one."""
+SETTINGS_SECTIONS: Final[dict[Section, str]] = {
+    "cache": "Chunk cache",
+    "timeouts": "Timeouts",
+    "reading": "Reading",
+    "references": "Reference files",
 }
-BACKEND_VARIABLE: Final = "NAPARI_LAZY_ZARR_BACKEND"
-_TABLES: Final = {"timeouts": tuple(TIMEOUT_VARIABLES), "reading": ("backend",)}
+"""The settings' sections (TOML tables, napari configuration keys) and their titles."""
+_MIB: Final = 1 << 20
+_INT32_MAX: Final = 2**31 - 1  # napari's Preferences edit integers in a 32-bit spin box
+_SETTINGS_BYTES: Final = 1 << 20  # a settings file is a few lines
+_BACKEND_NAMES: Final = ("auto", "zarr", "tensorstore", "zarrs")
 
 
-def _seconds(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise MetadataError(f"{where}: a number of seconds is needed, got {value!r}")
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """What one `Settings` field is: where it is set, what it may be, what it means.
+
+    Attributes
+    ----------
+    section
+        Its TOML table and napari configuration key (`SETTINGS_SECTIONS`).
+    title
+        Its label on napari's Preferences page.
+    description
+        What it does (shown under the label).
+    variable
+        The environment variable overriding it.
+    minimum
+        The smallest value allowed (numbers).
+    maximum
+        The largest value allowed (numbers).
+    choices
+        The values allowed (strings with a closed vocabulary).
+
+    Examples
+    --------
+    >>> Settings.setting("concurrency").variable
+    'NAPARI_LAZY_ZARR_CONCURRENCY'
+    """
+
+    section: Section
+    title: str
+    description: str
+    variable: str
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] | None = None
+
+
+def _field(default: Any, **setting: Any) -> Any:
+    return field(default=default, metadata={"setting": Setting(**setting)})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """Every setting of the plugin, validated (see the module's docstring for the sources).
+
+    Attributes
+    ----------
+    total_bytes_limit_mib
+        Capacity of the chunk cache all layers share, in MiB of decoded chunks.
+    concurrency
+        Chunk loads in flight in that cache; 0 is one per core.
+    remote_concurrency
+        Opening a URL raises the loads in flight to at least this many (remote
+        chunks are latency-bound), unless `concurrency` is set.
+    connect_timeout
+        Seconds a remote request may take to connect.
+    read_timeout
+        Seconds a response may stay silent between two pieces.
+    total_timeout
+        Seconds one request may take in all.
+    backend
+        What reads and decodes zarr arrays: ``"auto"`` (zarr-python),
+        ``"zarr"``, ``"tensorstore"`` or ``"zarrs"`` (`core.backends`).
+    volume_voxels
+        A 3D view shows the finest level with at most this many voxels.
+    allowed_roots
+        Folders reference files may also point into, separated by
+        ``os.pathsep`` (``:``; ``;`` on Windows).
+    allowed_remotes
+        Protocols and locations reference files may reach, separated by
+        commas or spaces (`ReferencePolicy`).
+
+    Raises
+    ------
+    MetadataError
+        A value of the wrong type or out of bounds (the message names the field).
+
+    Examples
+    --------
+    >>> Settings().total_bytes_limit
+    1073741824
+    >>> Settings(concurrency=-1)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    napari_lazy_zarr.core.errors.MetadataError: Settings.concurrency: an integer >= 0 ...
+    """
+
+    total_bytes_limit_mib: int = _field(
+        1024,
+        section="cache",
+        title="Capacity (MiB)",
+        description="Decoded chunks the cache shared by all layers keeps; "
+        "changing it applies at once.",
+        variable="NAPARI_LAZY_ZARR_TOTAL_BYTES_LIMIT",
+        minimum=1,
+        maximum=1 << 20,
+    )
+    concurrency: int = _field(
+        0,
+        section="cache",
+        title="Loaders",
+        description="Chunk loads in flight (0: one per core); applies at once.",
+        variable="NAPARI_LAZY_ZARR_CONCURRENCY",
+        minimum=0,
+        maximum=256,
+    )
+    remote_concurrency: int = _field(
+        32,
+        section="cache",
+        title="Remote loaders",
+        description="Opening a URL raises the loads in flight to at least this many "
+        "(unless Loaders is set).",
+        variable="NAPARI_LAZY_ZARR_REMOTE_CONCURRENCY",
+        minimum=1,
+        maximum=256,
+    )
+    connect_timeout: float = _field(
+        10.0,
+        section="timeouts",
+        title="Connect (s)",
+        description="Seconds a remote request may take to connect.",
+        variable="NAPARI_LAZY_ZARR_TIMEOUT_CONNECT",
+        minimum=0.01,
+        maximum=3600,
+    )
+    read_timeout: float = _field(
+        10.0,
+        section="timeouts",
+        title="Read (s)",
+        description="Seconds a response may stay silent.",
+        variable="NAPARI_LAZY_ZARR_TIMEOUT_READ",
+        minimum=0.01,
+        maximum=3600,
+    )
+    total_timeout: float = _field(
+        60.0,
+        section="timeouts",
+        title="Total (s)",
+        description="Seconds one request may take in all.",
+        variable="NAPARI_LAZY_ZARR_TIMEOUT_TOTAL",
+        minimum=0.01,
+        maximum=3600,
+    )
+    backend: str = _field(
+        "auto",
+        section="reading",
+        title="Decode backend",
+        description="What reads zarr arrays opened next: auto (zarr-python), zarr, "
+        "tensorstore or zarrs (installed separately).",
+        variable="NAPARI_LAZY_ZARR_BACKEND",
+        choices=_BACKEND_NAMES,
+    )
+    volume_voxels: int = _field(
+        512**3,
+        section="reading",
+        title="3D voxel budget",
+        description="A 3D view shows the finest level with at most this many voxels "
+        "(512³ by default).",
+        variable="NAPARI_LAZY_ZARR_VOLUME_VOXELS",
+        minimum=1,
+        maximum=_INT32_MAX,
+    )
+    allowed_roots: str = _field(
+        "",
+        section="references",
+        title="Allowed folders",
+        description="Folders reference files may also point into, separated by ':' "
+        "(';' on Windows).",
+        variable="NAPARI_LAZY_ZARR_ALLOWED_ROOTS",
+    )
+    allowed_remotes: str = _field(
+        "",
+        section="references",
+        title="Allowed remotes",
+        description="Protocols (s3, https) and locations (https://data.example.org) "
+        "reference files may reach, separated by commas.",
+        variable="NAPARI_LAZY_ZARR_ALLOWED_REMOTES",
+    )
+
+    def __post_init__(self) -> None:
+        for item in fields(self):
+            value = _checked(item.name, getattr(self, item.name), f"Settings.{item.name}")
+            object.__setattr__(self, item.name, value)
+
+    @staticmethod
+    def setting(name: str) -> Setting:
+        """The `Setting` describing the field `name`."""
+        setting: Setting = _FIELDS[name].metadata["setting"]
+        return setting
+
+    @property
+    def total_bytes_limit(self) -> int:
+        """The cache's capacity in bytes."""
+        return self.total_bytes_limit_mib * _MIB
+
+    @property
+    def timeouts(self) -> Timeouts:
+        """The three time caps as `Timeouts`."""
+        return Timeouts(
+            connect=self.connect_timeout, read=self.read_timeout, total=self.total_timeout
+        )
+
+    @property
+    def roots(self) -> tuple[str, ...]:
+        """`allowed_roots` as a tuple of folders (``~`` expanded, made absolute)."""
+        return tuple(
+            os.path.abspath(os.path.expanduser(root.strip()))
+            for root in self.allowed_roots.split(os.pathsep)
+            if root.strip()
+        )
+
+    @property
+    def remotes(self) -> tuple[str, ...]:
+        """`allowed_remotes` as a tuple of protocols and locations."""
+        return tuple(r for r in re.split(r"[,\s]+", self.allowed_remotes) if r)
+
+
+_FIELDS: Final = {item.name: item for item in fields(Settings)}
+_BY_KEY: Final[dict[tuple[str, str], str]] = {
+    (Settings.setting(name).section, name): name for name in _FIELDS
+}
+_LISTS: Final = frozenset({"allowed_roots", "allowed_remotes"})
+TIMEOUT_VARIABLES: Final = {
+    name: Settings.setting(f"{name}_timeout").variable for name in ("connect", "read", "total")
+}
+BACKEND_VARIABLE: Final = Settings.setting("backend").variable
+
+
+def _checked(name: str, value: Any, where: str) -> Any:
+    """`value` as field `name` holds it, or MetadataError naming `where`."""
+    kind, setting = _FIELDS[name].type, Settings.setting(name)
+    if kind == "str":
+        if setting.choices is not None and value not in setting.choices:
+            allowed = ", ".join(repr(c) for c in setting.choices)
+            raise MetadataError(f"{where}: unknown {name} {value!r}; choose one of {allowed}")
+        if not isinstance(value, str):
+            raise MetadataError(f"{where}: a string is needed, got {value!r}")
+        if name == "allowed_remotes":
+            _check_remotes(value, where)
+        return value
+    low, high = setting.minimum, setting.maximum
+    number: float
+    if kind == "int":
+        if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
+            value = int(value)
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        number, wanted = (value if ok else math.nan), "an integer"
+    else:
+        ok = isinstance(value, int | float | str) and not isinstance(value, bool)
+        try:
+            number = float(value) if ok else math.nan
+        except ValueError:
+            number = math.nan
+        wanted = "a number of seconds"
+    bounds = f" >= {low:,}" if low is not None else ""
+    bounds += f" and <= {high:,}" if high is not None else ""
+    if not (math.isfinite(number) and (low is None or number >= low)) or (
+        high is not None and number > high
+    ):
+        raise MetadataError(f"{where}: {wanted}{bounds} is needed, got {value!r}")
+    return int(number) if kind == "int" else number
+
+
+def _check_remotes(text: str, where: str) -> None:
+    # The reference policy is what understands remote entries (imported here: it imports us).
+    from napari_lazy_zarr.core.manifest import ReferencePolicy
+
     try:
-        seconds = float(value)
+        ReferencePolicy(remotes=tuple(r for r in re.split(r"[,\s]+", text) if r))
     except ValueError as error:
-        raise MetadataError(f"{where}: a number of seconds is needed, got {value!r}") from error
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise MetadataError(f"{where}: a finite number of seconds > 0 is needed, got {value!r}")
-    return seconds
+        raise MetadataError(f"{where}: {error}") from error
 
 
-def _table(path: str, name: str) -> dict[str, Any]:
+def configuration_schema() -> dict[str, Any]:
+    """The napari manifest's ``contributions.configurations``, made from `Settings`.
+
+    Examples
+    --------
+    >>> configuration_schema()["cache"]["properties"]["concurrency"]["default"]
+    0
+    """
+    json_types = {"int": "integer", "float": "number", "str": "string"}
+    schema: dict[str, Any] = {
+        section: {"title": title, "properties": {}} for section, title in SETTINGS_SECTIONS.items()
+    }
+    for item in fields(Settings):
+        setting: Setting = item.metadata["setting"]
+        entry: dict[str, Any] = {
+            "title": setting.title,
+            "description": setting.description,
+            "type": json_types[str(item.type)],
+            "default": item.default,
+        }
+        if setting.minimum is not None:
+            entry["minimum"] = setting.minimum
+        if setting.maximum is not None:
+            entry["maximum"] = setting.maximum
+        if setting.choices is not None:
+            entry["enum"] = list(setting.choices)
+        schema[setting.section]["properties"][item.name] = entry
+    return schema
+
+
+def settings_path(environ: Mapping[str, str] | None = None) -> str:
+    """The plugin's settings file (it need not exist).
+
+    ``$NAPARI_LAZY_ZARR_SETTINGS`` when set, else ``napari-lazy-zarr/settings.toml``
+    in the user's configuration folder (`platformdirs.user_config_dir`):
+    ``$XDG_CONFIG_HOME`` or ``~/.config`` on Linux, ``~/Library/Application
+    Support`` on macOS, ``%APPDATA%`` on Windows.
+
+    Examples
+    --------
+    >>> settings_path({"NAPARI_LAZY_ZARR_SETTINGS": "/etc/lazy-zarr.toml"})
+    '/etc/lazy-zarr.toml'
+    """
+    env = os.environ if environ is None else environ
+    chosen = env.get(SETTINGS_VARIABLE)
+    if chosen:
+        return os.path.expanduser(chosen)
+    folder = platformdirs.user_config_dir("napari-lazy-zarr", appauthor=False, roaming=True)
+    return os.path.join(folder, "settings.toml")
+
+
+# -- the napari preferences, when there are some ---------------------------------
+
+_preferences_lock = threading.Lock()
+_preferences: Callable[[], Preferences] | None = None
+
+
+def use_preferences(source: Callable[[], Preferences] | None) -> None:
+    """Read napari's plugin preferences from `source` (None: stop reading them).
+
+    `source` returns ``{section: {key: value}}`` of the values that differ from
+    their defaults; `current_settings` calls it each time. The napari glue
+    registers it; nothing in the core imports napari.
+    """
+    global _preferences
+    with _preferences_lock:
+        _preferences = source
+
+
+# -- resolving --------------------------------------------------------------------
+
+
+def _file_values(path: str) -> dict[str, tuple[Any, str]]:
+    """The settings file's values as ``{field: (value, where)}`` (none if there is no file)."""
     try:
         # Non-blocking open, then fstat: a FIFO or device named as the file cannot block.
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -77,25 +455,116 @@ def _table(path: str, name: str) -> dict[str, Any]:
         raise MetadataError(
             f"{path}: cannot read the napari-lazy-zarr settings: {error}"
         ) from error
-    table = document.get(name, {})
-    if not isinstance(table, dict):
-        raise MetadataError(f"{path}: {name!r} must be a table ([{name}])")
-    unknown = sorted(set(table) - set(_TABLES[name]))
-    if unknown:
-        raise MetadataError(
-            f"{path}: [{name}] {unknown[0]!r} is not a setting ({', '.join(_TABLES[name])})"
-        )
-    return table
+    values: dict[str, tuple[Any, str]] = {}
+    for section, table in document.items():
+        if section not in SETTINGS_SECTIONS:
+            raise MetadataError(
+                f"{path}: [{section}] is not a settings table ({', '.join(SETTINGS_SECTIONS)})"
+            )
+        if not isinstance(table, dict):
+            raise MetadataError(f"{path}: {section!r} must be a table ([{section}])")
+        keys = [key for (s, key) in _BY_KEY if s == section]
+        for key, value in table.items():
+            if (section, key) not in _BY_KEY:
+                raise MetadataError(
+                    f"{path}: [{section}] {key!r} is not a setting ({', '.join(keys)})"
+                )
+            name, where = _BY_KEY[section, key], f"{path}: [{section}] {key}"
+            if name in _LISTS:
+                value = _file_list(name, value, path, where)
+            values[name] = (value, where)
+    return values
 
 
-def timeouts_from_settings(environ: Mapping[str, str] | None = None) -> Timeouts:
-    """The user's `Timeouts`: defaults, then the settings file, then the environment.
+def _file_list(name: str, value: Any, path: str, where: str) -> str:
+    if not (isinstance(value, list) and all(isinstance(v, str) and v for v in value)):
+        raise MetadataError(f"{where} must be a list of strings")
+    if name == "allowed_remotes":
+        return ", ".join(value)
+    # Relative folders in the file are relative to the file.
+    folder = os.path.dirname(os.path.abspath(path))
+    return os.pathsep.join(os.path.join(folder, os.path.expanduser(v)) for v in value)
+
+
+def _preference_values() -> dict[str, tuple[Any, str]]:
+    with _preferences_lock:
+        source = _preferences
+    if source is None:
+        return {}
+    values: dict[str, tuple[Any, str]] = {}
+    for section, table in source().items():
+        for key, value in table.items():
+            name = _BY_KEY.get((section, key))
+            if name is not None:
+                values[name] = (value, f"napari Preferences: Lazy Zarr {section}.{key}")
+    return values
+
+
+def _environment_values(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
+    values: dict[str, tuple[Any, str]] = {}
+    for name in _FIELDS:
+        variable = Settings.setting(name).variable
+        text = env.get(variable)
+        if not text:
+            continue
+        value: Any = text
+        if name == "total_bytes_limit_mib":  # the variable is in bytes (as it always was)
+            if not re.fullmatch(r"\s*\d+\s*", text):
+                raise MetadataError(f"{variable}: a number of bytes is needed, got {text!r}")
+            value = max(1, -(-int(text) // _MIB))
+        values[name] = (value, variable)
+    return values
+
+
+def current_settings(
+    environ: Mapping[str, str] | None = None, *, names: Collection[str] | None = None
+) -> Settings:
+    """The user's `Settings`: defaults < settings file < napari Preferences < environment.
+
+    Read afresh on each call (a few small reads), so an edit applies to what
+    is opened next. The allow-lists add up over the sources. With `names`,
+    only those fields are resolved (and checked); the others keep their
+    defaults.
 
     Raises
     ------
     MetadataError
-        The settings file cannot be read, or a value is not a positive finite
-        number of seconds (the message names the file or the variable).
+        The settings file cannot be read, or a value is of the wrong type or
+        out of bounds (the message names the file and key, the preference or
+        the variable).
+
+    Examples
+    --------
+    >>> env = {"NAPARI_LAZY_ZARR_CONCURRENCY": "4",
+    ...        "NAPARI_LAZY_ZARR_SETTINGS": "/nonexistent/settings.toml"}
+    >>> current_settings(env).concurrency
+    4
+    """
+    env = os.environ if environ is None else environ
+    layers = (_environment_values(env), _preference_values(), _file_values(settings_path(env)))
+    chosen: dict[str, Any] = {}
+    for name in _FIELDS if names is None else names:
+        found = [
+            (_checked(name, layer[name][0], layer[name][1]), layer[name][1])
+            for layer in layers
+            if name in layer
+        ]
+        if name in _LISTS:
+            separator = os.pathsep if name == "allowed_roots" else ", "
+            if found:
+                chosen[name] = separator.join(value for value, _ in found if value)
+        elif found:
+            chosen[name] = found[0][0]
+    return replace(Settings(), **chosen)
+
+
+def timeouts_from_settings(environ: Mapping[str, str] | None = None) -> Timeouts:
+    """The user's `Timeouts` (`current_settings`).
+
+    Raises
+    ------
+    MetadataError
+        As `current_settings`.
 
     Examples
     --------
@@ -104,33 +573,16 @@ def timeouts_from_settings(environ: Mapping[str, str] | None = None) -> Timeouts
     >>> timeouts_from_settings(env)
     Timeouts(connect=10.0, read=2.5, total=60.0)
     """
-    env = os.environ if environ is None else environ
-    path = settings_path(env)
-    values = {
-        name: _seconds(value, f"{path}: [timeouts] {name}")
-        for name, value in _table(path, "timeouts").items()
-    }
-    for name, variable in TIMEOUT_VARIABLES.items():
-        if env.get(variable):
-            values[name] = _seconds(env[variable], variable)
-    if not values:
-        return DEFAULT_TIMEOUTS
-    return Timeouts(
-        connect=values.get("connect", DEFAULT_TIMEOUTS.connect),
-        read=values.get("read", DEFAULT_TIMEOUTS.read),
-        total=values.get("total", DEFAULT_TIMEOUTS.total),
-    )
+    return current_settings(environ).timeouts
 
 
 def backend_from_settings(environ: Mapping[str, str] | None = None) -> str:
-    """The decode backend the user asked for: ``"auto"``, then the settings file's
-    ``[reading] backend``, then ``NAPARI_LAZY_ZARR_BACKEND``.
+    """The decode backend the user asked for (`current_settings`).
 
     Raises
     ------
     MetadataError
-        The settings file cannot be read, or the name is not ``"auto"`` or one of
-        `BACKENDS` (the message names the file or the variable).
+        As `current_settings`.
 
     Examples
     --------
@@ -140,15 +592,4 @@ def backend_from_settings(environ: Mapping[str, str] | None = None) -> str:
     ...                        "NAPARI_LAZY_ZARR_SETTINGS": "/nonexistent/settings.toml"})
     'tensorstore'
     """
-    from napari_lazy_zarr.core.backends import BACKENDS
-
-    env = os.environ if environ is None else environ
-    path = settings_path(env)
-    name: Any = _table(path, "reading").get("backend", "auto")
-    where = f"{path}: [reading] backend"
-    if env.get(BACKEND_VARIABLE):
-        name, where = env[BACKEND_VARIABLE], BACKEND_VARIABLE
-    if name != "auto" and name not in BACKENDS:
-        allowed = ", ".join(repr(b) for b in ("auto", *BACKENDS))
-        raise MetadataError(f"{where}: unknown backend {name!r}; choose one of {allowed}")
-    return str(name)
+    return current_settings(environ).backend

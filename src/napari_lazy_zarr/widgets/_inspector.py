@@ -44,6 +44,7 @@ from qtpy.QtWidgets import (
 )
 
 from napari_lazy_zarr._layer_data import LayerLoader, loader_of
+from napari_lazy_zarr._preferences import write_preference
 from napari_lazy_zarr.core import ChunkState
 from napari_lazy_zarr.core.source import grid_shape
 from napari_lazy_zarr.widgets._chunk_map import QChunkMap
@@ -918,15 +919,18 @@ class ChunkInspector(QWidget):
 
     # -- controls --------------------------------------------------------------
 
+    # The cache controls write to napari's Preferences too, so a choice outlives the session.
     def _apply_capacity(self, value: int) -> None:
         cache = self._cache()
         if cache is not None and value * _MIB != cache.total_bytes_limit:
+            write_preference("total_bytes_limit_mib", max(1, value))
             cache.total_bytes_limit = value * _MIB
             self._dirty = True
 
     def _apply_concurrency(self, value: int) -> None:
         cache = self._cache()
         if cache is not None and value != cache.concurrency:
+            write_preference("concurrency", value)
             cache.concurrency = value
             self._dirty = True
 
