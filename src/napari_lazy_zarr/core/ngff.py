@@ -20,8 +20,7 @@ documents, with ome-zarr-models as the oracle:
   ``"channel"`` and one of any other type (or none).
 - ``datasets``: at least one, each a ``path`` string and
   ``coordinateTransformations`` of one scale, then optionally one translation
-  (a translation given before the scale is composed into the scale-first
-  form, as ome-zarr-models does), each vector as long as there are axes;
+  (in that order), each vector as long as there are axes;
   vector scales never decrease from one dataset to the next (finest first).
 - a multiscale's own ``coordinateTransformations``: absent, or a scale, then
   optionally a translation, as long as there are axes.
@@ -33,9 +32,7 @@ documents, with ome-zarr-models as the oracle:
 Deliberate differences (each listed in the oracle test too). Stricter, on
 what decides pixels and geometry: vector values must be JSON numbers (not
 ``"0.5"`` nor ``true``, which pydantic coerces), finite, and scales non-zero;
-axis names must be strings; the two vectors of a dataset must be equally
-long (ome-zarr-models truncates a leading translation to the scale's
-length); an omero colour is exactly ``RRGGBB`` or ``#RRGGBB`` (its pattern is
+axis names must be strings; an omero colour is exactly ``RRGGBB`` or ``#RRGGBB`` (its pattern is
 unanchored) and window bounds are JSON numbers; label values and RGBA
 components are JSON integers (not ``"1"`` or ``true``). Tolerant, on optional
 rendering metadata: a window's ``min`` and ``max`` may be absent or null.
@@ -596,7 +593,6 @@ class _Checker:
                 (*loc, "coordinateTransformations"),
                 ndim,
                 place=f"dataset {path!r}" if path is not None else f"dataset {loc[-1]}",
-                dataset=True,
             )
         else:
             self.field(entry, "coordinateTransformations", loc)
@@ -606,13 +602,12 @@ class _Checker:
         return Dataset(path=path, scale=scale or (), translation=translation)
 
     def transforms(
-        self, value: Any, loc: _Loc, ndim: int | None, *, place: str, dataset: bool = False
+        self, value: Any, loc: _Loc, ndim: int | None, *, place: str
     ) -> tuple[tuple[float, ...] | None, tuple[float, ...] | None] | None:
         """(scale, translation) of a ``coordinateTransformations`` list.
 
-        A scale first, then optionally a translation; on a dataset a translation
-        given first is composed into that form, as ome-zarr-models does. A vector
-        stored in an array is None (and `place` is recorded as unsupported).
+        A scale first, then optionally a translation. A vector stored in an
+        array is None (and `place` is recorded as unsupported).
         """
         start = len(self.problems)
         listed = self.json_list(value, loc)
@@ -633,8 +628,7 @@ class _Checker:
             types.append(kind)
         if len(self.problems) > start:
             return None
-        swapped = dataset and types == ["translation", "scale"]
-        if types not in (["scale"], ["scale", "translation"]) and not swapped:
+        if types not in (["scale"], ["scale", "translation"]):
             self.problem(loc, f"must be a scale, then optionally a translation, got {types}")
             return None
         scale = translation = None
@@ -663,15 +657,6 @@ class _Checker:
             self.stored_transforms.append(place)
             return None, None
         assert scale is not None
-        if swapped:
-            if translation is not None and len(translation) != len(scale):
-                self.problem(
-                    loc,
-                    f"the translation has {len(translation)} values, the scale {len(scale)}",
-                )
-                return None
-            # Translating, then scaling, is scaling, then translating by the scaled offset.
-            translation = tuple(t * s for t, s in zip(translation or (), scale, strict=True))
         for what, vector in (("scale", scale), ("translation", translation)):
             if vector is not None and ndim is not None and len(vector) != ndim:
                 self.problem(loc, f"the {what} has {len(vector)} values for {ndim} axes")
