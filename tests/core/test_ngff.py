@@ -29,7 +29,10 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import math
+import subprocess
+import sys
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -789,3 +792,22 @@ def test_ome_zarr_py_documents(tmp_path: Path, version: NgffVersion, axes: str) 
     _assert_same_values(label_image, _oracle(cells, version))
     colors = parse_label_colors(cells["image-label"], WHERE)
     assert [(c.value, c.rgba) for c in colors or ()] == [(1, (255, 0, 0, 255))]
+
+
+def test_describing_an_ome_zarr_store_imports_no_pydantic(tmp_path: Path) -> None:
+    """The plugin's runtime does without ome-zarr-models and pydantic (napari brings its own)."""
+    path = tmp_path / "image.ome.zarr"
+    group = zarr.create_group(str(path), zarr_format=3, attributes={"ome": _valid("0.5")})
+    for level in range(2):
+        group.create_array(str(level), shape=(1, 8 >> level, 8 >> level), dtype="u1")
+    code = (
+        "import json, sys; from napari_lazy_zarr.core.layout import describe_store;"
+        f"(image,) = describe_store({json.dumps(str(path))});"
+        "bad = sorted({m.split('.')[0] for m in sys.modules} & {'pydantic', 'ome_zarr_models'});"
+        "print(image.axis_names, bad); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "('c', 'y', 'x')" in result.stdout
