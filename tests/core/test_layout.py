@@ -1,7 +1,7 @@
 """`describe_store` and `looks_like_zarr` on real stores written by zarr-python.
 
 OME metadata is written by hand, per the NGFF 0.4 and 0.5 specs, so the
-validator (ome-zarr-models) is not also the author of what it checks.
+validator (`core.ngff`) is not also the author of what it checks.
 """
 
 from __future__ import annotations
@@ -361,6 +361,22 @@ def test_omero_without_label_or_active(tmp_path: Path) -> None:
     assert image.channel_names == ("cells-image [0]", "cells-image [1]")
     assert image.channel_colors == ("#FF00FF", "#FFFFFF")
     assert image.channel_visible == (True, True)
+
+
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+def test_omero_window_without_min_and_max(tmp_path: Path, version: str) -> None:
+    """The data's range is optional rendering metadata: start and end still set the limits."""
+    path = write_ome(tmp_path / "image.zarr", version, with_labels=False)
+
+    def drop_range(ome: dict[str, Any]) -> None:
+        for channel in ome["omero"]["channels"]:
+            del channel["window"]["min"]
+            channel["window"]["max"] = None
+
+    _edit_ome(path, version, drop_range)
+    (image,) = describe_store(path)
+    assert image.contrast_limits == ((10.0, 500.0), (0.0, 1000.0))
+    assert image.channel_names == ("DAPI", "GFP")
 
 
 @pytest.mark.parametrize("version", ["0.4", "0.5"])

@@ -1,20 +1,19 @@
 """What a zarr store holds, as napari layers: images, labels, levels, transforms, channels.
 
 Everything here comes from metadata; no chunk is ever read. OME-Zarr metadata
-(NGFF 0.4 on Zarr v2, 0.5 on Zarr v3) is parsed and validated by
-ome-zarr-models' attribute models; array metadata by zarr-python.
+(NGFF 0.4 on Zarr v2, 0.5 on Zarr v3) is validated by `core.ngff` (the rules
+ome-zarr-models enforces, without its pydantic pin); array metadata by
+zarr-python.
 
-Why the attribute models rather than ome-zarr-models' group-level
-``Image.from_zarr``: ``from_zarr`` opens every level through zarr-python before
-we can look at it, so (1) a level with a pickle codec or an object dtype fails
-inside zarr as an anonymous ``ValueError`` instead of being refused by name
-(zarr_source's raw-metadata checks must see the JSON first), (2) each level's
-metadata would be fetched twice (by ``from_zarr``, then by us for the safety
-and dtype checks) — one extra request per level on remote stores — and (3) its
-failures arrive as a mix of ``ValidationError``, ``ValueError`` and
-``RuntimeError`` chains (labels). Validating the attributes with the same
-models and opening each level once ourselves keeps one parse per document and
-one error class per cause.
+Why attribute documents, validated first, rather than a group-level reader
+such as ome-zarr-models' ``Image.from_zarr``: that opens every level through
+zarr-python before we can look at it, so (1) a level with a pickle codec or an
+object dtype would fail inside zarr as an anonymous ``ValueError`` instead of
+being refused by name (zarr_source's raw-metadata checks must see the JSON
+first), (2) each level's metadata would be fetched twice — one extra request
+per level on remote stores — and (3) its failures arrive as a mix of
+exception types. Validating the attributes, then opening each level once
+ourselves, keeps one parse per document and one error class per cause.
 """
 
 from __future__ import annotations
@@ -51,6 +50,7 @@ from napari_lazy_zarr.core.manifest import (
     read_stack_file,
     reference_file_kind,
 )
+from napari_lazy_zarr.core.ngff import parse_image, parse_label_colors, parse_labels
 from napari_lazy_zarr.core.retry import NO_RETRY, Timeouts
 from napari_lazy_zarr.core.settings import backend_from_settings
 from napari_lazy_zarr.core.zarr_source import (
@@ -70,16 +70,7 @@ from napari_lazy_zarr.core.zarr_source import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from ome_zarr_models.common.coordinate_transformations import ValidTransform
-    from ome_zarr_models.common.omero import Omero
-    from ome_zarr_models.v04.axes import Axis as Axis04
-    from ome_zarr_models.v04.multiscales import Dataset as Dataset04
-    from ome_zarr_models.v04.multiscales import Multiscale as Multiscale04
-    from ome_zarr_models.v05.axes import Axis as Axis05
-    from ome_zarr_models.v05.multiscales import Dataset as Dataset05
-    from ome_zarr_models.v05.multiscales import Multiscale as Multiscale05
-    from pydantic import BaseModel, ValidationError
-
+    from napari_lazy_zarr.core.ngff import Multiscale, NgffVersion, Omero
     from napari_lazy_zarr.core.source import ChunkSource
 
 __all__ = [
@@ -101,8 +92,6 @@ _PROBE_TIMEOUT: Final = 2.0  # seconds `looks_like_zarr` may spend fetching a UR
 _PROBE_BYTES: Final = 1 << 16  # of a metadata document read to recognise it
 _ZARR_FORMAT: Final = re.compile(rb'"zarr_format"\s*:\s*([23])\b')
 _SUPPORTED_VERSIONS: Final = ("0.4", "0.5")
-_HEX_COLOR: Final = re.compile(r"#?([0-9a-fA-F]{6})")
-_MAX_PROBLEMS: Final = 4  # validation problems quoted in one error message
 MAX_LEVELS: Final = 64  # pyramid levels: 2**64 pixels would need no more
 # Nodes opened at once (levels, label images). Each open is one or two round trips of
 # metadata over HTTP; 16 keep a pyramid's levels (and its labels group) in one round.
@@ -464,28 +453,17 @@ class _Walk:
                 _check_local(child)
 
     def ome_image(
-        self, group: zarr.Group, version: str, document: dict[str, Any], *, label: str = ""
+        self,
+        group: zarr.Group,
+        version: NgffVersion,
+        document: dict[str, Any],
+        *,
+        label: str = "",
     ) -> tuple[ImageSpec, ...]:
         """An OME-Zarr image (or, with `label`, label image) and then its label images."""
         full = self.full(group.path)
-        _check_transform_values(document, full)
-        if version == "0.4":
-            from ome_zarr_models.v04.image import ImageAttrs as ImageAttrs04
-
-            attrs04 = _validate(ImageAttrs04, document, full, "0.4 image")
-            multiscale: Multiscale04 | Multiscale05 = attrs04.multiscales[0]
-            omero = attrs04.omero
-        else:
-            from ome_zarr_models.common.omero import Omero as OmeroModel
-            from ome_zarr_models.v05.image import ImageAttrs as ImageAttrs05
-
-            attrs05 = _validate(ImageAttrs05, document, full, "0.5 image")
-            multiscale = attrs05.multiscales[0]
-            # 0.5 keeps omero beside multiscales but ome-zarr-models does not model it there.
-            raw_omero = document.get("omero")
-            omero = (
-                None if raw_omero is None else _validate(OmeroModel, raw_omero, full, "0.5 omero")
-            )
+        attributes = parse_image(document, version, full)
+        multiscale, omero = attributes.multiscales[0], attributes.omero
         kind: Literal["image", "labels"] = (
             "labels" if label or "image-label" in document else "image"
         )
@@ -495,10 +473,9 @@ class _Walk:
         levels = self._levels(
             multiscale, full, paths, opened[: len(paths)], labels=kind == "labels"
         )
-        axes: Sequence[Axis04 | Axis05] = multiscale.axes
+        axes = multiscale.axes
         channel_axis = next((i for i, a in enumerate(axes) if a.type == "channel"), None)
-        name = multiscale.name if isinstance(multiscale.name, str) else ""
-        layer_name = label or name or group.path or self.basename
+        layer_name = label or multiscale.name or group.path or self.basename
         channels = _Channels()
         if kind == "image" and omero is not None:
             n_channels = 1 if channel_axis is None else levels[0].shape[channel_axis]
@@ -510,8 +487,8 @@ class _Walk:
             name=layer_name,
             kind=kind,
             levels=levels,
-            axis_names=tuple(str(a.name) for a in axes),
-            axis_units=tuple(None if a.unit is None else str(a.unit) for a in axes),
+            axis_names=tuple(a.name for a in axes),
+            axis_units=tuple(a.unit for a in axes),
             channel_axis=channel_axis,
             channel_names=channels.names,
             channel_colors=channels.colors,
@@ -525,9 +502,7 @@ class _Walk:
         return (image, *self._labels(group, version, opened[-1]))
 
     @staticmethod
-    def _dataset_paths(
-        group: zarr.Group, multiscale: Multiscale04 | Multiscale05, full: str
-    ) -> list[str]:
+    def _dataset_paths(group: zarr.Group, multiscale: Multiscale, full: str) -> list[str]:
         """The store paths of a multiscale's datasets (a bounded number, none twice)."""
         paths = [dataset.path for dataset in multiscale.datasets]
         if len(paths) > MAX_LEVELS:
@@ -540,7 +515,7 @@ class _Walk:
 
     def _levels(
         self,
-        multiscale: Multiscale04 | Multiscale05,
+        multiscale: Multiscale,
         full: str,
         paths: Sequence[str],
         opened: Sequence[_Opened],
@@ -549,14 +524,10 @@ class _Walk:
     ) -> tuple[LevelSpec, ...]:
         """The levels of a multiscale: its datasets' store `paths` and `opened` nodes."""
         ndim = len(multiscale.axes)
-        outer_scale, outer_translate = (1.0,) * ndim, (0.0,) * ndim
-        if multiscale.coordinateTransformations is not None:
-            outer_scale, outer_translate = _transform(
-                multiscale.coordinateTransformations, ndim, full, "multiscales"
-            )
+        outer_scale = multiscale.scale or (1.0,) * ndim
+        outer_translate = multiscale.translation or (0.0,) * ndim
         levels = []
-        datasets: Sequence[Dataset04 | Dataset05] = multiscale.datasets
-        for index, dataset in enumerate(datasets):
+        for index, dataset in enumerate(multiscale.datasets):
             path = paths[index]
             where = f"{full}: multiscales dataset {dataset.path!r}"
             node = _node(opened[index], missing=f"{where} is missing")
@@ -574,9 +545,7 @@ class _Walk:
                     f"{where} has {len(shape)} dimensions (shape {shape}) "
                     f"but the image has {ndim} axes"
                 )
-            scale, translate = _transform(
-                dataset.coordinateTransformations, ndim, full, f"dataset {dataset.path!r}"
-            )
+            scale, translate = dataset.scale, dataset.translation or (0.0,) * ndim
             # The multiscale's transforms apply after each dataset's own.
             levels.append(
                 LevelSpec(
@@ -592,7 +561,9 @@ class _Walk:
             )
         return tuple(levels)
 
-    def _labels(self, image: zarr.Group, version: str, opened: _Opened) -> tuple[ImageSpec, ...]:
+    def _labels(
+        self, image: zarr.Group, version: NgffVersion, opened: _Opened
+    ) -> tuple[ImageSpec, ...]:
         """The label images listed by the image's ``labels`` group (`opened`; none if absent)."""
         path = _join(image.path, "labels")
         full = self.full(path)
@@ -603,18 +574,14 @@ class _Walk:
             raise MetadataError(f"{full}: an OME-Zarr image's 'labels' must be a group")
         document = group.attrs.asdict()
         if version == "0.4":
-            from ome_zarr_models.v04.labels import LabelsAttrs as LabelsAttrs04
-
-            names = _validate(LabelsAttrs04, document, full, "0.4 labels").labels
+            names = parse_labels(document, version, full).labels
         else:
-            from ome_zarr_models.v05.labels import LabelsAttrs as LabelsAttrs05
-
             ome = document.get("ome")
             if isinstance(ome, dict) and "version" not in ome:
                 # ome-zarr-py 0.21 writes {"ome": {"labels": [...]}} without the version the
                 # spec asks for; the image the group belongs to has it.
                 ome = {**ome, "version": version}
-            names = _validate(LabelsAttrs05, ome, full, "0.5 labels").labels
+            names = parse_labels(ome, version, full).labels
         labels: list[ImageSpec] = []
         label_paths = [_join(path, name) for name in names]
         for name, label_path, opened_label in zip(
@@ -650,10 +617,10 @@ def _node(opened: _Opened, *, missing: str | None = None) -> zarr.Array[Any] | z
 # -- OME metadata -----------------------------------------------------------
 
 
-def _ome_document(group: zarr.Group, full: str) -> tuple[str, dict[str, Any]] | None:
+def _ome_document(group: zarr.Group, full: str) -> tuple[NgffVersion, dict[str, Any]] | None:
     """``(version, OME attributes)`` of an OME-Zarr group, else None.
 
-    Only routes on the declared version; the models validate the rest. Zarr v3
+    Only routes on the declared version; `core.ngff` validates the rest. Zarr v3
     groups keep OME metadata under ``ome`` (0.5), Zarr v2 groups at the top of
     ``.zattrs`` (0.4, whose version sits in each multiscale, or in none).
     """
@@ -671,8 +638,8 @@ def _ome_document(group: zarr.Group, full: str) -> tuple[str, dict[str, Any]] | 
         first = multiscales[0] if isinstance(multiscales, list) and multiscales else None
         version = first.get("version", "0.4") if isinstance(first, dict) else "0.4"
     zarr_format = group.metadata.zarr_format
-    expected = "0.5" if zarr_format == 3 else "0.4"
-    # A version that is not a string is left to the models to reject.
+    expected: NgffVersion = "0.5" if zarr_format == 3 else "0.4"
+    # A version that is not a string is left to `parse_image` to reject.
     if isinstance(version, str) and version not in _SUPPORTED_VERSIONS:
         raise UnsupportedDataError(
             f"{full}: OME-Zarr version {version} is not supported "
@@ -684,94 +651,6 @@ def _ome_document(group: zarr.Group, full: str) -> tuple[str, dict[str, Any]] | 
             f"(OME-Zarr {expected} goes with Zarr v{zarr_format})"
         )
     return expected, document
-
-
-def _validate[M: BaseModel](model: type[M], document: Any, full: str, what: str) -> M:
-    """`document` parsed by an ome-zarr-models model; MetadataError naming the problems."""
-    from pydantic import ValidationError
-
-    try:
-        return model.model_validate(document)
-    except ValidationError as error:
-        raise MetadataError(
-            f"{full}: invalid OME-Zarr {what} metadata: {_problems(error)}"
-        ) from error
-
-
-def _problems(error: ValidationError) -> str:
-    """The first few problems of a validation error, one line each, without pydantic's URLs."""
-    problems = [
-        f"{'.'.join(str(part) for part in problem['loc']) or '(document)'}: "
-        # A model's own checks raise ValueError, which pydantic prefixes.
-        + problem["msg"].removeprefix("Value error, ")
-        for problem in error.errors()
-    ]
-    more = len(problems) - _MAX_PROBLEMS
-    return "; ".join(problems[:_MAX_PROBLEMS]) + (f" (and {more} more)" if more > 0 else "")
-
-
-def _transform(
-    transforms: ValidTransform, ndim: int, full: str, where: str
-) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """(scale, translation) of a validated ``coordinateTransformations`` list."""
-    from ome_zarr_models.common.coordinate_transformations import (
-        VectorScale,
-        VectorTranslation,
-    )
-
-    scale, translate = (1.0,) * ndim, (0.0,) * ndim
-    for transform in transforms:
-        if isinstance(transform, VectorScale):
-            scale = _numbers(transform.scale, full, where, "scale")
-            if any(v == 0 for v in scale):
-                raise MetadataError(f"{full}: {where}: a scale of 0 ({list(scale)})")
-        elif isinstance(transform, VectorTranslation):
-            translate = _numbers(transform.translation, full, where, "translation")
-        else:  # PathScale, PathTranslation: the vector would have to be read from an array
-            raise UnsupportedDataError(
-                f"{full}: {where}: transforms stored in an array are not supported "
-                "(only inline scale and translation vectors)"
-            )
-    return scale, translate
-
-
-def _check_transform_values(document: dict[str, Any], full: str) -> None:
-    """Refuse non-number transform vectors in the raw document, before validation.
-
-    ome-zarr-models coerces ``"0.5"`` to 0.5; a string where the spec wants a
-    number is invalid metadata and is named as such.
-    """
-    multiscales = document.get("multiscales")
-    if not isinstance(multiscales, list):
-        return
-
-    def listed(value: Any) -> list[Any]:
-        return value if isinstance(value, list) else []  # malformed: validation names it
-
-    for multiscale in listed(multiscales):
-        if not isinstance(multiscale, dict):
-            continue
-        holders = [multiscale, *listed(multiscale.get("datasets"))]
-        for holder in holders:
-            if not isinstance(holder, dict):
-                continue
-            for transform in listed(holder.get("coordinateTransformations")):
-                if not isinstance(transform, dict):
-                    continue
-                for what in ("scale", "translation"):
-                    values = transform.get(what)
-                    if isinstance(values, list):
-                        _numbers(values, full, "multiscales", what)
-
-
-def _numbers(values: Any, full: str, where: str, what: str) -> tuple[float, ...]:
-    """Finite JSON numbers (ome-zarr-models would quietly accept "0.5" or NaN)."""
-    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-        raise MetadataError(f"{full}: {where}: {what} must be numbers, got {list(values)!r}")
-    numbers = tuple(float(v) for v in values)
-    if not all(math.isfinite(v) for v in numbers):
-        raise MetadataError(f"{full}: {where}: {what} must be finite, got {list(numbers)}")
-    return numbers
 
 
 @dataclass(frozen=True, slots=True)
@@ -790,51 +669,31 @@ class _Channels:
             raise MetadataError(
                 f"{full}: omero lists {len(channels)} channels but the image has {n_channels}"
             )
-        names, colors, visible = [], [], []
-        rdefs = (omero.model_extra or {}).get("rdefs")
-        greyscale = isinstance(rdefs, dict) and rdefs.get("model") == "greyscale"
-        for index, channel in enumerate(channels):
-            # label and active are not modelled by ome-zarr-models; they arrive as extras.
-            extra = channel.model_extra or {}
-            label = extra.get("label")
-            names.append(f"{image} [{index}]" if label is None else str(label))
-            active = extra.get("active")
-            visible.append(active if isinstance(active, bool) else True)
-            # The model's colour pattern is unanchored; insist on exactly RRGGBB here.
-            match = _HEX_COLOR.fullmatch(channel.color)
-            if match is None:
-                raise MetadataError(
-                    f"{full}: omero channel {index} color {channel.color!r} is not RRGGBB"
-                )
-            colors.append("#FFFFFF" if greyscale else "#" + match.group(1).upper())
-        windows = tuple((float(c.window.start), float(c.window.end)) for c in channels)
+        greyscale = omero.model == "greyscale"
+        windows = tuple((c.window.start, c.window.end) for c in channels)
         # A window napari cannot use (start >= end, or not finite) is a display hint, not
         # data: without it the limits are sampled from the data instead.
         usable = all(math.isfinite(lo) and math.isfinite(hi) and lo < hi for lo, hi in windows)
         return cls(
-            names=tuple(names),
-            colors=tuple(colors),
+            names=tuple(
+                f"{image} [{index}]" if c.label is None else c.label
+                for index, c in enumerate(channels)
+            ),
+            colors=tuple("#FFFFFF" if greyscale else c.color for c in channels),
             limits=windows if usable else None,
-            visible=tuple(visible),
+            visible=tuple(c.active is not False for c in channels),
         )
 
 
 def _label_colors(
     document: Any, full: str
 ) -> tuple[tuple[int, tuple[int, int, int, int]], ...] | None:
-    """The ``colors`` of a label image's ``image-label`` metadata (None when it gives none).
+    """``(label value, RGBA)`` pairs of a label image's ``image-label`` (None when none).
 
-    Only the colours are read (validated as ome-zarr-models does: unique label
-    values, RGBA of 0-255 integers); ``properties`` and ``source`` are not used.
+    Entries whose ``rgba`` is null give no colour.
     """
-    if not isinstance(document, dict) or document.get("colors") is None:
-        return None
-    from ome_zarr_models.common.image_label_types import LabelBase
-
-    label = _validate(LabelBase, {"colors": document["colors"]}, full, "image-label")
-    pairs = tuple(
-        (int(color.label_value), color.rgba) for color in label.colors or () if color.rgba
-    )
+    colors = parse_label_colors(document, full)
+    pairs = tuple((c.value, c.rgba) for c in colors or () if c.rgba is not None)
     return pairs or None
 
 
