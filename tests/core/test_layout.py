@@ -290,7 +290,8 @@ def test_ome_pyramid(tmp_path: Path, version: str) -> None:
         axis_names=("c", "y", "x"),
         axis_units=(None, "micrometer", "micrometer"),
         channel_axis=0,
-        channel_names=("DAPI", "GFP"),
+        # As napari-ome-zarr names them: the image's name, then the channel's label.
+        channel_names=("cells-image: DAPI", "cells-image: GFP"),
         channel_colors=("#0000FF", "#00FF00"),
         contrast_limits=((10.0, 500.0), (0.0, 1000.0)),
         channel_visible=(True, False),
@@ -350,6 +351,14 @@ def test_ome_names_and_defaults(tmp_path: Path, version: str) -> None:
     assert (image.channel_axis, image.channel_names, image.contrast_limits) == (None, None, None)
 
 
+def test_channels_of_an_unnamed_image_are_named_by_their_labels(tmp_path: Path) -> None:
+    """napari-ome-zarr's rule: "<image>: <label>" only when the multiscales has a name."""
+    path = write_ome(tmp_path / "image.zarr", "0.5", with_labels=False)
+    _edit_ome(path, "0.5", lambda ome: ome["multiscales"][0].pop("name"))
+    (image,) = describe_store(path)
+    assert (image.name, image.channel_names) == ("image", ("DAPI", "GFP"))
+
+
 def test_omero_without_label_or_active(tmp_path: Path) -> None:
     channels = [
         {"color": "#ff00ff", "window": {"min": 0, "max": 9, "start": 1, "end": 2}},
@@ -376,7 +385,7 @@ def test_omero_window_without_min_and_max(tmp_path: Path, version: str) -> None:
     _edit_ome(path, version, drop_range)
     (image,) = describe_store(path)
     assert image.contrast_limits == ((10.0, 500.0), (0.0, 1000.0))
-    assert image.channel_names == ("DAPI", "GFP")
+    assert image.channel_names == ("cells-image: DAPI", "cells-image: GFP")
 
 
 @pytest.mark.parametrize("version", ["0.4", "0.5"])

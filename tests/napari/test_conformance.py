@@ -32,8 +32,6 @@ KNOWN_FAILURES: dict[str, str] = {}
 # Accepted differences from napari-ome-zarr's layers ("<case>: <difference>", regular
 # expressions), each a choice of this plugin documented in docs/user-guide.md.
 ACCEPTED_DIFFERENCES: tuple[str, ...] = (
-    # napari-ome-zarr prefixes a channel's label with the image name ("image: ch0").
-    r".*: layer \d+ name: (.+) != image: \1",
     # Without an omero window the limits come from the whole coarsest level (every plane);
     # napari-ome-zarr leaves them to napari, which uses the plane shown first.
     r"ome-zarr-py/0\.[45] t?z?yx: layer 0 contrast_limits: .*",

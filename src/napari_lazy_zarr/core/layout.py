@@ -155,7 +155,9 @@ class ImageSpec:
         Index of the axis of type ``"channel"``, else None.
     channel_names, channel_colors, contrast_limits, channel_visible
         Per channel (one for an image without a channel axis), from OME
-        ``omero.channels``: ``label`` (``"<name> [<index>]"`` when absent), ``color`` as
+        ``omero.channels``: ``label`` (``"<multiscales name>: <label>"`` when the
+        multiscales has a name, as napari-ome-zarr names it; ``"<name> [<index>]"`` when
+        the channel has no label), ``color`` as
         ``#RRGGBB`` (``#FFFFFF`` for every channel when ``omero.rdefs.model`` is
         ``"greyscale"``), ``window`` start and end, ``active`` (True when absent).
         None without omero metadata.
@@ -479,7 +481,9 @@ class _Walk:
         channels = _Channels()
         if kind == "image" and omero is not None:
             n_channels = 1 if channel_axis is None else levels[0].shape[channel_axis]
-            channels = _Channels.from_omero(omero, n_channels, layer_name, full)
+            channels = _Channels.from_omero(
+                omero, n_channels, layer_name, full, titled=multiscale.name or None
+            )
         label_colors = None
         if kind == "labels":
             label_colors = _label_colors(document.get("image-label"), full)
@@ -663,7 +667,12 @@ class _Channels:
     visible: tuple[bool, ...] | None = None
 
     @classmethod
-    def from_omero(cls, omero: Omero, n_channels: int, image: str, full: str) -> _Channels:
+    def from_omero(
+        cls, omero: Omero, n_channels: int, image: str, full: str, *, titled: str | None = None
+    ) -> _Channels:
+        """Channel settings from `omero`; a labelled channel of a `titled` image (its
+        multiscales name) is named ``"<title>: <label>"``, as napari-ome-zarr names it, so two
+        images' channels do not collide; an unlabelled one ``"<image> [<index>]"``."""
         channels = omero.channels
         if len(channels) != n_channels:
             raise MetadataError(
@@ -676,7 +685,11 @@ class _Channels:
         usable = all(math.isfinite(lo) and math.isfinite(hi) and lo < hi for lo, hi in windows)
         return cls(
             names=tuple(
-                f"{image} [{index}]" if c.label is None else c.label
+                f"{image} [{index}]"
+                if c.label is None
+                else c.label
+                if titled is None
+                else f"{titled}: {c.label}"
                 for index, c in enumerate(channels)
             ),
             colors=tuple("#FFFFFF" if greyscale else c.color for c in channels),
