@@ -238,3 +238,29 @@ def test_a_prefetched_chunk_that_fails_is_reported(
     np.testing.assert_array_equal(  # the view itself still shows the data
         np.asarray(layer._slice.image.raw).any(), True
     )
+
+
+def test_a_reference_to_a_missing_file_names_the_file(
+    make_napari_viewer: Callable[..., Any], qtbot: QtBot, tmp_path: Path, notices: list[str]
+) -> None:
+    import json
+
+    import h5py
+    from kerchunk.hdf import SingleHdf5ToZarr
+
+    h5 = tmp_path / "scan.h5"
+    with h5py.File(h5, "w") as handle:
+        handle.create_dataset(
+            "data", data=smooth_data((200, 300)), chunks=(200, 300), compression="gzip"
+        )
+    manifest = tmp_path / "scan.json"
+    manifest.write_text(json.dumps(SingleHdf5ToZarr(str(h5)).translate()))
+    h5.unlink()  # the references outlive the file they point into
+    viewer = make_napari_viewer(show=True)
+    layer, loader = _open(viewer, manifest)
+    _idle(qtbot, viewer, loader)
+    qtbot.waitUntil(lambda: len(_ours(notices)) >= 1, timeout=15_000)
+    loader.flush_failures()
+    (message,) = _ours(notices)
+    assert f"layer {layer.name!r}" in message
+    assert str(h5) in message  # the file the reference names
