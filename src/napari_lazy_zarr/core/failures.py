@@ -186,16 +186,18 @@ class FailureLog:
         with self._lock:
             self._seen += 1
             for event in events:
+                # States first: most moves concern no failure, and comparing them is cheaper
+                # than hashing a source identity (every layer sees every batch).
                 key = event.key
-                if key.source not in self._levels:
-                    continue
                 if event.previous is ChunkState.FAILED:  # an explicit retry
-                    self._forget(key)
-                    failed.pop(key, None)
-                    self._retried[key] = self._seen
+                    if key.source in self._levels:
+                        self._forget(key)
+                        failed.pop(key, None)
+                        self._retried[key] = self._seen
                 elif event.current is ChunkState.FAILED:
-                    failed[key] = None
-                elif event.current is ChunkState.READY:
+                    if key.source in self._levels:
+                        failed[key] = None
+                elif event.current is ChunkState.READY and self._retried:
                     self._retried.pop(key, None)
             return self._record(failed) if failed else ()
 
