@@ -1389,10 +1389,13 @@ class ViewController:
     # -- landing chunks (worker threads) --------------------------------------
 
     def _on_events(self, events: tuple[ChunkEvent, ...]) -> None:
+        # Failures first: a read meeting a derived chunk FAILED meanwhile (`_issue` adopts
+        # it) would otherwise name it before the stored chunk whose failure failed it.
+        failures = self.failures.observe(events)
         landed = {e.key for e in events if e.current in (ChunkState.READY, ChunkState.FAILED)}
         if landed:
             self._landed(landed)
-        self._report(self.failures.observe(events))
+        self._report(failures)
 
     def _report(self, failures: tuple[ChunkFailure, ...]) -> None:
         if failures and not self._closed:
