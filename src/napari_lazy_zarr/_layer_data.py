@@ -13,8 +13,9 @@ thread (`ViewController.prepare_volumes`): napari then reads it without waiting.
 
 Failed chunks become napari notifications (warnings), each failure once
 (`core.failures.FailureLog` groups a chunk and the chunks that failed because
-of it): a few one by one, the rest of a storm as one summary per throttle
-period, the period doubling while the storm lasts.
+of it; `_FailureReporter` the layers of one cache that met the same failure):
+a few one by one, the rest of a storm as one summary per throttle period, the
+period doubling while the storm lasts.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from __future__ import annotations
 import os
 import time
 import weakref
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -59,8 +61,9 @@ _REFRESH_MAX_MS = 5000  # ...and a slow view shows its progress at least every 5
 _VOLUME_MS = 100  # the 3D level is re-chosen at most ten times a second
 _FAILURE_MS = 1000  # failures are reported at most once a second...
 _FAILURE_MAX_MS = 30_000  # ...then, while summaries follow each other, ever less often
-_FAILURE_BURST = 3  # failures shown one by one per layer within _FAILURE_WINDOW...
+_FAILURE_BURST = 3  # failures shown one by one per cache within _FAILURE_WINDOW...
 _FAILURE_WINDOW = 10.0  # ...seconds; the others are summarised
+_FAILURES_TOLD = 1024  # root causes remembered across layers (each holds an exception)
 _RETRY_HINT = (
     "It shows the fill value. To retry: Plugins > Chunk inspector (Lazy Zarr) > "
     "'Retry all failed' (or click the chunk in its map), or cache.retry_failed() from Python."
@@ -112,8 +115,7 @@ class LayerLoader:
         self._layer: weakref.ReferenceType[Layer] | None = None
         self._throttle: Any = None
         self._volume_throttle: Any = None
-        self._failure_throttle: Any = None
-        self._notified: deque[float] = deque()  # when failures were last shown one by one
+        self._reporter: _FailureReporter | None = None
         self._slots: tuple[Callable[..., None], ...] | None = None
         self._locked: int | None = None  # the level we locked napari to in 3D
         voxels = os.environ.get("NAPARI_LAZY_ZARR_VOLUME_VOXELS")
@@ -168,9 +170,7 @@ class LayerLoader:
         start_emitting_from_queue(msec=10)
         self._throttle = qthrottled(self._refresh_layer, timeout=_REFRESH_MS, leading=True)
         self._volume_throttle = qthrottled(self._choose_volume, timeout=_VOLUME_MS)
-        self._failure_throttle = qthrottled(
-            self._report_failures, timeout=_FAILURE_MS, leading=True
-        )
+        self._reporter = _FailureReporter.joining(self)
         # psygnal queues a worker's emission for the main thread holding only a weak
         # reference to the slot: one queued just before the layer is removed would find it
         # collected and raise ReferenceError in whatever next runs the event loop. These
@@ -181,7 +181,7 @@ class LayerLoader:
         self.controller.volume_ready.connect(self._slots[2], thread="main")
         layer.events.set_data.connect(self._on_slice_applied)
         self._throttle()  # napari sliced before we were attached: show what landed since
-        self._failure_throttle()  # ... and report what failed since (kept until taken)
+        self._reporter.throttle()  # ... and report what failed since (kept until taken)
 
     def detach(self) -> None:
         """Stop refreshing the layer; release the views' pinned chunks."""
@@ -193,11 +193,13 @@ class LayerLoader:
         layer = self.layer
         if layer is not None:
             layer.events.set_data.disconnect(self._on_slice_applied)
-        for throttle in (self._throttle, self._volume_throttle, self._failure_throttle):
+        for throttle in (self._throttle, self._volume_throttle):
             if throttle is not None:
                 throttle.cancel()
                 throttle.deleteLater()
-        self._layer = self._throttle = self._volume_throttle = self._failure_throttle = None
+        if self._reporter is not None:
+            self._reporter.leave(self)
+        self._layer = self._throttle = self._volume_throttle = self._reporter = None
         self.controller.close()
 
     def _refresh_layer(self) -> None:
@@ -284,36 +286,94 @@ class LayerLoader:
 
     def flush_failures(self) -> None:
         """Report now what the failure throttle holds back (a test hook, as superqt's `flush`)."""
-        if self._failure_throttle is not None:
-            self._failure_throttle.flush()
+        if self._reporter is not None:
+            self._reporter.throttle.flush()
 
-    def _report_failures(self) -> None:
-        """Show the failures not reported yet: a few one by one, the rest as one summary.
 
-        Runs throttled on the main thread. The period doubles after each
-        summary (up to `_FAILURE_MAX_MS`) and is reset by a call without one,
-        so a long storm of failures makes a few notifications, not one a second.
-        """
+class _FailureReporter:
+    """Turns the failures of the layers read through one cache into napari warnings.
+
+    One per cache, on the main thread: layers over the same data (the channels
+    of one image, a plate field shown in each channel's layer) fail with the
+    same exception, and one warning names them all. Runs throttled; a few
+    failures are shown one by one per `_FAILURE_WINDOW`, the rest as one
+    summary, and the period doubles after each summary (up to
+    `_FAILURE_MAX_MS`) until a call without one, so a long storm makes a few
+    warnings, not one a second.
+    """
+
+    def __init__(self, cache: Any) -> None:
+        from superqt.utils import qthrottled
+
+        self.cache = weakref.ref(cache)
+        self.loaders: list[weakref.ReferenceType[LayerLoader]] = []
+        self.notified: deque[float] = deque()  # when failures were last shown one by one
+        # Root causes already told (held: their ids stay unique), so that another layer
+        # meeting the same one later (the next channel of a plate) is not told again.
+        self.told: OrderedDict[int, BaseException] = OrderedDict()
+        self.throttle = qthrottled(self.report, timeout=_FAILURE_MS, leading=True)
+
+    @classmethod
+    def joining(cls, loader: LayerLoader) -> _FailureReporter:
+        cache = loader.controller.cache
+        reporter = _reporters.get(cache)
+        if reporter is None:
+            reporter = _reporters[cache] = cls(cache)
+        reporter.loaders.append(weakref.ref(loader))
+        return reporter
+
+    def leave(self, loader: LayerLoader) -> None:
+        self.loaders = [ref for ref in self.loaders if ref() not in (None, loader)]
+        if not self.loaders:  # the last layer of this cache: no timer outlives it
+            cache = self.cache()
+            if cache is not None and _reporters.get(cache) is self:
+                del _reporters[cache]
+            self.throttle.cancel()
+            self.throttle.deleteLater()
+
+    def report(self) -> None:
         from napari.utils.notifications import show_warning
 
-        failures = self.controller.failures.take()
-        if not failures:
+        # One failure per root cause, with every layer that met it.
+        causes: dict[int, tuple[list[str], list[ChunkFailure]]] = {}
+        for ref in self.loaders:
+            loader = ref()
+            if loader is None:
+                continue
+            controller = loader.controller
+            for failure in controller.failures.take():
+                cause = failure.cause
+                if id(cause) in self.told and not failure.again:
+                    continue
+                names, failures = causes.setdefault(id(cause), ([], []))
+                if controller.name not in names:
+                    names.append(controller.name)
+                failures.append(failure)
+        if not causes:
             return
-        name = self.controller.name
+        for _, failures in causes.values():
+            self.told[id(failures[0].cause)] = failures[0].cause
+        while len(self.told) > _FAILURES_TOLD:
+            self.told.popitem(last=False)
         now = time.monotonic()
-        while self._notified and now - self._notified[0] > _FAILURE_WINDOW:
-            self._notified.popleft()
-        budget = max(0, _FAILURE_BURST - len(self._notified))
-        for failure in failures[:budget]:
-            show_warning(failure_message(name, failure))
-            self._notified.append(now)
-        rest = failures[budget:]
+        while self.notified and now - self.notified[0] > _FAILURE_WINDOW:
+            self.notified.popleft()
+        budget = max(0, _FAILURE_BURST - len(self.notified))
+        groups = list(causes.values())
+        for names, failures in groups[:budget]:
+            again = any(failure.again for failure in failures)
+            show_warning(failure_message(names, replace(failures[0], again=again)))
+            self.notified.append(now)
+        rest = groups[budget:]
         if rest:
-            show_warning(failure_summary(name, rest))
-        throttle = self._failure_throttle
-        if throttle is not None:
-            timeout = min(_FAILURE_MAX_MS, throttle.timeout() * 2) if rest else _FAILURE_MS
-            throttle.setTimeout(timeout)
+            names = list(dict.fromkeys(name for group, _ in rest for name in group))
+            show_warning(failure_summary(names, [failures[0] for _, failures in rest]))
+        timeout = min(_FAILURE_MAX_MS, self.throttle.timeout() * 2) if rest else _FAILURE_MS
+        self.throttle.setTimeout(timeout)
+
+
+_reporters: weakref.WeakKeyDictionary[Any, _FailureReporter] = weakref.WeakKeyDictionary()
+"""The failure reporter of each cache that attached layers read through."""
 
 
 def _main_thread_slots(
@@ -330,8 +390,8 @@ def _main_thread_slots(
     def failures_found(*_: Any) -> None:
         # The payload is not used: the reports wait in the controller until taken.
         alive = ref()
-        if alive is not None and alive._failure_throttle is not None:
-            alive._failure_throttle()
+        if alive is not None and alive._reporter is not None:
+            alive._reporter.throttle()
 
     def volume_ready(*_: Any) -> None:
         alive = ref()
@@ -341,7 +401,7 @@ def _main_thread_slots(
     return view_changed, failures_found, volume_ready
 
 
-def failure_message(layer: str, failure: ChunkFailure) -> str:
+def failure_message(layers: Sequence[str], failure: ChunkFailure) -> str:
     """The notification of one failed chunk: the layer, the chunk, the cause, what to do.
 
     Examples
@@ -349,7 +409,7 @@ def failure_message(layer: str, failure: ChunkFailure) -> str:
     >>> from napari_lazy_zarr.core import ChunkKey
     >>> from napari_lazy_zarr.core.failures import ChunkFailure
     >>> key = ChunkKey("a.zarr/0", (0, 256), (256, 512))
-    >>> message = failure_message("a", ChunkFailure(key, 0, (0, 1), OSError("bad bytes")))
+    >>> message = failure_message(["a"], ChunkFailure(key, 0, (0, 1), OSError("bad bytes")))
     >>> print(message.split(" It shows")[0])
     napari-lazy-zarr: layer 'a': chunk L0 (0, 1) [0:256, 256:512] failed to load: bad bytes.
     >>> "Retry all failed" in message
@@ -357,12 +417,12 @@ def failure_message(layer: str, failure: ChunkFailure) -> str:
     """
     what = "failed again after retry" if failure.again else "failed to load"
     return (
-        f"napari-lazy-zarr: layer {layer!r}: chunk {failure.chunk} {what}: "
+        f"napari-lazy-zarr: {_layers(layers)}: chunk {failure.chunk} {what}: "
         f"{failure.error}. {_RETRY_HINT}"
     )
 
 
-def failure_summary(layer: str, failures: Sequence[ChunkFailure]) -> str:
+def failure_summary(layers: Sequence[str], failures: Sequence[ChunkFailure]) -> str:
     """One notification for many failures: how many, the most common cause, what to do.
 
     Examples
@@ -372,7 +432,7 @@ def failure_summary(layer: str, failures: Sequence[ChunkFailure]) -> str:
     >>> failures = [
     ...     ChunkFailure(ChunkKey("a", (i,), (i + 1,)), 0, (i,), OSError("bad")) for i in range(5)
     ... ]
-    >>> summary = failure_summary("a", failures)
+    >>> summary = failure_summary(["a"], failures)
     >>> summary.startswith("napari-lazy-zarr: layer 'a': 5 more chunks failed to load")
     True
     >>> "(most common cause: OSError: bad — 5 of 5)" in summary
@@ -389,9 +449,15 @@ def failure_summary(layer: str, failures: Sequence[ChunkFailure]) -> str:
     retried = f"; {again} of them again after retry" if again else ""
     chunks = "chunk" if len(failures) == 1 else "chunks"
     return (
-        f"napari-lazy-zarr: layer {layer!r}: {len(failures)} more {chunks} failed to load "
+        f"napari-lazy-zarr: {_layers(layers)}: {len(failures)} more {chunks} failed to load "
         f"(most common cause: {text} — {count} of {len(failures)}{retried}). {_RETRY_HINT}"
     )
+
+
+def _layers(names: Sequence[str]) -> str:
+    if len(names) == 1:
+        return f"layer {names[0]!r}"
+    return "layers " + ", ".join(repr(name) for name in names)
 
 
 def wait_until_complete(viewer: Any, timeout: float = 60.0) -> bool:
