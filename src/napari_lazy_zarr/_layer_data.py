@@ -10,12 +10,20 @@ In 3D napari shows a multiscale layer's coarsest level unless its public
 whose volume fits `volume_voxels` (`core.view.volume_level`), one level at a
 time and only once that level's volume is resident and assembled off the main
 thread (`ViewController.prepare_volumes`): napari then reads it without waiting.
+
+Failed chunks become napari notifications (warnings), each failure once
+(`core.failures.FailureLog` groups a chunk and the chunks that failed because
+of it; `_FailureReporter` the layers of one cache that met the same failure):
+a few one by one, the rest of a storm as one summary per throttle period, the
+period doubling while the storm lasts.
 """
 
 from __future__ import annotations
 
 import time
 import weakref
+from collections import Counter, OrderedDict, deque
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,17 +37,20 @@ from napari_lazy_zarr.core.settings import Settings, current_settings
 from napari_lazy_zarr.core.view import volume_level
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from napari.layers import Layer
 
-    from napari_lazy_zarr.core import ChunkedArray, ChunkKey
+    from napari_lazy_zarr.core import ChunkedArray
+    from napari_lazy_zarr.core.failures import ChunkFailure
     from napari_lazy_zarr.core.view import ViewController, ViewKind
 
 __all__ = [
     "DEFAULT_VOLUME_VOXELS",
     "LayerLevel",
     "LayerLoader",
+    "failure_message",
+    "failure_summary",
     "loader_of",
     "wait_until_complete",
 ]
@@ -48,6 +59,15 @@ _REFRESH_MS = 33  # at most ~30 refreshes a second while a view fills in
 _REFRESH_SHARE = 2  # ...and at most 1/(1 + this) of the main thread spent refreshing
 _REFRESH_MAX_MS = 5000  # ...and a slow view shows its progress at least every 5 s
 _VOLUME_MS = 100  # the 3D level is re-chosen at most ten times a second
+_FAILURE_MS = 1000  # failures are reported at most once a second...
+_FAILURE_MAX_MS = 30_000  # ...then, while summaries follow each other, ever less often
+_FAILURE_BURST = 3  # failures shown one by one per cache within _FAILURE_WINDOW...
+_FAILURE_WINDOW = 10.0  # ...seconds; the others are summarised
+_FAILURES_TOLD = 1024  # root causes remembered across layers (each holds an exception)
+_RETRY_HINT = (
+    "It shows the fill value. To retry: Plugins > Chunk inspector (Lazy Zarr) > "
+    "'Retry all failed' (or click the chunk in its map), or cache.retry_failed() from Python."
+)
 
 DEFAULT_VOLUME_VOXELS = Settings().volume_voxels
 """The default voxel budget of a 3D view: 512³ fits common GPU 3D-texture limits (2048³
@@ -96,6 +116,7 @@ class LayerLoader:
         self._layer: weakref.ReferenceType[Layer] | None = None
         self._throttle: Any = None
         self._volume_throttle: Any = None
+        self._reporter: _FailureReporter | None = None
         self._slots: tuple[Callable[..., None], ...] | None = None
         self._locked: int | None = None  # the level we locked napari to in 3D
         self._volume_voxels = current_settings().volume_voxels
@@ -149,6 +170,7 @@ class LayerLoader:
         start_emitting_from_queue(msec=10)
         self._throttle = qthrottled(self._refresh_layer, timeout=_REFRESH_MS, leading=True)
         self._volume_throttle = qthrottled(self._choose_volume, timeout=_VOLUME_MS)
+        self._reporter = _FailureReporter.joining(self)
         # psygnal queues a worker's emission for the main thread holding only a weak
         # reference to the slot: one queued just before the layer is removed would find it
         # collected and raise ReferenceError in whatever next runs the event loop. These
@@ -159,6 +181,7 @@ class LayerLoader:
         self.controller.volume_ready.connect(self._slots[2], thread="main")
         layer.events.set_data.connect(self._on_slice_applied)
         self._throttle()  # napari sliced before we were attached: show what landed since
+        self._reporter.throttle()  # ... and report what failed since (kept until taken)
 
     def detach(self) -> None:
         """Stop refreshing the layer; release the views' pinned chunks."""
@@ -174,7 +197,9 @@ class LayerLoader:
             if throttle is not None:
                 throttle.cancel()
                 throttle.deleteLater()
-        self._layer = self._throttle = self._volume_throttle = None
+        if self._reporter is not None:
+            self._reporter.leave(self)
+        self._layer = self._throttle = self._volume_throttle = self._reporter = None
         self.controller.close()
 
     def _refresh_layer(self) -> None:
@@ -259,15 +284,96 @@ class LayerLoader:
             best = coarsest + 1
         controller.prepare_volumes(range(min(best, coarsest + 1) - 1, target - 1, -1))
 
-    def _report_failures(self, keys: tuple[ChunkKey, ...]) -> None:
+    def flush_failures(self) -> None:
+        """Report now what the failure throttle holds back (a test hook, as superqt's `flush`)."""
+        if self._reporter is not None:
+            self._reporter.throttle.flush()
+
+
+class _FailureReporter:
+    """Turns the failures of the layers read through one cache into napari warnings.
+
+    One per cache, on the main thread: layers over the same data (the channels
+    of one image, a plate field shown in each channel's layer) fail with the
+    same exception, and one warning names them all. Runs throttled; a few
+    failures are shown one by one per `_FAILURE_WINDOW`, the rest as one
+    summary, and the period doubles after each summary (up to
+    `_FAILURE_MAX_MS`) until a call without one, so a long storm makes a few
+    warnings, not one a second.
+    """
+
+    def __init__(self, cache: Any) -> None:
+        from superqt.utils import qthrottled
+
+        self.cache = weakref.ref(cache)
+        self.loaders: list[weakref.ReferenceType[LayerLoader]] = []
+        self.notified: deque[float] = deque()  # when failures were last shown one by one
+        # Root causes already told (held: their ids stay unique), so that another layer
+        # meeting the same one later (the next channel of a plate) is not told again.
+        self.told: OrderedDict[int, BaseException] = OrderedDict()
+        self.throttle = qthrottled(self.report, timeout=_FAILURE_MS, leading=True)
+
+    @classmethod
+    def joining(cls, loader: LayerLoader) -> _FailureReporter:
+        cache = loader.controller.cache
+        reporter = _reporters.get(cache)
+        if reporter is None:
+            reporter = _reporters[cache] = cls(cache)
+        reporter.loaders.append(weakref.ref(loader))
+        return reporter
+
+    def leave(self, loader: LayerLoader) -> None:
+        self.loaders = [ref for ref in self.loaders if ref() not in (None, loader)]
+        if not self.loaders:  # the last layer of this cache: no timer outlives it
+            cache = self.cache()
+            if cache is not None and _reporters.get(cache) is self:
+                del _reporters[cache]
+            self.throttle.cancel()
+            self.throttle.deleteLater()
+
+    def report(self) -> None:
         from napari.utils.notifications import show_warning
 
-        error = self.controller.cache.error(keys[0])
-        more = f" (and {len(keys) - 1} more)" if len(keys) > 1 else ""
-        show_warning(
-            f"napari-lazy-zarr: layer {self.controller.name!r}: chunk {keys[0]}{more} failed to "
-            f"load: {error}. Failed chunks stay empty until retried (cache.retry_failed())."
-        )
+        # One failure per root cause, with every layer that met it.
+        causes: dict[int, tuple[list[str], list[ChunkFailure]]] = {}
+        for ref in self.loaders:
+            loader = ref()
+            if loader is None:
+                continue
+            controller = loader.controller
+            for failure in controller.failures.take():
+                cause = failure.cause
+                if id(cause) in self.told and not failure.again:
+                    continue
+                names, failures = causes.setdefault(id(cause), ([], []))
+                if controller.name not in names:
+                    names.append(controller.name)
+                failures.append(failure)
+        if not causes:
+            return
+        for _, failures in causes.values():
+            self.told[id(failures[0].cause)] = failures[0].cause
+        while len(self.told) > _FAILURES_TOLD:
+            self.told.popitem(last=False)
+        now = time.monotonic()
+        while self.notified and now - self.notified[0] > _FAILURE_WINDOW:
+            self.notified.popleft()
+        budget = max(0, _FAILURE_BURST - len(self.notified))
+        groups = list(causes.values())
+        for names, failures in groups[:budget]:
+            again = any(failure.again for failure in failures)
+            show_warning(failure_message(names, replace(failures[0], again=again)))
+            self.notified.append(now)
+        rest = groups[budget:]
+        if rest:
+            names = list(dict.fromkeys(name for group, _ in rest for name in group))
+            show_warning(failure_summary(names, [failures[0] for _, failures in rest]))
+        timeout = min(_FAILURE_MAX_MS, self.throttle.timeout() * 2) if rest else _FAILURE_MS
+        self.throttle.setTimeout(timeout)
+
+
+_reporters: weakref.WeakKeyDictionary[Any, _FailureReporter] = weakref.WeakKeyDictionary()
+"""The failure reporter of each cache that attached layers read through."""
 
 
 def _main_thread_slots(
@@ -281,10 +387,11 @@ def _main_thread_slots(
         if alive is not None and alive._throttle is not None:
             alive._throttle()
 
-    def failures_found(keys: tuple[ChunkKey, ...]) -> None:
+    def failures_found(*_: Any) -> None:
+        # The payload is not used: the reports wait in the controller until taken.
         alive = ref()
-        if alive is not None and alive._slots is not None:
-            alive._report_failures(keys)
+        if alive is not None and alive._reporter is not None:
+            alive._reporter.throttle()
 
     def volume_ready(*_: Any) -> None:
         alive = ref()
@@ -292,6 +399,65 @@ def _main_thread_slots(
             alive._volume_throttle()
 
     return view_changed, failures_found, volume_ready
+
+
+def failure_message(layers: Sequence[str], failure: ChunkFailure) -> str:
+    """The notification of one failed chunk: the layer, the chunk, the cause, what to do.
+
+    Examples
+    --------
+    >>> from napari_lazy_zarr.core import ChunkKey
+    >>> from napari_lazy_zarr.core.failures import ChunkFailure
+    >>> key = ChunkKey("a.zarr/0", (0, 256), (256, 512))
+    >>> message = failure_message(["a"], ChunkFailure(key, 0, (0, 1), OSError("bad bytes")))
+    >>> print(message.split(" It shows")[0])
+    napari-lazy-zarr: layer 'a': chunk L0 (0, 1) [0:256, 256:512] failed to load: bad bytes.
+    >>> "Retry all failed" in message
+    True
+    """
+    what = "failed again after retry" if failure.again else "failed to load"
+    return (
+        f"napari-lazy-zarr: {_layers(layers)}: chunk {failure.chunk} {what}: "
+        f"{failure.error}. {_RETRY_HINT}"
+    )
+
+
+def failure_summary(layers: Sequence[str], failures: Sequence[ChunkFailure]) -> str:
+    """One notification for many failures: how many, the most common cause, what to do.
+
+    Examples
+    --------
+    >>> from napari_lazy_zarr.core import ChunkKey
+    >>> from napari_lazy_zarr.core.failures import ChunkFailure
+    >>> failures = [
+    ...     ChunkFailure(ChunkKey("a", (i,), (i + 1,)), 0, (i,), OSError("bad")) for i in range(5)
+    ... ]
+    >>> summary = failure_summary(["a"], failures)
+    >>> summary.startswith("napari-lazy-zarr: layer 'a': 5 more chunks failed to load")
+    True
+    >>> "(most common cause: OSError: bad — 5 of 5)" in summary
+    True
+    """
+    causes = Counter(failure.cause_text for failure in failures)
+    text, count = causes.most_common(1)[0]
+    if count == 1 and len(failures) > 1:  # each names its own chunk: count the kinds
+        kinds = Counter(type(failure.cause).__name__ for failure in failures)
+        kind, count = kinds.most_common(1)[0]
+        text = next(f.cause_text for f in failures if type(f.cause).__name__ == kind)
+        text = f"{kind}, e.g. {text}"
+    again = sum(failure.again for failure in failures)
+    retried = f"; {again} of them again after retry" if again else ""
+    chunks = "chunk" if len(failures) == 1 else "chunks"
+    return (
+        f"napari-lazy-zarr: {_layers(layers)}: {len(failures)} more {chunks} failed to load "
+        f"(most common cause: {text} — {count} of {len(failures)}{retried}). {_RETRY_HINT}"
+    )
+
+
+def _layers(names: Sequence[str]) -> str:
+    if len(names) == 1:
+        return f"layer {names[0]!r}"
+    return "layers " + ", ".join(repr(name) for name in names)
 
 
 def wait_until_complete(viewer: Any, timeout: float = 60.0) -> bool:

@@ -202,7 +202,8 @@ class FieldSource(SourceFields):
     Thread-safe: the first `read_chunk` opens the array (one metadata document)
     under a lock; later reads use it. A field whose shape, dtype or grid
     differs from the template, or that cannot be opened, raises the same
-    `MetadataError` for every chunk, naming the field and the difference.
+    `MetadataError` for every chunk, naming the field (its path, and `where`:
+    ``"well B/3, field 1"``) and the difference.
     """
 
     def __init__(
@@ -211,8 +212,12 @@ class FieldSource(SourceFields):
         path: str,
         template: ChunkSource,
         opener: Callable[[str], ChunkSource],
+        *,
+        where: str = "",
     ) -> None:
         self._path = path
+        # The well and field, for messages: a user finds a field by them, not by its path.
+        self._name = f"{path} ({where})" if where else path
         self._template = template
         self._opener = opener
         self._identity = ("plate-field", location, path)
@@ -231,7 +236,7 @@ class FieldSource(SourceFields):
                     self._check(opened)
                     self._opened = opened
                 except LazyZarrError as error:
-                    self._opened = MetadataError(f"plate field {self._path}: {error}")
+                    self._opened = MetadataError(f"plate field {self._name}: {error}")
             if isinstance(self._opened, LazyZarrError):
                 raise self._opened
             return self._opened
@@ -293,7 +298,10 @@ def plate_level_sources(
                     if f"{well}/{field}" == layout.template_path:
                         members.append(template)
                     else:
-                        members.append(FieldSource(layout.location, path, template, opener))
+                        where = f"well {well}, field {field}"
+                        members.append(
+                            FieldSource(layout.location, path, template, opener, where=where)
+                        )
             rows.append(ConcatSource(members, axis=-1))
         levels.append(ConcatSource(rows, axis=-2))
     return levels

@@ -36,6 +36,10 @@ emits cache events. Cache requests are issued from the dispatch executor
 (one thread per controller by default; injectable so tests run it inline).
 `view_changed` and `failures_found` are emitted from worker or dispatch
 threads; connect them with `thread="main"` (psygnal) to touch a GUI.
+
+Failures are followed for every chunk of the layer's levels, not only those
+on screen (`core.failures.FailureLog`): the reports wait in `failures` until
+taken, so those made before anything listened are not lost.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from zarr_indexing import ConstantMap, DimensionMap
 
 from napari_lazy_zarr.core.array import ChunkedArray, _lazy_for
 from napari_lazy_zarr.core.cache import ChunkRef
+from napari_lazy_zarr.core.failures import FailureLog
 from napari_lazy_zarr.core.loader import LoadClass
 from napari_lazy_zarr.core.plans import ReadPlan, plan_read
 from napari_lazy_zarr.core.source import grid_shape, is_derived
@@ -65,6 +70,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Hashable, Sequence
 
     from napari_lazy_zarr.core.cache import ChunkCache, Request
+    from napari_lazy_zarr.core.failures import ChunkFailure
     from napari_lazy_zarr.core.loader import Executor
     from napari_lazy_zarr.core.source import ChunkSource
     from napari_lazy_zarr.core.state import ChunkEvent, ChunkKey
@@ -840,8 +846,12 @@ class ViewController:
     view_changed()
         Something a shown view lacked has landed: read it again. Emitted at most
         once until the next read, from worker or dispatch threads.
-    failures_found(tuple[ChunkKey, ...])
-        Chunks of a shown view failed (each reported once).
+    failures_found(tuple[ChunkFailure, ...])
+        Chunks of the layer's levels failed — on screen, prefetched or read
+        ahead; each failure once, and again after a retry that fails again.
+        The same reports wait in `failures` until taken
+        (`FailureLog.take`): a consumer that may connect late takes them
+        instead of relying on the payload.
     view_read(ViewResult)
         A read was answered (emitted from the dispatch thread, after its request).
     volume_ready(int)
@@ -925,7 +935,6 @@ class ViewController:
         self._generation = 0
         self._plans: dict[tuple[int, Box, tuple[int, ...]], ReadPlan] = {}
         self._shown: dict[ViewKind, _Shown] = {}
-        self._reported: set[ChunkKey] = set()
         self._signalled = False  # view_changed emitted, not yet followed by a read
         self._refresh_pending = False  # a landing not yet shown by an applied slice
         self._refresh_asked_at = 0
@@ -933,6 +942,8 @@ class ViewController:
         self.reads = 0
         self.latest: ViewResult | None = None
         """The latest answered read of the displayed view (not the thumbnail)."""
+        self.failures = FailureLog(self.sources, cache)
+        """The layer's failed chunks, reported once each (see `failures_found`)."""
         cache.state_changed.connect(self._on_events)
 
     # -- what a layer shows ---------------------------------------------------
@@ -1205,7 +1216,9 @@ class ViewController:
         self.view_read.emit(result)
         # Chunks that landed between the read and the request had no shown view to
         # land in: look for them now.
-        self._landed(result.missing, result.failed)
+        self._landed(result.missing)
+        if result.failed:  # FAILED before this controller followed the cache (a shared one)
+            self._report(self.failures.adopt(result.failed))
 
     def _lookahead(self, request: ViewRequest, motion: PlaneMotion) -> list[ChunkRef]:
         """The view's chunks on the planes ahead of a walk (`lookahead_planes`).
@@ -1376,12 +1389,19 @@ class ViewController:
     # -- landing chunks (worker threads) --------------------------------------
 
     def _on_events(self, events: tuple[ChunkEvent, ...]) -> None:
+        # Failures first: a read meeting a derived chunk FAILED meanwhile (`_issue` adopts
+        # it) would otherwise name it before the stored chunk whose failure failed it.
+        failures = self.failures.observe(events)
         landed = {e.key for e in events if e.current in (ChunkState.READY, ChunkState.FAILED)}
         if landed:
-            failed = [e.key for e in events if e.current is ChunkState.FAILED]
-            self._landed(landed, failed)
+            self._landed(landed)
+        self._report(failures)
 
-    def _landed(self, landed: Collection[ChunkKey], failed: Collection[ChunkKey]) -> None:
+    def _report(self, failures: tuple[ChunkFailure, ...]) -> None:
+        if failures and not self._closed:
+            self.failures_found.emit(failures)
+
+    def _landed(self, landed: Collection[ChunkKey]) -> None:
         """Copy landed chunks into the shown views; signal the change (any thread)."""
         with self._lock:
             shown_views = list(self._shown.items())
@@ -1403,12 +1423,6 @@ class ViewController:
                 )
             if recompose:
                 self._compose_later(shown)
-        with self._lock:
-            mine = {k for _, shown in shown_views for k in shown.failed}
-            new_failures = tuple(k for k in failed if k in mine and k not in self._reported)
-            self._reported.update(new_failures)
-        if new_failures:
-            self.failures_found.emit(new_failures)
         if changed:
             self._signal_change()
 
