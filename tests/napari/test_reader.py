@@ -334,7 +334,8 @@ def test_kerchunk_output_opens_beside_its_file_and_elsewhere_once_allowed(
         read_zarr(str(tmp_path / "refs" / "scan.json"))
     message = str(refused.value)
     assert f"reference {str(tmp_path / 'h5' / 'scan.h5')!r} is outside" in message
-    assert f"add that folder to the environment variable {ALLOWED_ROOTS_VARIABLE}" in message
+    assert "add that folder to Allowed folders in napari's Preferences" in message
+    assert f"to the environment variable {ALLOWED_ROOTS_VARIABLE}" in message
     assert f"allowed_roots in {hermetic_settings}" in message
     hermetic_settings.parent.mkdir()
     hermetic_settings.write_text(

@@ -517,7 +517,8 @@ class _Resolver:
         raise UnsafeDataError(
             f"{self._document}: {where}: reference {reference!r} {why}. References may point "
             f"only inside {self._real_base} unless allowed. To allow the files under {folder}, "
-            f"add that folder to the environment variable {ALLOWED_ROOTS_VARIABLE} or to "
+            f"add that folder to Allowed folders in napari's Preferences (Plugin Preferences > "
+            f"Lazy Zarr), to the environment variable {ALLOWED_ROOTS_VARIABLE} or to "
             f"[references] allowed_roots in {settings_path()} "
             f"(in Python: policy=ReferencePolicy(roots=[{folder!r}]))"
         )
@@ -564,6 +565,7 @@ class _Resolver:
     ) -> NoReturn:
         raise UnsafeDataError(
             f"{self._document}: {where}: reference {reference!r} {why}. To allow it, {how} to "
+            "Allowed remotes in napari's Preferences (Plugin Preferences > Lazy Zarr), to "
             f"the environment variable {ALLOWED_REMOTES_VARIABLE} or to [references] "
             f"allowed_remotes in {settings_path()} "
             f"(in Python: policy=ReferencePolicy(remotes=[{location!r}]))"
