@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from qtpy.QtGui import QPainter, QPaintEvent
 
-__all__ = ["QSparklines", "Series"]
+__all__ = ["QSparklines", "Series", "polygon_of"]
 
 _ROW: Final = 28
 _TEXT_WIDTH: Final = 120
@@ -29,13 +29,15 @@ type Series = tuple[str, tuple[float, ...], str, tuple[int, int, int]]
 """(name, values oldest first, the text shown beside the name, RGB colour)."""
 
 
-def _polygon(xs: np.ndarray[Any, Any], ys: np.ndarray[Any, Any]) -> QPolygonF:
+def polygon_of(xs: np.ndarray[Any, Any], ys: np.ndarray[Any, Any]) -> QPolygonF:
     """A polygon of the points (xs, ys), read from its serialised form in one call.
 
     Building it point by point costs a call into Qt per point; `QDataStream`
     reads a `QPolygonF` from bytes NumPy writes (Qt's documented format: a
     32-bit count, then each point's x and y as 64-bit floats, big-endian),
     the same public route in every Qt binding (pyqtgraph builds paths so).
+    About 25 µs for 150 points here, against 3 µs for writing into the
+    polygon's memory through sip, which only PyQt6 allowed.
     """
     points = np.empty((len(xs), 2), dtype=">f8")
     points[:, 0] = xs
@@ -117,6 +119,6 @@ class QSparklines(QWidget):
             step = chart.width() / max(self.capacity - 1, 1)
             xs = left + chart.width() - step * (len(series) - 1) + step * np.arange(len(series))
             ys = bottom - np.where(finite, series, 0.0) * scale
-            points = _polygon(xs, ys)
+            points = polygon_of(xs, ys)
             painter.setPen(QPen(QColor(*color), 1))
             painter.drawPolyline(points)
