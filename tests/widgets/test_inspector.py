@@ -193,6 +193,8 @@ def test_each_chunk_of_the_view_shows_what_it_displays_and_why(
     texts = {cell: inspector.chunk_map.describe(cell) for cell in view}
     assert all(texts[c].startswith("L0 (") for c in view)  # named relative to the store
     assert all("shown: the fill value (nothing resident" in text for text in texts.values())
+    unplaced = [text for text in texts.values() if not re.search(r"position \d+", text)]
+    assert not unplaced, unplaced[:3]  # (seen once under load, PyQt5: kept for diagnosis)
     positions = sorted(
         int(re.search(r"position (\d+)", text)[1])  # type: ignore[index]
         for text in texts.values()
