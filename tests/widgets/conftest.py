@@ -5,16 +5,20 @@
 package may be alive, no new top-level widget may remain, no new QTimer may
 be running, and no signal may still call into an object of this package.
 It checks *before* any garbage collection of its own: cleanup must not wait
-for the collector.
+for the collector. `_fail_on_guarded_errors` fails a test in which a paint
+event or timer slot raised: the guard (`widgets._guarded`) logs such errors
+instead of letting them reach Qt's event loop, where pytest-qt would see them.
 """
 
 from __future__ import annotations
 
 import gc
+import logging
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from napari_lazy_zarr.widgets._guarded import logger as guard_logger
 from tests.napari.conftest import (
     fresh_shared_cache,
     ome_store,
@@ -27,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "_catch_qt_leaks",
+    "_fail_on_guarded_errors",
     "fresh_shared_cache",
     "ome_store",
     "pytest_collection_modifyitems",
@@ -47,12 +52,26 @@ def _ours(obj: Any) -> bool:
 
 
 def _live(obj: Any) -> bool:
-    from qtpy import sip
+    from qtpy.compat import isalive  # sip's isdeleted or shiboken's isValid
 
     try:
-        return not sip.isdeleted(obj)
+        return bool(isalive(obj))
     except TypeError:
         return False
+
+
+def deleted(obj: Any) -> bool:
+    """Whether `obj`'s C++ object is gone, once the deletions Qt deferred have run.
+
+    A `deleteLater` made inside an event handler runs when control returns to
+    the event loop that dispatched it: napari's top-level loop in use, which a
+    test's `qtbot.waitUntil` (a nested loop) is not under Qt 5. Sending the
+    deferred deletions is what that return would do.
+    """
+    from qtpy.QtCore import QCoreApplication, QEvent
+
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    return not _live(obj)
 
 
 def running_timers() -> dict[int, str]:
@@ -74,7 +93,14 @@ def connections_to_ours() -> list[str]:
     found = []
     for obj in gc.get_objects():
         if isinstance(obj, SignalInstance):
-            for slot in list(obj._slots):  # psygnal keeps no public list of its slots
+            # psygnal keeps no public list of its slots. A SignalInstance torn down
+            # half-way (kept by a failed test's traceback) has none: skip it rather than
+            # fail every later test.
+            try:
+                slots = list(obj._slots)
+            except AttributeError:
+                continue
+            for slot in slots:
                 callback = slot.dereference()
                 if callback is not None and _ours(callback):
                     found.append(f"{obj.name} -> {callback!r}")
@@ -137,3 +163,44 @@ def _catch_qt_leaks(request: pytest.FixtureRequest, qapp: Any) -> Iterator[None]
     if problems:
         test = f"{request.node.path.name}::{request.node.name}"
         raise AssertionError(f"Qt leaks after {test!r}: " + "; ".join(problems))
+
+
+class _Collected(logging.Handler):
+    """The records logged while attached."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def guarded_errors() -> Iterator[list[logging.LogRecord]]:
+    """What the paint and timer guard logs during the test (a test asking expects some)."""
+    handler = _Collected()
+    guard_logger.addHandler(handler)
+    try:
+        yield handler.records
+    finally:
+        guard_logger.removeHandler(handler)
+
+
+@pytest.fixture(autouse=True)
+def _fail_on_guarded_errors(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The guard keeps a paint or timer failure from napari's event loop: not from the tests."""
+    if "guarded_errors" in request.fixturenames:
+        yield
+        return
+    handler = _Collected()
+    guard_logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        guard_logger.removeHandler(handler)
+    if handler.records:
+        raise AssertionError(
+            "a paint event or timer slot failed: "
+            + "; ".join(handler.format(record) for record in handler.records)
+        )

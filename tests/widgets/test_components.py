@@ -29,6 +29,7 @@ from napari_lazy_zarr.widgets._grid_state import (
 )
 from napari_lazy_zarr.widgets._mirror import LayerSources, StateMirror
 from napari_lazy_zarr.widgets._names import ChunkNamer
+from napari_lazy_zarr.widgets._sparkline import polygon_of
 from napari_lazy_zarr.widgets._state_diagram import MOVES, QStateDiagram
 from napari_lazy_zarr.widgets._view_cells import ViewCells, level_coverage, stand_in_levels
 from tests.sources import FaultySource
@@ -285,3 +286,13 @@ def test_a_shared_source_splits_its_bytes_between_channel_layers() -> None:
         mirror.apply()
         assert [mirror.resident_bytes(f"c{c}") for c in range(3)] == [0, 256, 64]
         mirror.close()
+
+
+def test_a_sparkline_polygon_holds_exactly_its_points() -> None:
+    """Read through QDataStream, the same in every binding: NumPy's points, in order."""
+    rng = np.random.default_rng(5)
+    for n in (0, 1, 150):
+        xs, ys = rng.normal(size=n) * 1e3, rng.normal(size=n)
+        polygon = polygon_of(xs, ys)
+        got = np.array([(polygon.at(i).x(), polygon.at(i).y()) for i in range(polygon.size())])
+        np.testing.assert_array_equal(got.reshape(n, 2), np.column_stack([xs, ys]))

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
-from qtpy import sip
+from qtpy.compat import isalive
 from qtpy.QtCore import Qt
 from qtpy.QtWidgets import QApplication
 
@@ -26,7 +26,7 @@ from napari_lazy_zarr.widgets import ChunkInspector
 from napari_lazy_zarr.widgets._chunk_map import BACKGROUND
 from napari_lazy_zarr.widgets._grid_state import MARKER_COLORS, STATE_COLORS, Shown
 from tests.napari.conftest import write_ome_pyramid
-from tests.widgets.conftest import connections_to_ours
+from tests.widgets.conftest import connections_to_ours, deleted
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -193,6 +193,8 @@ def test_each_chunk_of_the_view_shows_what_it_displays_and_why(
     texts = {cell: inspector.chunk_map.describe(cell) for cell in view}
     assert all(texts[c].startswith("L0 (") for c in view)  # named relative to the store
     assert all("shown: the fill value (nothing resident" in text for text in texts.values())
+    unplaced = [text for text in texts.values() if not re.search(r"position \d+", text)]
+    assert not unplaced, unplaced[:3]  # (seen once under load, PyQt5: kept for diagnosis)
     positions = sorted(
         int(re.search(r"position (\d+)", text)[1])  # type: ignore[index]
         for text in texts.values()
@@ -527,7 +529,7 @@ def test_removing_the_dock_deletes_the_inspector_and_disconnects_everything(
         assert len(controller.view_read) == view_read
         assert connections_to_ours() == []
         # ...and the orphaned widget is deleted, not left as a hidden top-level window.
-        qtbot.waitUntil(lambda inspector=inspector: sip.isdeleted(inspector), timeout=5_000)
+        qtbot.waitUntil(lambda inspector=inspector: deleted(inspector), timeout=5_000)
 
 
 def test_hiding_the_dock_pauses_the_inspector_and_showing_it_catches_up(
@@ -563,6 +565,41 @@ def test_closing_the_viewer_stops_the_inspector(
     cache = loader.cache
     timer = inspector._timer
     viewer.close()
-    assert sip.isdeleted(timer) or not timer.isActive()
+    assert not isalive(timer) or not timer.isActive()
     assert len(cache.state_changed) == 0 or connections_to_ours() == []
-    qtbot.waitUntil(lambda: sip.isdeleted(inspector), timeout=5_000)
+    qtbot.waitUntil(lambda: deleted(inspector), timeout=5_000)
+
+
+def test_a_user_docks_the_inspector_shows_every_tab_zooms_and_removes_it(
+    make_napari_viewer: Callable[..., Any], qtbot: QtBot, cells_store: Path
+) -> None:
+    """The whole lifecycle in a real viewer, under the binding of the run (.ci/qt-bindings
+    runs it under PyQt5 and PySide6 too): every widget paints, no exception reaches
+    the event loop (pytest-qt) or the paint and timer guard (`_fail_on_guarded_errors`)."""
+    viewer, layer, loader, inspector = _open(make_napari_viewer, cells_store)
+    viewer.scene.camera.zoom = 4.0  # level 0: chunks load, events are logged
+    _settle(qtbot, viewer, loader, inspector)
+    shown = {
+        "rates": lambda: inspector.rates_chart.paints > 0 and bool(inspector.rates_chart.rows),
+        "state machine": lambda: (
+            inspector.diagram.paints > 0 and inspector.diagram.counts[ChunkState.READY] > 0
+        ),
+        "event log": lambda: bool(inspector.log.visible_rows()),
+        "controls": lambda: inspector.controls.native.isVisible(),
+    }
+    tabs = inspector.tabs
+    assert [tabs.tabText(i) for i in range(tabs.count())] == list(shown)
+    for index, done in enumerate(shown.values()):
+        tabs.setCurrentIndex(index)
+        qtbot.waitUntil(lambda index=index: tabs.widget(index).isVisible(), timeout=5_000)
+        qtbot.waitUntil(done, timeout=5_000)  # the tab shows what happened
+    for zoom in (0.05, 4.0):  # the coarsest level, then the finest again
+        paints = inspector.chunk_map.paints
+        viewer.scene.camera.zoom = zoom
+        _settle(qtbot, viewer, loader, inspector)
+        qtbot.waitUntil(lambda: inspector.level == layer.data_level, timeout=5_000)
+        qtbot.waitUntil(lambda paints=paints: inspector.chunk_map.paints > paints, timeout=5_000)
+    assert {inspector.levels_bar.paints, inspector.summary.paints} != {0}
+    viewer.window.remove_dock_widget(inspector)
+    assert not inspector.live
+    qtbot.waitUntil(lambda: deleted(inspector), timeout=5_000)

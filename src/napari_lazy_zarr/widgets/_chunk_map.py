@@ -12,6 +12,7 @@ from qtpy.QtWidgets import QMenu, QToolTip, QWidget
 
 from napari_lazy_zarr.core import ChunkState
 from napari_lazy_zarr.widgets._grid_state import ChunkGridState, Shown, cell_image
+from napari_lazy_zarr.widgets._guarded import logged_once, painting
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -187,6 +188,7 @@ class QChunkMap(QWidget):
         self._image = QImage(self._bytes, width, height, 4 * width, QImage.Format.Format_RGB32)
         self.update()
 
+    @logged_once
     def resizeEvent(self, event: QResizeEvent | None) -> None:
         super().resizeEvent(event)
         # Kept in Python: each call into Qt may wait for the GIL behind loading workers.
@@ -243,14 +245,17 @@ class QChunkMap(QWidget):
 
     # -- painting and interaction ---------------------------------------------
 
+    @logged_once
     def paintEvent(self, event: QPaintEvent | None) -> None:
         self.paints += 1
-        painter = QPainter(self)
+        with painting(self) as painter:
+            self._paint(painter)
+
+    def _paint(self, painter: QPainter) -> None:
         painter.fillRect(self.rect(), BACKGROUND)
         if self._image is None or self._grid is None:
             painter.setPen(QColor(200, 200, 200))
             painter.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, self._message)
-            painter.end()
             return
         side = self._side()
         top, left = self._origin()
@@ -268,11 +273,12 @@ class QChunkMap(QWidget):
                 for r in range(1, rows)
             ]
             if lines:
-                painter.drawLines(lines[0], *lines[1:])
+                # A list, which every binding takes (PySide6 takes no varargs; PyQt6's
+                # stubs say sip.array, its runtime takes a list too).
+                painter.drawLines(lines)  # type: ignore[call-overload]
         painter.setPen(QPen(_FRAME, 1))
         painter.drawRect(extent.adjusted(-1, -1, 0, 0))
         self._paint_view(painter, top, left, side)
-        painter.end()
 
     def _paint_view(self, painter: QPainter, top: float, left: float, side: float) -> None:
         cells, grid = self._cells, self._grid

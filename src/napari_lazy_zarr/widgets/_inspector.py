@@ -57,6 +57,7 @@ from napari_lazy_zarr.widgets._grid_state import (
     ChunkGridState,
     Shown,
 )
+from napari_lazy_zarr.widgets._guarded import logged_once
 from napari_lazy_zarr.widgets._mirror import MAX_GRID_CHUNKS, LayerSources, StateMirror
 from napari_lazy_zarr.widgets._names import ChunkNamer
 from napari_lazy_zarr.widgets._rates import RateHistory
@@ -632,6 +633,7 @@ class ChunkInspector(QWidget):
 
     # -- refreshing (main thread, 10 Hz while shown) ------------------------------
 
+    @logged_once
     def tick(self) -> None:
         """Apply what arrived since the last refresh; repaint only what changed."""
         if not self._live:

@@ -13,17 +13,18 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 from qtpy.QtCore import QPoint, QRectF, QSize, Qt
-from qtpy.QtGui import QColor, QFontMetricsF, QHelpEvent, QImage, QPainter, QPen
+from qtpy.QtGui import QColor, QFontMetricsF, QHelpEvent, QImage, QPen
 from qtpy.QtWidgets import QSizePolicy, QToolTip, QWidget
 
 from napari_lazy_zarr.core import ChunkState
 from napari_lazy_zarr.widgets._grid_state import STATE_COLORS
+from napari_lazy_zarr.widgets._guarded import logged_once, painting
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from qtpy.QtCore import QEvent
-    from qtpy.QtGui import QPaintEvent
+    from qtpy.QtGui import QPainter, QPaintEvent
 
 __all__ = ["QResidencyBar", "residency_color"]
 
@@ -105,9 +106,13 @@ class QResidencyBar(QWidget):
         index = int((point.x() - bar.left()) / bar.width() * len(self.fractions))
         return min(max(index, 0), len(self.fractions) - 1)
 
+    @logged_once
     def paintEvent(self, event: QPaintEvent | None) -> None:
         self.paints += 1
-        painter = QPainter(self)
+        with painting(self) as painter:
+            self._paint(painter)
+
+    def _paint(self, painter: QPainter) -> None:
         painter.fillRect(self.rect(), self.palette().window())
         painter.setPen(QColor(210, 210, 210))
         painter.drawText(
@@ -117,7 +122,6 @@ class QResidencyBar(QWidget):
         )
         bar = self._bar()
         if self._image is None or not self.fractions:
-            painter.end()
             return
         painter.drawImage(bar, self._image)
         n = len(self.fractions)
@@ -142,7 +146,6 @@ class QResidencyBar(QWidget):
             painter.drawRect(
                 QRectF(bar.left() + self.current * step, bar.top(), max(step, 2), bar.height())
             )
-        painter.end()
 
     def event(self, event: QEvent | None) -> bool:
         if isinstance(event, QHelpEvent):

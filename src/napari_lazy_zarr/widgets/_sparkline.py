@@ -9,16 +9,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
-from qtpy.QtCore import QRectF, QSize, Qt
-from qtpy.QtGui import QColor, QFontMetricsF, QPainter, QPen, QPolygonF
+from qtpy.QtCore import QByteArray, QDataStream, QRectF, QSize, Qt
+from qtpy.QtGui import QColor, QFontMetricsF, QPen, QPolygonF
 from qtpy.QtWidgets import QSizePolicy, QWidget
+
+from napari_lazy_zarr.widgets._guarded import logged_once, painting
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from qtpy.QtGui import QPaintEvent
+    from qtpy.QtGui import QPainter, QPaintEvent
 
-__all__ = ["QSparklines", "Series"]
+__all__ = ["QSparklines", "Series", "polygon_of"]
 
 _ROW: Final = 28
 _TEXT_WIDTH: Final = 120
@@ -27,20 +29,23 @@ type Series = tuple[str, tuple[float, ...], str, tuple[int, int, int]]
 """(name, values oldest first, the text shown beside the name, RGB colour)."""
 
 
-def _polygon(xs: np.ndarray[Any, Any], ys: np.ndarray[Any, Any]) -> QPolygonF:
-    """A polygon of the points (xs, ys), written straight into Qt's memory.
+def polygon_of(xs: np.ndarray[Any, Any], ys: np.ndarray[Any, Any]) -> QPolygonF:
+    """A polygon of the points (xs, ys), read from its serialised form in one call.
 
-    Building it point by point costs a call into Qt per point (a millisecond
-    for a few sparklines); this is the array trick pyqtgraph uses.
+    Building it point by point costs a call into Qt per point; `QDataStream`
+    reads a `QPolygonF` from bytes NumPy writes (Qt's documented format: a
+    32-bit count, then each point's x and y as 64-bit floats, big-endian),
+    the same public route in every Qt binding (pyqtgraph builds paths so).
+    About 25 µs for 150 points here, against 3 µs for writing into the
+    polygon's memory through sip, which only PyQt6 allowed.
     """
-    polygon = QPolygonF()
-    polygon.resize(len(xs))
-    buffer = polygon.data()
-    assert buffer is not None
-    buffer.setsize(len(xs) * 2 * np.dtype(np.float64).itemsize)
-    points = np.frombuffer(buffer, dtype=np.float64).reshape(len(xs), 2)  # type: ignore[call-overload]
+    points = np.empty((len(xs), 2), dtype=">f8")
     points[:, 0] = xs
     points[:, 1] = ys
+    stream = QDataStream(QByteArray(np.array([len(xs)], dtype=">u4").tobytes() + points.tobytes()))
+    polygon = QPolygonF()
+    # QPolygonF's operator>> lives in QtGui: PyQt6's QtCore stubs do not list it.
+    stream >> polygon  # type: ignore[operator]
     return polygon
 
 
@@ -77,9 +82,13 @@ class QSparklines(QWidget):
             self.setFixedHeight(max(1, len(new)) * _ROW)
         self.update()
 
+    @logged_once
     def paintEvent(self, event: QPaintEvent | None) -> None:
         self.paints += 1
-        painter = QPainter(self)  # no antialiasing: a fraction of the cost, for 1-px lines
+        with painting(self) as painter:  # no antialiasing: a fraction of the cost, for 1-px lines
+            self._paint(painter)
+
+    def _paint(self, painter: QPainter) -> None:
         painter.fillRect(self.rect(), self.palette().window())
         width = self.width()
         metrics = QFontMetricsF(self.font())
@@ -110,7 +119,6 @@ class QSparklines(QWidget):
             step = chart.width() / max(self.capacity - 1, 1)
             xs = left + chart.width() - step * (len(series) - 1) + step * np.arange(len(series))
             ys = bottom - np.where(finite, series, 0.0) * scale
-            points = _polygon(xs, ys)
+            points = polygon_of(xs, ys)
             painter.setPen(QPen(QColor(*color), 1))
             painter.drawPolyline(points)
-        painter.end()

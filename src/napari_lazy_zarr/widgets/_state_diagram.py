@@ -10,6 +10,7 @@ from qtpy.QtWidgets import QWidget
 
 from napari_lazy_zarr.core import LEGAL_MOVES, ChunkState
 from napari_lazy_zarr.widgets._grid_state import STATE_COLORS
+from napari_lazy_zarr.widgets._guarded import logged_once, painting
 
 if TYPE_CHECKING:
     from qtpy.QtGui import QPaintEvent
@@ -161,33 +162,36 @@ class QStateDiagram(QWidget):
         if image is None or image.size() != self.size():
             image = QImage(self.size(), QImage.Format.Format_ARGB32_Premultiplied)
             image.fill(QColor(30, 32, 38))
-            painter = QPainter(image)
-            painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-            nodes = self.node_rects()
-            for move in MOVES:
-                self._arrow(painter, *self._ends(move, nodes))
-            for state, rect in nodes.items():
-                painter.setPen(QPen(QColor(20, 20, 20), 1))
-                painter.setBrush(QColor(*STATE_COLORS[state]))
-                painter.drawRoundedRect(rect, 6, 6)
-            painter.end()
+            with painting(image) as painter:
+                painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+                nodes = self.node_rects()
+                for move in MOVES:
+                    self._arrow(painter, *self._ends(move, nodes))
+                for state, rect in nodes.items():
+                    painter.setPen(QPen(QColor(20, 20, 20), 1))
+                    painter.setBrush(QColor(*STATE_COLORS[state]))
+                    painter.drawRoundedRect(rect, 6, 6)
             self._static = image
         return image
 
+    @logged_once
     def paintEvent(self, event: QPaintEvent | None) -> None:
         self.paints += 1
         background = self._background()
-        painter = QPainter(self)
-        painter.drawImage(0, 0, background)
-        painter.setPen(QColor(10, 10, 10))
-        for state, rect in self.node_rects().items():
-            painter.drawText(
-                rect, Qt.AlignmentFlag.AlignCenter, f"{state.name}\n{compact(self.counts[state])}"
-            )
-        painter.setPen(QColor(235, 235, 235))
-        for move, rect in self.label_rects().items():
-            painter.drawText(rect, Qt.AlignmentFlag.AlignCenter, compact(self.transitions[move]))
-        painter.end()
+        with painting(self) as painter:
+            painter.drawImage(0, 0, background)
+            painter.setPen(QColor(10, 10, 10))
+            for state, rect in self.node_rects().items():
+                painter.drawText(
+                    rect,
+                    Qt.AlignmentFlag.AlignCenter,
+                    f"{state.name}\n{compact(self.counts[state])}",
+                )
+            painter.setPen(QColor(235, 235, 235))
+            for move, rect in self.label_rects().items():
+                painter.drawText(
+                    rect, Qt.AlignmentFlag.AlignCenter, compact(self.transitions[move])
+                )
 
     def _arrow(self, painter: QPainter, a: QPointF, b: QPointF) -> None:
         dx, dy = b.x() - a.x(), b.y() - a.y()

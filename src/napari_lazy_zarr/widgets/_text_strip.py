@@ -7,8 +7,10 @@ text changes; a fixed-height strip that paints its own text only repaints itself
 from __future__ import annotations
 
 from qtpy.QtCore import QRectF, QSize, Qt
-from qtpy.QtGui import QColor, QFontMetricsF, QPainter
+from qtpy.QtGui import QColor, QFontMetricsF
 from qtpy.QtWidgets import QSizePolicy, QWidget
+
+from napari_lazy_zarr.widgets._guarded import logged_once, painting
 
 __all__ = ["QTextStrip"]
 
@@ -37,15 +39,15 @@ class QTextStrip(QWidget):
     def sizeHint(self) -> QSize:
         return QSize(240, self.height())
 
+    @logged_once
     def paintEvent(self, event: object) -> None:
         self.paints += 1
-        painter = QPainter(self)
-        painter.fillRect(self.rect(), self.palette().window())
-        painter.setPen(QColor(220, 220, 220))
-        painter.drawText(
-            QRectF(2, 2, self.width() - 4, self.height() - 4),
-            int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
-            | int(Qt.TextFlag.TextWordWrap),
-            self._text,
-        )
-        painter.end()
+        with painting(self) as painter:
+            painter.fillRect(self.rect(), self.palette().window())
+            painter.setPen(QColor(220, 220, 220))
+            painter.drawText(
+                QRectF(2, 2, self.width() - 4, self.height() - 4),
+                int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+                | int(Qt.TextFlag.TextWordWrap),
+                self._text,
+            )
