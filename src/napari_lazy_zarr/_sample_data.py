@@ -86,7 +86,7 @@ def sample_layers(size: int = SAMPLE_SIZE, directory: Path | None = None) -> lis
 
 def sample_pyramid() -> list[LayerDataTuple]:
     """The npe2 sample-data command: the 32768² pyramid, shown at once (`sample_layers`)."""
-    layers = sample_layers()
+    layers = sample_layers(SAMPLE_SIZE)
     _watch_current_viewer()
     return layers
 

@@ -33,6 +33,7 @@ __all__ = [
     "SampleWrite",
     "default_cache_dir",
     "is_complete",
+    "running_write",
     "sample_image_spec",
     "sample_level_shapes",
     "sample_level_sources",
@@ -446,6 +447,7 @@ class SampleWrite:
         """The background thread (`start`), else None."""
         self._stop = threading.Event()
         self._done = threading.Event()
+        self._writer: threading.Thread | None = None  # the thread in `run`
         self._last_progress = 0.0
 
     @property
@@ -465,12 +467,21 @@ class SampleWrite:
         return self._done.wait(timeout)
 
     def stop(self, timeout: float | None = None) -> bool:
-        """Stop writing (before the next chunk) and wait until the temporary folder is gone."""
+        """Stop writing (before the next chunk) and wait until the temporary folder is gone.
+
+        Called from the writing thread (a `progressed` slot), or before the
+        write started, it does not wait (a later `run` stops at once).
+        """
         self._stop.set()
+        if threading.current_thread() is self._writer or (
+            self._writer is None and self.thread is None
+        ):
+            return self.done
         return self.wait(timeout)
 
     def run(self) -> None:
         """Write in the calling thread (`start` calls it in the background thread)."""
+        self._writer = threading.current_thread()
         temporary = (
             self.path.parent / f".{self.path.name}.writing-{os.getpid()}-{os.urandom(4).hex()}"
         )
@@ -535,6 +546,12 @@ def sample_write(path: str | os.PathLike[str], size: int) -> tuple[SampleWrite, 
             return running, False
         write = _writes[key] = SampleWrite(key, size)
     return write, True
+
+
+def running_write(path: str | os.PathLike[str]) -> SampleWrite | None:
+    """The write of `path` running (or about to start) in this process, else None."""
+    with _writes_lock:
+        return _writes.get(Path(path))
 
 
 def _remove_abandoned(path: Path) -> None:
