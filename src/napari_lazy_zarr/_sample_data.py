@@ -72,15 +72,18 @@ def sample_layers(size: int = SAMPLE_SIZE, directory: Path | None = None) -> lis
     path = sample_location(size, directory)
     if is_complete(path):
         return read_zarr(str(path))
-    write, new = sample_write(path, size)
+    cache = shared_cache()
+
+    def viewer_loading() -> bool:  # the views' chunks (the generator's too) go first
+        counters = cache.counters(wait=False)
+        return counters is None or counters.queued + counters.in_flight > 0
+
+    write, new = sample_write(path, size, yield_to=viewer_loading)
     if new:
         _show_progress(write)
         write.start()
     return layer_data(
-        str(path),
-        sample_image_spec(size),
-        shared_cache(),
-        sources=list(sample_level_sources(size)),
+        str(path), sample_image_spec(size), cache, sources=list(sample_level_sources(size))
     )
 
 
@@ -113,16 +116,20 @@ def _show_progress(write: SampleWrite) -> None:
     from napari.utils import progress
     from psygnal.qt import start_emitting_from_queue
 
-    bar = progress(total=write.total, desc=f"napari-lazy-zarr: writing {write.path.name}")
     start_emitting_from_queue(msec=10)
+    bars: list[progress] = []
 
     def progressed(written: int, _total: int) -> None:
-        bar.update(written - bar.n)
+        if not bars:  # made at the first report, not in the open: napari's first bar
+            # shows its activity dialog and repaints the window (100-500 ms measured)
+            bars.append(progress(total=write.total, desc=f"napari-lazy-zarr: {write.path.name}"))
+        bars[0].update(written - bars[0].n)
 
     def finished(_error: BaseException | None) -> None:
         write.progressed.disconnect(progressed)
         write.finished.disconnect(finished)
-        bar.close()
+        for bar in bars:
+            bar.close()
 
     # Plain functions: psygnal holds them strongly (a queued emission finds them).
     write.progressed.connect(progressed, thread="main")

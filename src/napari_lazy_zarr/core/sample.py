@@ -230,7 +230,6 @@ def write_sample_ome_zarr(
     workers: int = 2,
     stop: threading.Event | None = None,
     progress: Callable[[int, int], None] | None = None,
-    pause: float = 0.0,
 ) -> list[tuple[int, int]]:
     """Write the `synthetic_cells` image as an OME-Zarr 0.5 (Zarr v3) pyramid.
 
@@ -241,9 +240,8 @@ def write_sample_ome_zarr(
     For a background write: `stop` is checked before every chunk (once set,
     no more chunks are written and the store is left incomplete); `progress`
     is called with (chunks written, chunks in all) after every chunk, from
-    the writing thread; with ``workers=1`` the chunks are written in the
-    calling thread, `pause` seconds apart (a sleep releases the core and the
-    GIL to the threads that share them).
+    the writing thread (with ``workers=1``: the calling thread, so it may
+    pace the write).
     """
     root = zarr.open_group(os.fspath(path), mode="w", zarr_format=3)
     shapes = sample_level_shapes(size, smallest)
@@ -278,8 +276,6 @@ def write_sample_ome_zarr(
         if workers == 1:
             for origin in origins:
                 write(origin)
-                if pause:
-                    time.sleep(pause)
         else:
             with ThreadPoolExecutor(workers) as pool:
                 list(pool.map(write, origins))
@@ -395,7 +391,9 @@ COMPLETE_MARKER: Final = ".complete"
 """The file inside a generated store that says it is complete (written last)."""
 _PROGRESS_INTERVAL = 0.25  # s: `SampleWrite.progressed` at most four times a second
 _STOP_TIMEOUT = 10.0  # s: at exit, how long a stopped write may take to clean up
-_PAUSE = 0.002  # s between chunks: a background write yields its core to the viewer
+_PAUSE = 0.002  # s between chunks: a background write releases its core and the GIL
+_START_DELAY = 1.0  # s before a background write's first chunk
+_YIELD_POLL = 0.02  # s: how often a write yielding to `yield_to` looks again
 
 
 def is_complete(path: str | os.PathLike[str]) -> bool:
@@ -417,8 +415,10 @@ class SampleWrite:
 
     The background thread is a daemon, so it never holds up interpreter exit:
     at exit every running write is stopped (checked before every chunk) and
-    its temporary folder removed. One worker, a short pause between chunks:
-    the write shares the cores with the viewer that shows the sample.
+    its temporary folder removed. One worker, a short pause between chunks,
+    and no chunk written while `yield_to()` is true (e.g. the chunk cache
+    has loads queued or in flight): the write shares the cores with the
+    viewer that shows the sample, and the viewer goes first.
 
     Signals (emitted from the writing thread; connect with ``thread="main"`` to
     touch a GUI): `progressed(written, total)` chunks, at most four times a
@@ -431,9 +431,16 @@ class SampleWrite:
     finished = Signal(object)
 
     def __init__(
-        self, path: str | os.PathLike[str], size: int, *, chunk: int = SAMPLE_CHUNK
+        self,
+        path: str | os.PathLike[str],
+        size: int,
+        *,
+        chunk: int = SAMPLE_CHUNK,
+        yield_to: Callable[[], bool] | None = None,
     ) -> None:
         self.path = Path(path)
+        self.yield_to = yield_to
+        """While it returns True, a background write waits before its next chunk."""
         self.size, self.chunk = size, chunk
         self.total = sum(
             math.ceil(h / chunk) * math.ceil(w / chunk) for h, w in sample_level_shapes(size)
@@ -488,6 +495,9 @@ class SampleWrite:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             _remove_abandoned(self.path)
+            if self.thread is not None:  # the viewer adds the layer and loads its view first
+                self._stop.wait(_START_DELAY)
+                self._yield()
             write_sample_ome_zarr(
                 temporary,
                 size=self.size,
@@ -495,7 +505,6 @@ class SampleWrite:
                 workers=1,
                 stop=self._stop,
                 progress=self._on_chunk,
-                pause=_PAUSE if self.thread is not None else 0.0,
             )
             if self._stop.is_set():
                 raise InterruptedError(f"{self.path}: the sample write was stopped")
@@ -517,6 +526,14 @@ class SampleWrite:
         if written == total or now - self._last_progress >= _PROGRESS_INTERVAL:
             self._last_progress = now
             self.progressed.emit(written, total)
+        if self.thread is None or written == total:
+            return  # written inline: as fast as it goes
+        time.sleep(_PAUSE)
+        self._yield()
+
+    def _yield(self) -> None:
+        while self.yield_to is not None and not self._stop.is_set() and self.yield_to():
+            self._stop.wait(_YIELD_POLL)
 
     def _publish(self, temporary: Path) -> None:
         """Rename the complete `temporary` folder to `path` (another process may have won)."""
@@ -533,7 +550,9 @@ _writes_lock = threading.Lock()
 _writes: dict[Path, SampleWrite] = {}
 
 
-def sample_write(path: str | os.PathLike[str], size: int) -> tuple[SampleWrite, bool]:
+def sample_write(
+    path: str | os.PathLike[str], size: int, *, yield_to: Callable[[], bool] | None = None
+) -> tuple[SampleWrite, bool]:
     """The running write of `path` in this process, or a new one (not started).
 
     Returns (write, new): start a new one with `SampleWrite.start` (after
@@ -544,7 +563,7 @@ def sample_write(path: str | os.PathLike[str], size: int) -> tuple[SampleWrite, 
         running = _writes.get(key)
         if running is not None:
             return running, False
-        write = _writes[key] = SampleWrite(key, size)
+        write = _writes[key] = SampleWrite(key, size, yield_to=yield_to)
     return write, True
 
 
