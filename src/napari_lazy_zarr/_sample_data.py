@@ -125,11 +125,18 @@ def _show_progress(write: SampleWrite) -> None:
             bars.append(progress(total=write.total, desc=f"napari-lazy-zarr: {write.path.name}"))
         bars[0].update(written - bars[0].n)
 
-    def finished(_error: BaseException | None) -> None:
+    def finished(error: BaseException | None) -> None:
         write.progressed.disconnect(progressed)
         write.finished.disconnect(finished)
         for bar in bars:
             bar.close()
+        if error is not None and not isinstance(error, InterruptedError):
+            from napari.utils.notifications import show_warning
+
+            show_warning(
+                f"napari-lazy-zarr: the sample could not be stored at {write.path}: {error!r}. "
+                "It is still shown, computed as you view it; the next open tries again."
+            )
 
     # Plain functions: psygnal holds them strongly (a queued emission finds them).
     write.progressed.connect(progressed, thread="main")
