@@ -184,3 +184,27 @@ def test_the_write_does_not_run_twice_for_one_path(tmp_path: Path) -> None:
     assert is_complete(path)  # the complete store stays
     assert running_write(path) is None
     assert os.listdir(tmp_path) == [path.name]
+
+
+def test_a_sample_that_cannot_be_stored_is_still_shown_and_says_why(
+    make_napari_viewer: Any, qtbot: QtBot, tmp_path: Path
+) -> None:
+    from napari.utils.notifications import notification_manager
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")  # the cache directory's place is taken by a file
+    viewer = make_napari_viewer(show=True)
+    notes: list[Any] = []
+    notification_manager.notification_ready.connect(notes.append)
+    try:
+        ((levels, kwargs, _),) = sample_layers(1024, blocker)
+        write = running_write(sample_location(1024, blocker))
+        assert write is not None
+        viewer.add_image(levels, **kwargs)
+        assert write.wait(timeout=60)
+        assert isinstance(write.error, OSError)
+        qtbot.waitUntil(lambda: any("could not be stored" in str(n.message) for n in notes))
+        qtbot.waitUntil(lambda: _shown(viewer)[..., 1].max() > 100, timeout=30_000)
+    finally:
+        notification_manager.notification_ready.disconnect(notes.append)
+    assert blocker.is_file()
