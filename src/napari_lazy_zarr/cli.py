@@ -4,10 +4,13 @@
   docks the chunk inspector. `--screenshot FILE` waits for the view to complete, saves
   the canvas at `--size WxH` (default 1024x768; no inspector beside it) — or with
   `--window` the whole window, inspector included (default 1600x1000) — and exits.
-- `napari-lazy-zarr demo` generates the synthetic OME-Zarr pyramid once (user
-  cache directory) and opens it.
-- `napari-lazy-zarr engine-demo` reads a generated store through the chunk
-  engine alone (no napari) and prints what it read and the cache statistics.
+- `napari-lazy-zarr demo` opens the synthetic OME-Zarr pyramid (`--image-size N`
+  a side, default 32768) at once: served from its generator while it is written,
+  once and in the background, into the user cache directory for later runs. It
+  takes the main command's viewer options (`--screenshot`, `--size`, `--window`).
+- `napari-lazy-zarr engine-demo` reads a generated store (`--image-size N`)
+  through the chunk engine alone (no napari) and prints what it read and the
+  cache statistics.
 """
 
 from __future__ import annotations
@@ -21,10 +24,15 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from napari_lazy_zarr.core import ChunkedArray, open_array
-from napari_lazy_zarr.core.sample import default_cache_dir, synthetic_region, write_sample_store
+from napari_lazy_zarr.core.sample import (
+    SAMPLE_SIZE,
+    default_cache_dir,
+    synthetic_region,
+    write_sample_store,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from napari_lazy_zarr.core import CacheStatistics
 
@@ -157,6 +165,7 @@ def _fit_canvas(viewer: Any, width: int, height: int) -> bool:
 def view(
     location: str,
     *,
+    layers: Callable[[], list[tuple[Any, dict[str, Any], str]]] | None = None,
     screenshot: Path | None,
     size: tuple[int, int] | None = None,
     window: bool = False,
@@ -167,6 +176,8 @@ def view(
 ) -> int:
     """Open `location` in napari with the plugin's reader; optionally screenshot and exit.
 
+    `layers`, when given, makes the layer data instead of the reader (the demo:
+    `_sample_data.sample_layers`); `location` then only titles the window.
     A screenshot is of the canvas at `size` (the inspector is not docked, so it
     does not squeeze the canvas), or with `window` of the whole window at `size`,
     the chunk inspector docked beside the canvas.
@@ -184,8 +195,11 @@ def view(
     if not canvas_only:
         viewer.window.resize(width, height)
         viewer.window.add_plugin_dock_widget("napari-lazy-zarr", "Chunk inspector")
-    layers = viewer.open(location, plugin="napari-lazy-zarr")
-    for layer in layers:
+    if layers is None:
+        added = viewer.open(location, plugin="napari-lazy-zarr")
+    else:
+        added = [getattr(viewer, f"add_{kind}")(data, **kwargs) for data, kwargs, kind in layers()]
+    for layer in added:
         loader = loader_of(layer)
         if loader is not None:
             loader.prefetch = prefetch
@@ -264,6 +278,13 @@ def _viewer_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _check_viewer_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.window and args.screenshot is None:
+        parser.error("--window needs --screenshot")
+    if getattr(args, "image_size", 1) < 1:
+        parser.error(f"--image-size must be at least 1, got {args.image_size}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     command = args_list[0] if args_list else ""
@@ -271,20 +292,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "demo":
         parser = argparse.ArgumentParser(
             prog="napari-lazy-zarr demo",
-            description="Open the synthetic OME-Zarr pyramid (generated once) in napari.",
+            description="Open the synthetic OME-Zarr pyramid in napari: served at once from "
+            "its generator while it is written once, in the background, for later runs.",
         )
-        parser.add_argument("--size", type=int, default=32768, help="side of the image (px)")
+        parser.add_argument(
+            "--image-size", type=int, default=SAMPLE_SIZE, help="side of the image (px)"
+        )
         parser.add_argument(
             "--directory", type=Path, default=default_cache_dir(), help="where it is kept"
         )
         _viewer_options(parser)
         args = parser.parse_args(args_list[1:])
-        from napari_lazy_zarr._sample_data import sample_path
+        _check_viewer_options(parser, args)
+        from napari_lazy_zarr._sample_data import sample_layers, sample_location
 
-        location = str(sample_path(args.size, args.directory))
+        location = str(sample_location(args.image_size, args.directory))
         return view(
             location,
+            layers=lambda: sample_layers(args.image_size, args.directory),
             screenshot=args.screenshot,
+            size=args.size,
+            window=args.window,
             total_bytes_limit=args.total_bytes_limit,
             concurrency=args.concurrency,
             prefetch=args.prefetch,
@@ -298,11 +326,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.add_argument(
             "--directory", type=Path, default=default_cache_dir(), help="where it is kept"
         )
-        parser.add_argument("--size", type=int, default=8192, help="side of the image (px)")
+        parser.add_argument("--image-size", type=int, default=8192, help="side of the image (px)")
         _common_options(parser)
         args = parser.parse_args(args_list[1:])
+        if args.image_size < 1:
+            parser.error(f"--image-size must be at least 1, got {args.image_size}")
         return demo(
-            args.directory, args.size, args.total_bytes_limit or 256 << 20, args.concurrency
+            args.directory, args.image_size, args.total_bytes_limit or 256 << 20, args.concurrency
         )
     parser = argparse.ArgumentParser(
         prog="napari-lazy-zarr",
@@ -313,8 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("location", help="a .zarr store: a local path or an http(s):// URL")
     _viewer_options(parser)
     args = parser.parse_args(args_list)
-    if args.window and args.screenshot is None:
-        parser.error("--window needs --screenshot")
+    _check_viewer_options(parser, args)
     return view(
         args.location,
         screenshot=args.screenshot,

@@ -147,8 +147,9 @@ def test_core_imports_no_qt_and_no_napari() -> None:
 def test_demo_command_reads_the_generated_store(tmp_path: Path) -> None:
     from napari_lazy_zarr.cli import main
 
-    assert main(["engine-demo", "--directory", str(tmp_path), "--size", "2048"]) == 0
-    assert main(["engine-demo", "--directory", str(tmp_path), "--size", "2048"]) == 0  # reuses
+    assert main(["engine-demo", "--directory", str(tmp_path), "--image-size", "2048"]) == 0
+    # The second run reuses the store.
+    assert main(["engine-demo", "--directory", str(tmp_path), "--image-size", "2048"]) == 0
 
 
 def test_mixed_regular_and_irregular_axes_partition_exactly() -> None:

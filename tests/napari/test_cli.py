@@ -115,3 +115,93 @@ def test_screenshot_options_are_checked() -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["store.zarr", "--window"])  # --window without --screenshot
     assert exit_info.value.code == 2
+
+
+# -- every subcommand's parser ---------------------------------------------------------
+
+SUBCOMMANDS = {
+    "main": [],
+    "demo": ["demo"],
+    "engine-demo": ["engine-demo"],
+}
+
+
+@pytest.mark.parametrize("command", list(SUBCOMMANDS))
+def test_every_subcommand_parses_its_help(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """argparse builds each parser only when its command runs: --help builds it."""
+    from napari_lazy_zarr.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main([*SUBCOMMANDS[command], "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "usage:" in out
+    if command == "main":
+        assert "--size WxH" in out
+    elif command == "demo":  # the image side and the screenshot size are distinct options
+        assert "--image-size" in out
+        assert "--size WxH" in out
+        assert "--window" in out
+    else:
+        assert "--image-size" in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["demo", "--size", "2048"],  # the image side is --image-size now; --size is WxH
+        ["demo", "--image-size", "big"],
+        ["demo", "--image-size", "0"],
+        ["demo", "--window"],  # --window without --screenshot
+        ["engine-demo", "--size", "2048"],
+        ["engine-demo", "--image-size", "-5"],
+        ["store.zarr", "--size", "huge"],
+    ],
+)
+def test_invalid_options_are_argparse_errors(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from napari_lazy_zarr.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert "error:" in capsys.readouterr().err
+
+
+@needs_display
+def test_the_demo_shows_the_sample_in_a_real_viewer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's main job, as `./dev demo` runs it, on a small image: the cells show."""
+    import imageio.v3 as iio
+
+    from napari_lazy_zarr._sample_data import sample_location
+    from napari_lazy_zarr.cli import main
+    from napari_lazy_zarr.core.sample import running_write, synthetic_cells
+
+    shot = tmp_path / "demo.png"
+    cache = tmp_path / "cache"
+    code = main(
+        ["demo", "--image-size", "2048", "--directory", str(cache), "--screenshot", str(shot)]
+    )
+    assert code == 0
+    write = running_write(sample_location(2048, cache))
+    if write is not None:  # the demo's background write: end it, the test leaves no thread
+        assert write.stop(timeout=60)
+    image = iio.imread(shot)[..., :3].astype(int)
+    assert image.shape[:2] == (768, 1024)
+    # The colormap is black to #00FF88: green carries the intensity, red stays 0.
+    green = image[..., 1]
+    assert image[..., 0].max() <= 2
+    cells = synthetic_cells(0, 0, (2048, 2048))
+    background = int(cells.min())  # 100: 0 on screen (the contrast starts at 100)
+    blob_share = float((cells > background).mean())
+    bright = green > 40
+    # The image fills the canvas's height: about its share of blobs is bright, and
+    # the brightest blobs saturate.
+    assert 0.3 * blob_share < bright.mean() < 1.5 * blob_share, (bright.mean(), blob_share)
+    assert green.max() >= 200
+    assert np.count_nonzero(green == 0) > 0.3 * green.size  # dark background around

@@ -2,18 +2,43 @@
 
 from __future__ import annotations
 
+import atexit
+import itertools
 import math
 import os
+import shutil
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import numpy as np
 import platformdirs
 import zarr
+from psygnal import Signal
 from zarr.codecs import BloscCodec, ZstdCodec
 
+from napari_lazy_zarr.core.composite import FunctionSource
+from napari_lazy_zarr.core.layout import ImageSpec, LevelSpec
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from zarr_indexing import IndexDomain
+
 __all__ = [
+    "COMPLETE_MARKER",
+    "SAMPLE_CHUNK",
+    "SAMPLE_SIZE",
+    "SampleWrite",
     "default_cache_dir",
+    "is_complete",
+    "running_write",
+    "sample_image_spec",
+    "sample_level_shapes",
+    "sample_level_sources",
+    "sample_write",
     "synthetic_cells",
     "synthetic_region",
     "write_sample_ome_zarr",
@@ -175,30 +200,58 @@ def synthetic_cells(
     return value.astype(np.uint16)
 
 
+SAMPLE_SIZE: Final = 32768
+"""The side of the sample pyramid's level 0 (napari's sample data and the demo)."""
+SAMPLE_CHUNK: Final = 512
+"""The sample pyramid's chunk side."""
+_SCALE = 0.25  # micrometres per level-0 pixel
+_LABEL, _COLOR, _WINDOW = "synthetic cells", "00FF88", (100, 20000)  # the omero channel
+
+
+def sample_level_shapes(size: int, smallest: int = 512) -> list[tuple[int, int]]:
+    """The level shapes of the `size`² pyramid: halved until a side is at most `smallest`.
+
+    Examples
+    --------
+    >>> sample_level_shapes(2048)
+    [(2048, 2048), (1024, 1024), (512, 512)]
+    """
+    shapes: list[tuple[int, int]] = []
+    factor = 1
+    while True:
+        side = math.ceil(size / factor)
+        shapes.append((side, side))
+        if side <= smallest:
+            return shapes
+        factor *= 2
+
+
 def write_sample_ome_zarr(
     path: str | os.PathLike[str],
     *,
-    size: int = 32768,
-    chunk: int = 512,
+    size: int = SAMPLE_SIZE,
+    chunk: int = SAMPLE_CHUNK,
     smallest: int = 512,
     workers: int = 2,
+    stop: threading.Event | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[tuple[int, int]]:
     """Write the `synthetic_cells` image as an OME-Zarr 0.5 (Zarr v3) pyramid.
 
     Levels halve the size until it is at most `smallest`; each is written
     chunk by chunk (memory stays bounded), blosc-zstd with bit-shuffle.
     Returns the level shapes.
-    """
-    from concurrent.futures import ThreadPoolExecutor
 
+    For a background write: `stop` is checked before every chunk (once set,
+    no more chunks are written and the store is left incomplete); `progress`
+    is called with (chunks written, chunks in all) after every chunk, from
+    the writing thread (with ``workers=1``: the calling thread, so it may
+    pace the write).
+    """
     root = zarr.open_group(os.fspath(path), mode="w", zarr_format=3)
-    shapes: list[tuple[int, int]] = []
-    factor = 1
-    while True:
-        shapes.append((math.ceil(size / factor), math.ceil(size / factor)))
-        if shapes[-1][0] <= smallest:
-            break
-        factor *= 2
+    shapes = sample_level_shapes(size, smallest)
+    total = sum(math.ceil(h / chunk) * math.ceil(w / chunk) for h, w in shapes)
+    written = itertools.count(1)
     codec = BloscCodec(cname="zstd", clevel=3, shuffle="bitshuffle")
     for level, shape in enumerate(shapes):
         step = 2**level
@@ -214,20 +267,28 @@ def write_sample_ome_zarr(
         def write(
             origin: tuple[int, int], array: zarr.Array[Any] = array, step: int = step
         ) -> None:
+            if stop is not None and stop.is_set():
+                return
             y0, x0 = origin
             h, w = min(chunk, array.shape[0] - y0), min(chunk, array.shape[1] - x0)
             array[y0 : y0 + h, x0 : x0 + w] = synthetic_cells(
                 y0 * step, x0 * step, (h, w), step=step
             )
+            if progress is not None:
+                progress(next(written), total)
 
         origins = [(y, x) for y in range(0, shape[0], chunk) for x in range(0, shape[1], chunk)]
-        with ThreadPoolExecutor(workers) as pool:
-            list(pool.map(write, origins))
+        if workers == 1:
+            for origin in origins:
+                write(origin)
+        else:
+            with ThreadPoolExecutor(workers) as pool:
+                list(pool.map(write, origins))
     root.attrs["ome"] = {
         "version": "0.5",
         "multiscales": [
             {
-                "name": "synthetic cells",
+                "name": _LABEL,
                 "axes": [
                     {"name": "y", "type": "space", "unit": "micrometer"},
                     {"name": "x", "type": "space", "unit": "micrometer"},
@@ -236,7 +297,7 @@ def write_sample_ome_zarr(
                     {
                         "path": str(level),
                         "coordinateTransformations": [
-                            {"type": "scale", "scale": [0.25 * 2**level, 0.25 * 2**level]}
+                            {"type": "scale", "scale": [_SCALE * 2**level, _SCALE * 2**level]}
                         ],
                     }
                     for level in range(len(shapes))
@@ -246,12 +307,299 @@ def write_sample_ome_zarr(
         "omero": {
             "channels": [
                 {
-                    "label": "synthetic cells",
-                    "color": "00FF88",
+                    "label": _LABEL,
+                    "color": _COLOR,
                     "active": True,
-                    "window": {"min": 0, "max": 65535, "start": 100, "end": 20000},
+                    "window": {
+                        "min": 0,
+                        "max": 65535,
+                        "start": _WINDOW[0],
+                        "end": _WINDOW[1],
+                    },
                 }
             ]
         },
     }
     return shapes
+
+
+def sample_image_spec(
+    size: int = SAMPLE_SIZE, *, smallest: int = 512, name: str = "synthetic cells"
+) -> ImageSpec:
+    """The `ImageSpec` `describe_store` gives the written pyramid, without the store.
+
+    Examples
+    --------
+    >>> spec = sample_image_spec(2048)
+    >>> [level.shape for level in spec.levels], spec.contrast_limits
+    ([(2048, 2048), (1024, 1024), (512, 512)], ((100.0, 20000.0),))
+    """
+    levels = tuple(
+        LevelSpec(
+            str(level),
+            shape,
+            (_SCALE * 2**level, _SCALE * 2**level),
+            (0.0, 0.0),
+        )
+        for level, shape in enumerate(sample_level_shapes(size, smallest))
+    )
+    return ImageSpec(
+        name=name,
+        kind="image",
+        levels=levels,
+        axis_names=("y", "x"),
+        axis_units=("micrometer", "micrometer"),
+        channel_names=(_LABEL,),
+        channel_colors=(f"#{_COLOR}",),
+        contrast_limits=((float(_WINDOW[0]), float(_WINDOW[1])),),
+        channel_visible=(True,),
+        version="0.5",
+    )
+
+
+def sample_level_sources(
+    size: int = SAMPLE_SIZE, *, chunk: int = SAMPLE_CHUNK, smallest: int = 512
+) -> list[FunctionSource]:
+    """The pyramid's levels computed by `synthetic_cells`, chunk by chunk, on demand.
+
+    The same pixels as the stored levels of `write_sample_ome_zarr`, with the
+    same chunk grid: the chunk cache's workers compute each chunk when a view
+    needs it, so nothing is computed by the caller (napari's main thread).
+
+    Examples
+    --------
+    >>> level = sample_level_sources(2048)[2]
+    >>> bool((level.read_chunk((0, 0)) == synthetic_cells(0, 0, (512, 512), step=4)).all())
+    True
+    """
+
+    def level_function(step: int) -> Callable[[IndexDomain], np.ndarray[Any, Any]]:
+        def compute(box: IndexDomain) -> np.ndarray[Any, Any]:
+            (y0, x0), (y1, x1) = box.inclusive_min, box.exclusive_max
+            return synthetic_cells(y0 * step, x0 * step, (y1 - y0, x1 - x0), step=step)
+
+        return compute
+
+    return [
+        FunctionSource(
+            level_function(2**level),
+            shape=shape,
+            dtype="uint16",
+            chunks=(chunk, chunk),
+            name=("napari-lazy-zarr synthetic cells", size, level),
+        )
+        for level, shape in enumerate(sample_level_shapes(size, smallest))
+    ]
+
+
+COMPLETE_MARKER: Final = ".complete"
+"""The file inside a generated store that says it is complete (written last)."""
+_PROGRESS_INTERVAL = 0.25  # s: `SampleWrite.progressed` at most four times a second
+_STOP_TIMEOUT = 10.0  # s: at exit, how long a stopped write may take to clean up
+_PAUSE = 0.002  # s between chunks: a background write releases its core and the GIL
+_START_DELAY = 1.0  # s before a background write's first chunk
+_YIELD_POLL = 0.02  # s: how often a write yielding to `yield_to` looks again
+
+
+def is_complete(path: str | os.PathLike[str]) -> bool:
+    """Whether the generated store at `path` is complete (its `COMPLETE_MARKER` exists)."""
+    return (Path(path) / COMPLETE_MARKER).is_file()
+
+
+class SampleWrite:
+    """One atomic write of the sample pyramid to `path`, in a background thread or inline.
+
+    The pyramid is written into a temporary sibling folder (named after
+    `path`, this process's id and a random tag) which, complete and holding
+    `COMPLETE_MARKER`, is renamed to `path`: an interrupted write (a crash, a
+    stop, the interpreter exiting) never leaves anything at `path` that
+    `is_complete` takes for the store. Temporary folders left by processes
+    that no longer run are removed when a write starts. Get one with
+    `sample_write`, which never runs two writes of one path in a process; two
+    processes may both write, and the first rename wins.
+
+    The background thread is a daemon, so it never holds up interpreter exit:
+    at exit every running write is stopped (checked before every chunk) and
+    its temporary folder removed. One worker, a short pause between chunks,
+    and no chunk written while `yield_to()` is true (e.g. the chunk cache
+    has loads queued or in flight): the write shares the cores with the
+    viewer that shows the sample, and the viewer goes first.
+
+    Signals (emitted from the writing thread; connect with ``thread="main"`` to
+    touch a GUI): `progressed(written, total)` chunks, at most four times a
+    second and after the last chunk; `finished(error)` once, with None when
+    the store is complete at `path`, else the exception (`InterruptedError`
+    when stopped).
+    """
+
+    progressed = Signal(int, int)
+    finished = Signal(object)
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        size: int,
+        *,
+        chunk: int = SAMPLE_CHUNK,
+        yield_to: Callable[[], bool] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.yield_to = yield_to
+        """While it returns True, a background write waits before its next chunk."""
+        self.size, self.chunk = size, chunk
+        self.total = sum(
+            math.ceil(h / chunk) * math.ceil(w / chunk) for h, w in sample_level_shapes(size)
+        )
+        """Chunks in all."""
+        self.written = 0
+        """Chunks written so far."""
+        self.error: BaseException | None = None
+        """Why the write did not complete (after `done`), else None."""
+        self.thread: threading.Thread | None = None
+        """The background thread (`start`), else None."""
+        self._stop = threading.Event()
+        self._done = threading.Event()
+        self._writer: threading.Thread | None = None  # the thread in `run`
+        self._last_progress = 0.0
+
+    @property
+    def done(self) -> bool:
+        """Whether the write has ended (complete, failed or stopped)."""
+        return self._done.is_set()
+
+    def start(self) -> None:
+        """Write in a background (daemon) thread; returns at once."""
+        self.thread = threading.Thread(
+            target=self.run, name=f"napari-lazy-zarr sample write {self.path.name}", daemon=True
+        )
+        self.thread.start()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the write has ended; False if `timeout` seconds pass first."""
+        return self._done.wait(timeout)
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Stop writing (before the next chunk) and wait until the temporary folder is gone.
+
+        Called from the writing thread (a `progressed` slot), or before the
+        write started, it does not wait (a later `run` stops at once).
+        """
+        self._stop.set()
+        if threading.current_thread() is self._writer or (
+            self._writer is None and self.thread is None
+        ):
+            return self.done
+        return self.wait(timeout)
+
+    def run(self) -> None:
+        """Write in the calling thread (`start` calls it in the background thread)."""
+        self._writer = threading.current_thread()
+        temporary = (
+            self.path.parent / f".{self.path.name}.writing-{os.getpid()}-{os.urandom(4).hex()}"
+        )
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _remove_abandoned(self.path)
+            if self.thread is not None:  # the viewer adds the layer and loads its view first
+                self._stop.wait(_START_DELAY)
+                self._yield()
+            write_sample_ome_zarr(
+                temporary,
+                size=self.size,
+                chunk=self.chunk,
+                workers=1,
+                stop=self._stop,
+                progress=self._on_chunk,
+            )
+            if self._stop.is_set():
+                raise InterruptedError(f"{self.path}: the sample write was stopped")
+            (temporary / COMPLETE_MARKER).touch()
+            self._publish(temporary)
+        except BaseException as error:  # reported through `finished`; the thread ends
+            self.error = error
+        finally:
+            shutil.rmtree(temporary, ignore_errors=True)
+            with _writes_lock:
+                if _writes.get(self.path) is self:
+                    del _writes[self.path]
+            self._done.set()
+            self.finished.emit(self.error)
+
+    def _on_chunk(self, written: int, total: int) -> None:
+        self.written = written
+        now = time.monotonic()
+        if written == total or now - self._last_progress >= _PROGRESS_INTERVAL:
+            self._last_progress = now
+            self.progressed.emit(written, total)
+        if self.thread is None or written == total:
+            return  # written inline: as fast as it goes
+        time.sleep(_PAUSE)
+        self._yield()
+
+    def _yield(self) -> None:
+        while self.yield_to is not None and not self._stop.is_set() and self.yield_to():
+            self._stop.wait(_YIELD_POLL)
+
+    def _publish(self, temporary: Path) -> None:
+        """Rename the complete `temporary` folder to `path` (another process may have won)."""
+        if self.path.exists() and not is_complete(self.path):
+            shutil.rmtree(self.path)  # an interrupted write of an older version, in place
+        try:
+            os.rename(temporary, self.path)
+        except OSError:
+            if not is_complete(self.path):
+                raise  # not another writer's complete store: a real failure
+
+
+_writes_lock = threading.Lock()
+_writes: dict[Path, SampleWrite] = {}
+
+
+def sample_write(
+    path: str | os.PathLike[str], size: int, *, yield_to: Callable[[], bool] | None = None
+) -> tuple[SampleWrite, bool]:
+    """The running write of `path` in this process, or a new one (not started).
+
+    Returns (write, new): start a new one with `SampleWrite.start` (after
+    connecting its signals) or `SampleWrite.run`; a running one is shared.
+    """
+    key = Path(path)
+    with _writes_lock:
+        running = _writes.get(key)
+        if running is not None:
+            return running, False
+        write = _writes[key] = SampleWrite(key, size, yield_to=yield_to)
+    return write, True
+
+
+def running_write(path: str | os.PathLike[str]) -> SampleWrite | None:
+    """The write of `path` running (or about to start) in this process, else None."""
+    with _writes_lock:
+        return _writes.get(Path(path))
+
+
+def _remove_abandoned(path: Path) -> None:
+    """Remove the temporary folders of `path`'s writes by processes that no longer run."""
+    for candidate in path.parent.glob(f".{path.name}.writing-*"):
+        pid = candidate.name.rsplit("-", 2)[-2]
+        if pid.isdigit() and not _process_runs(int(pid)):
+            shutil.rmtree(candidate, ignore_errors=True)
+
+
+def _process_runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+@atexit.register
+def _stop_writes() -> None:
+    """At exit: stop the running writes and let them remove their temporary folders."""
+    with _writes_lock:
+        running = list(_writes.values())
+    for write in running:
+        write.stop(_STOP_TIMEOUT)
