@@ -28,6 +28,7 @@ def _benchmarks() -> dict[str, Callable[[bool], str]]:
         playback,
         remote,
         remote_stores,
+        sample_startup,
         shard_reads,
         view_cycle,
         volume,
@@ -45,6 +46,7 @@ def _benchmarks() -> dict[str, Callable[[bool], str]]:
         "shards": shard_reads.run,
         "backends": backends.run,
         "remote-stores": remote_stores.run,
+        "sample": sample_startup.run,
     }
 
 
