@@ -57,7 +57,8 @@ def test_a_96_well_plate_over_a_slow_server(
         described = read_zarr(url)
         at_open = dict(server.faults.requests)
         print("\nopening:", sorted(at_open.items()))
-        assert [kwargs["name"] for _, kwargs, _ in described] == ["ch0", "ch1"]
+        # The first field's image names its channels, as napari-ome-zarr's plate layers are.
+        assert [kwargs["name"] for _, kwargs, _ in described] == ["image: ch0", "image: ch1"]
         # The plate's, the first well's and the first field's metadata only (whatever the
         # plate's size: zarr-python probes both formats for the plate and the field).
         assert _metadata_requests(at_open) <= 30
@@ -70,7 +71,7 @@ def test_a_96_well_plate_over_a_slow_server(
         layers = viewer.open(url, plugin="napari-lazy-zarr")
         opened = time.perf_counter() - started
         del ticks[:]  # napari calls readers on the main thread: count the gaps after it
-        assert [layer.name for layer in layers] == ["ch0", "ch1"]  # one mosaic per channel
+        assert [layer.name for layer in layers] == ["image: ch0", "image: ch1"]  # a mosaic each
         first = layers[0]
         assert first.data[0].shape == (rows * 64, columns * fields * 64)
         assert len(first.data) == 3  # the fields' own levels

@@ -118,7 +118,9 @@ def test_ome_zarr_channels_transforms_and_labels(ome_store: OmeStore, zarr_forma
     layers = read_zarr(str(path))
     images = [layer for layer in layers if layer[2] == "image"]
     label_layers = [layer for layer in layers if layer[2] == "labels"]
-    assert [kwargs["name"] for _, kwargs, _ in images] == ["ch0", "ch1"]
+    # Named as napari-ome-zarr names them: the multiscales name (the writer's "image.ome"), then
+    # the channel's label.
+    assert [kwargs["name"] for _, kwargs, _ in images] == ["image.ome: ch0", "image.ome: ch1"]
     red, green = images
     assert red[1]["scale"] == (0.5, 0.25)
     assert red[1]["translate"] == (10.0, 20.0)
