@@ -481,9 +481,10 @@ class _Walk:
         channels = _Channels()
         if kind == "image" and omero is not None:
             n_channels = 1 if channel_axis is None else levels[0].shape[channel_axis]
-            channels = _Channels.from_omero(
-                omero, n_channels, layer_name, full, titled=multiscale.name or None
-            )
+            # Channel layers are named after the image too; an image without a channel axis
+            # is one layer, named after the image alone.
+            title = (multiscale.name or None) if channel_axis is not None else None
+            channels = _Channels.from_omero(omero, n_channels, layer_name, full, titled=title)
         label_colors = None
         if kind == "labels":
             label_colors = _label_colors(document.get("image-label"), full)
