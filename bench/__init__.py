@@ -34,6 +34,7 @@ __all__ = [
     "interleaved",
     "markdown_table",
     "median_ms",
+    "worker_result",
     "write_section",
 ]
 
@@ -212,3 +213,37 @@ def write_section(name: str, body: str, path: Path = RESULTS_FILE) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     text = HEADER + "".join("\n" + section for section in sections.values())
     path.write_text(text, encoding="utf-8")
+
+
+def worker_result(
+    module: str,
+    spec: dict[str, Any],
+    *,
+    output: Path,
+    env: dict[str, str],
+    timeout: float,
+    what: str,
+) -> dict[str, Any]:
+    """Run ``python -m <module> <spec as JSON>`` in a fresh process; its JSON result.
+
+    The worker writes its result to `output` (read, then deleted). A non-zero
+    exit, or no result, raises naming `what` with the tail of the worker's
+    standard error.
+    """
+    import sys
+
+    completed = subprocess.run(
+        [sys.executable, "-m", module, json.dumps(spec)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if completed.returncode != 0 or not output.exists():
+        tail = "\n".join(completed.stderr.strip().splitlines()[-25:])
+        raise RuntimeError(f"{what} failed with exit code {completed.returncode}:\n{tail}")
+    result: dict[str, Any] = json.loads(output.read_text(encoding="utf-8"))
+    output.unlink()
+    return result

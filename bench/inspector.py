@@ -42,7 +42,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench import DATA_DIR, ROOT, environment_line, generated_store, interleaved, markdown_table
+from bench import (
+    DATA_DIR,
+    ROOT,
+    environment_line,
+    generated_store,
+    interleaved,
+    markdown_table,
+    worker_result,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -323,21 +331,14 @@ def run_worker(
     env["NAPARI_CONFIG"] = str(scratch / f"settings-{run_id}.yaml")
     for name in ("NAPARI_LAZY_ZARR_TOTAL_BYTES_LIMIT", "NAPARI_LAZY_ZARR_CONCURRENCY"):
         env.pop(name, None)
-    completed = subprocess.run(
-        [sys.executable, "-m", "bench.inspector", json.dumps(spec)],
-        cwd=ROOT,
+    return worker_result(
+        "bench.inspector",
+        spec,
+        output=output,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=config.worker_timeout,
-        check=False,
+        what="inspector worker",
     )
-    if completed.returncode != 0 or not output.exists():
-        tail = "\n".join(completed.stderr.strip().splitlines()[-25:])
-        raise RuntimeError(f"inspector worker failed ({completed.returncode}):\n{tail}")
-    result: dict[str, Any] = json.loads(output.read_text(encoding="utf-8"))
-    output.unlink()
-    return result
 
 
 def run(quick: bool = False) -> str:

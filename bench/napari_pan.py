@@ -56,7 +56,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -66,11 +65,11 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from bench import (
     DATA_DIR,
-    ROOT,
     environment_line,
     generated_store,
     interleaved,
     markdown_table,
+    worker_result,
 )
 
 if TYPE_CHECKING:
@@ -526,24 +525,14 @@ def run_worker(
     env["NAPARI_ASYNC"] = "1" if slicing == "async" else "0"
     for name in ("NAPARI_LAZY_ZARR_TOTAL_BYTES_LIMIT", "NAPARI_LAZY_ZARR_CONCURRENCY"):
         env.pop(name, None)
-    completed = subprocess.run(
-        [sys.executable, "-m", "bench.napari_pan", json.dumps(spec)],
-        cwd=ROOT,
+    return worker_result(
+        "bench.napari_pan",
+        spec,
+        output=output,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=config.worker_timeout,
-        check=False,
+        what=f"napari worker {reader.label} ({slicing})",
     )
-    if completed.returncode != 0 or not output.exists():
-        tail = "\n".join(completed.stderr.strip().splitlines()[-25:])
-        raise RuntimeError(
-            f"napari worker {reader.label} ({slicing}) failed with exit code "
-            f"{completed.returncode}:\n{tail}"
-        )
-    result: dict[str, Any] = json.loads(output.read_text(encoding="utf-8"))
-    output.unlink()
-    return result
 
 
 def _key(reader: Reader, slicing: str) -> str:

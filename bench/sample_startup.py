@@ -37,7 +37,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench import DATA_DIR, ROOT, environment_line, interleaved, markdown_table
+from bench import DATA_DIR, environment_line, interleaved, markdown_table, worker_result
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -226,20 +225,14 @@ def run_worker(
     env["XDG_CACHE_HOME"] = str(home if variant.startswith("later open") else fresh)
     for name in ("NAPARI_LAZY_ZARR_TOTAL_BYTES_LIMIT", "NAPARI_LAZY_ZARR_CONCURRENCY"):
         env.pop(name, None)
-    completed = subprocess.run(
-        [sys.executable, "-m", "bench.sample_startup", json.dumps(spec)],
-        cwd=ROOT,
+    result = worker_result(
+        "bench.sample_startup",
+        spec,
+        output=output,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=config.worker_timeout,
-        check=False,
+        what="sample worker",
     )
-    if completed.returncode != 0 or not output.exists():
-        tail = "\n".join(completed.stderr.strip().splitlines()[-25:])
-        raise RuntimeError(f"sample worker failed ({completed.returncode}):\n{tail}")
-    result: dict[str, Any] = json.loads(output.read_text(encoding="utf-8"))
-    output.unlink()
     # A stopped write's temporary folder, or an incomplete store: what must never remain.
     folder = fresh / "napari-lazy-zarr"
     leftovers = [p for p in folder.glob("*") if not (p / ".complete").is_file()]
