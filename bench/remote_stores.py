@@ -377,7 +377,7 @@ async def _bounded[I, T](
 
 
 def obstore_options(timeouts: Any) -> dict[str, Any]:
-    """obstore `ClientConfig` carrying `HttpStore`'s bounds (`core.retry.Timeouts`)."""
+    """obstore `ClientConfig` carrying `HttpStore`'s bounds (`core.settings.Timeouts`)."""
     return {
         "allow_http": True,
         "connect_timeout": timedelta(seconds=timeouts.connect),
@@ -408,7 +408,7 @@ class Clients:
         from zarr.storage import FsspecStore
 
         from napari_lazy_zarr.core.http_store import HttpStore
-        from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS
+        from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS
 
         loop = LoopThread()
 
@@ -752,7 +752,7 @@ def probe(server: Any, seen: Seen) -> list[Probe]:
     from zarr.abc.store import RangeByteRequest
 
     from napari_lazy_zarr.core.http_store import HttpStatusError, HttpStore
-    from napari_lazy_zarr.core.retry import Timeouts
+    from napari_lazy_zarr.core.settings import Timeouts
 
     faults = server.faults
     faults.latency = 0.0

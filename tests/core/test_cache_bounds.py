@@ -29,7 +29,7 @@ from napari_lazy_zarr.core import (
     ManualExecutor,
     RetryPolicy,
 )
-from napari_lazy_zarr.core.loader import DaemonExecutor
+from napari_lazy_zarr.core.executors import DaemonExecutor
 from napari_lazy_zarr.core.retry import classify
 
 if TYPE_CHECKING:

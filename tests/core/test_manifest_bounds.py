@@ -38,7 +38,8 @@ from napari_lazy_zarr.core.manifest import (
     read_stack_file,
     reference_file_kind,
 )
-from napari_lazy_zarr.core.retry import NO_RETRY, Timeouts
+from napari_lazy_zarr.core.retry import NO_RETRY
+from napari_lazy_zarr.core.settings import Timeouts
 from napari_lazy_zarr.core.zarr_source import MAX_METADATA_BYTES
 from tests.core.test_manifest import _write_refs, _zarray
 

@@ -23,8 +23,7 @@ from napari_lazy_zarr.core import (
     open_array,
     open_zarr_source,
 )
-from napari_lazy_zarr.core.cache import ChunkRef
-from napari_lazy_zarr.core.source import chunk_bounds, grid_shape
+from napari_lazy_zarr.core.keys import ChunkRef, chunk_bounds, grid_shape
 
 if TYPE_CHECKING:
     from collections.abc import Callable

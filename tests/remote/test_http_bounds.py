@@ -39,7 +39,8 @@ from napari_lazy_zarr.core.http_store import (
     HttpStore,
     http_store_of,
 )
-from napari_lazy_zarr.core.retry import RetryPolicy, Timeouts, classify
+from napari_lazy_zarr.core.retry import RetryPolicy, classify
+from napari_lazy_zarr.core.settings import Timeouts
 from napari_lazy_zarr.core.zarr_source import (
     ZarrChunkSource,
     forget_metadata,

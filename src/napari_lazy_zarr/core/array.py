@@ -15,7 +15,6 @@ from napari_lazy_zarr.core.backends import choose_backend, open_backend_source
 from napari_lazy_zarr.core.cache import (
     DEFAULT_TOTAL_BYTES_LIMIT,
     ChunkCache,
-    ChunkRef,
     Request,
     check_concurrency,
     check_total_bytes_limit,
@@ -26,10 +25,11 @@ from napari_lazy_zarr.core.errors import (
     LazyZarrError,
     MetadataError,
 )
-from napari_lazy_zarr.core.loader import DaemonExecutor
+from napari_lazy_zarr.core.executors import DaemonExecutor
+from napari_lazy_zarr.core.keys import ChunkRef, grid_shape
 from napari_lazy_zarr.core.plans import Fallback, ReadPlan, plan_read
-from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS, RetryPolicy, Timeouts
-from napari_lazy_zarr.core.source import grid_shape
+from napari_lazy_zarr.core.retry import RetryPolicy
+from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS, Timeouts
 from napari_lazy_zarr.core.zarr_source import DEFAULT_RETRY, is_remote
 
 if TYPE_CHECKING:
@@ -38,8 +38,8 @@ if TYPE_CHECKING:
 
     from zarr_indexing import IndexTransform
 
+    from napari_lazy_zarr.core.keys import ChunkKey
     from napari_lazy_zarr.core.source import ChunkSource
-    from napari_lazy_zarr.core.state import ChunkKey
 
 __all__ = ["REMOTE_CONCURRENCY", "ChunkedArray", "PartialRead", "open_array"]
 

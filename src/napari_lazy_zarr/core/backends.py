@@ -59,8 +59,10 @@ from napari_lazy_zarr.core.errors import (
     MetadataError,
     UnsupportedDataError,
 )
-from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS, RetryPolicy, Timeouts, attempts_note
-from napari_lazy_zarr.core.source import SourceFields, chunk_bounds
+from napari_lazy_zarr.core.keys import chunk_bounds
+from napari_lazy_zarr.core.retry import RetryPolicy, attempts_note
+from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS, Timeouts
+from napari_lazy_zarr.core.source import SourceFields
 from napari_lazy_zarr.core.zarr_source import (
     DEFAULT_RETRY,
     is_remote,

@@ -41,7 +41,8 @@ from napari_lazy_zarr.core.errors import (
     ReadOnlyError,
     UnsupportedDataError,
 )
-from napari_lazy_zarr.core.source import SourceFields, chunk_bounds, fill_value_of
+from napari_lazy_zarr.core.keys import chunk_bounds
+from napari_lazy_zarr.core.source import SourceFields, fill_value_of
 from napari_lazy_zarr.core.zarr_source import _grid_from_sizes
 
 if TYPE_CHECKING:

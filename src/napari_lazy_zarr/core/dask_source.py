@@ -57,7 +57,8 @@ from napari_lazy_zarr.core.errors import (
     LoadTimeoutError,
     UnsupportedDataError,
 )
-from napari_lazy_zarr.core.source import SourceFields, chunk_bounds, fill_value_of
+from napari_lazy_zarr.core.keys import chunk_bounds
+from napari_lazy_zarr.core.source import SourceFields, fill_value_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence

@@ -74,7 +74,8 @@ from napari_lazy_zarr.core.errors import (
     LoadTimeoutError,
     ReadOnlyError,
 )
-from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS, RetryPolicy, Timeouts
+from napari_lazy_zarr.core.retry import RetryPolicy
+from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS, Timeouts
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

@@ -51,8 +51,8 @@ from napari_lazy_zarr.core.manifest import (
     reference_file_kind,
 )
 from napari_lazy_zarr.core.ngff import parse_image, parse_label_colors, parse_labels
-from napari_lazy_zarr.core.retry import NO_RETRY, Timeouts
-from napari_lazy_zarr.core.settings import backend_from_settings
+from napari_lazy_zarr.core.retry import NO_RETRY
+from napari_lazy_zarr.core.settings import Timeouts, backend_from_settings
 from napari_lazy_zarr.core.zarr_source import (
     _METADATA_FILES,
     MAX_METADATA_BYTES,

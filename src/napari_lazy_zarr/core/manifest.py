@@ -44,14 +44,13 @@ import http.client
 import ipaddress
 import math
 import os
-import posixpath
 import re
 import socket
 import threading
 import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 import numpy as np
 import zarr
@@ -77,12 +76,17 @@ from napari_lazy_zarr.core.errors import (
     UnsafeDataError,
     UnsupportedDataError,
 )
-from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS, RetryPolicy, Timeouts
+from napari_lazy_zarr.core.retry import RetryPolicy
 from napari_lazy_zarr.core.settings import (
+    DEFAULT_TIMEOUTS,
     SETTINGS_VARIABLE,
+    RemoteLocation,
     Settings,
+    Timeouts,
     current_settings,
+    parse_remote,
     settings_path,
+    url_path,
 )
 from napari_lazy_zarr.core.zarr_source import (
     DEFAULT_RETRY,
@@ -198,7 +202,6 @@ ALLOWED_REMOTES_VARIABLE: Final = Settings.setting("allowed_remotes").variable
 _BUCKET_PROTOCOLS: Final = frozenset(
     {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss", "memory"}
 )
-_PROTOCOL: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 _RESOLVE_TIMEOUT: Final = 2.0  # seconds a host name may take to resolve before it is refused
 
 
@@ -251,7 +254,7 @@ class ReferencePolicy:
         object.__setattr__(self, "roots", tuple(os.fspath(root) for root in self.roots))
         object.__setattr__(self, "remotes", tuple(self.remotes))
         for entry in self.remotes:
-            _parse_remote(entry)
+            parse_remote(entry)
 
     @classmethod
     def from_settings(cls, environ: Mapping[str, str] | None = None) -> ReferencePolicy:
@@ -296,53 +299,6 @@ class ReferencePolicy:
             remotes=tuple(dict.fromkeys((*self.remotes, *other.remotes))),
             any_local=self.any_local or other.any_local,
         )
-
-
-@dataclass(frozen=True, slots=True)
-class _Location:
-    """A remote location a policy names: URLs of `scheme` on `host` (and `port`) under `path`."""
-
-    scheme: str
-    host: str
-    port: int | None
-    path: str
-
-    def covers(self, scheme: str, host: str, port: int | None, path: str) -> bool:
-        if (scheme, host) != (self.scheme, self.host):
-            return False
-        if self.port is not None and port != self.port:
-            return False
-        return not self.path or path == self.path or path.startswith(self.path + "/")
-
-
-def _parse_remote(entry: str) -> str | _Location:
-    """A remote entry as a protocol name (lower case) or a `_Location`; ValueError if neither."""
-    text = entry.strip() if isinstance(entry, str) else ""
-    protocol = text.removesuffix("://")
-    if _PROTOCOL.fullmatch(protocol):
-        if protocol.lower() == "file":
-            raise ValueError(
-                f"{entry!r}: local files are allowed by folder (roots), not by protocol"
-            )
-        return protocol.lower()
-    try:
-        parts = urlsplit(text)
-        scheme, host, port = parts.scheme, (parts.hostname or "").lower(), parts.port
-    except ValueError:  # e.g. a port that is not a number
-        scheme, host, port = "", "", None
-    if not (scheme and host and _PROTOCOL.fullmatch(scheme)):
-        raise ValueError(
-            f"{entry!r} is neither a protocol ('s3', 'https') nor a location "
-            "('s3://bucket', 'https://host', 'http://host:port/path')"
-        )
-    return _Location(scheme.lower(), host, port, _url_path(parts.path))
-
-
-def _url_path(path: str) -> str:
-    """A URL path normalised for comparison (``..`` and ``%2e`` cannot climb out of a prefix)."""
-    if not path or path == "/":
-        return ""
-    return posixpath.normpath("/" + unquote(path)).rstrip("/")
 
 
 def _address_kind(address: IPAddress) -> str | None:
@@ -417,16 +373,16 @@ class _Rules:
 
     roots: tuple[str, ...]
     protocols: frozenset[str]
-    locations: tuple[_Location, ...]
+    locations: tuple[RemoteLocation, ...]
     any_local: bool
 
     @classmethod
     def of(cls, policy: ReferencePolicy) -> _Rules:
-        parsed = [_parse_remote(entry) for entry in policy.remotes]
+        parsed = [parse_remote(entry) for entry in policy.remotes]
         return cls(
             roots=tuple(os.path.realpath(os.path.expanduser(root)) for root in policy.roots),
             protocols=frozenset(p for p in parsed if isinstance(p, str)),
-            locations=tuple(p for p in parsed if isinstance(p, _Location)),
+            locations=tuple(p for p in parsed if isinstance(p, RemoteLocation)),
             any_local=policy.any_local,
         )
 
@@ -532,7 +488,7 @@ class _Resolver:
                 f"{self._document}: {where}: malformed URL {reference!r}: {error}"
             ) from error
         rules = self._allowed()
-        path = _url_path(parts.path)
+        path = url_path(parts.path)
         if any(loc.covers(scheme, host, port, path) for loc in rules.locations):
             return _Target(reference, remote=True)
         shown_host = f"[{host}]" if ":" in host else host

@@ -34,18 +34,18 @@ import numpy as np
 from zarr_indexing import FixedDimension
 
 from napari_lazy_zarr.core.array import _lazy_for
-from napari_lazy_zarr.core.cache import ChunkRef
 from napari_lazy_zarr.core.errors import ChunkReadError
+from napari_lazy_zarr.core.keys import ChunkRef, chunk_bounds
 from napari_lazy_zarr.core.plans import plan_read
-from napari_lazy_zarr.core.source import SourceFields, chunk_bounds
+from napari_lazy_zarr.core.source import SourceFields
 
 if TYPE_CHECKING:
     from collections.abc import Hashable, Mapping
 
     from zarr_indexing import DimensionGridLike
 
+    from napari_lazy_zarr.core.keys import ChunkKey
     from napari_lazy_zarr.core.source import ChunkSource
-    from napari_lazy_zarr.core.state import ChunkKey
 
 __all__ = ["DecimatedSource", "virtual_levels"]
 

@@ -72,16 +72,12 @@ from napari_lazy_zarr.core.errors import (
     UnsafeDataError,
     UnsupportedDataError,
 )
+from napari_lazy_zarr.core.executors import DaemonExecutor
 from napari_lazy_zarr.core.http_store import http_store_of
-from napari_lazy_zarr.core.loader import DaemonExecutor
-from napari_lazy_zarr.core.retry import (
-    DEFAULT_TIMEOUTS,
-    RetryPolicy,
-    Timeouts,
-    attempts_note,
-    classify,
-)
-from napari_lazy_zarr.core.source import SourceFields, chunk_bounds, fill_value_of
+from napari_lazy_zarr.core.keys import chunk_bounds
+from napari_lazy_zarr.core.retry import RetryPolicy, attempts_note, classify
+from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS, Timeouts
+from napari_lazy_zarr.core.source import SourceFields, fill_value_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
