@@ -407,8 +407,8 @@ class Clients:
         from obstore.store import HTTPStore
         from zarr.storage import FsspecStore
 
-        from napari_lazy_zarr.core.http_store import HttpStore
         from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS
+        from napari_lazy_zarr.core.storage.http import HttpStore
 
         loop = LoopThread()
 
@@ -751,8 +751,8 @@ def probe(server: Any, seen: Seen) -> list[Probe]:
     from obstore.store import HTTPStore
     from zarr.abc.store import RangeByteRequest
 
-    from napari_lazy_zarr.core.http_store import HttpStatusError, HttpStore
     from napari_lazy_zarr.core.settings import Timeouts
+    from napari_lazy_zarr.core.storage.http import HttpStatusError, HttpStore
 
     faults = server.faults
     faults.latency = 0.0

@@ -48,8 +48,8 @@ from napari_lazy_zarr.core.backends import (
     open_backend_source,
 )
 from napari_lazy_zarr.core.keys import ChunkRef, chunk_bounds, grid_shape
-from napari_lazy_zarr.core.retry import NO_RETRY
 from napari_lazy_zarr.core.settings import Timeouts
+from napari_lazy_zarr.core.storage.retry import NO_RETRY
 from tests.remote.server import Faults, FaultyServer
 
 if TYPE_CHECKING:

@@ -37,7 +37,7 @@ ALLOWED: dict[str, frozenset[str]] = {
 }
 
 # Private names imported across modules today. Issue 21 removes them (each becomes a
-# public name of a `_x.py` module or of `storage/vetting.py`): this list may only shrink,
+# public name of a `_x.py` module): this list may only shrink,
 # and an entry that no longer occurs fails the test so that it is struck off.
 PRIVATE_IMPORTS_LEFT: frozenset[tuple[str, str, str]] = frozenset(
     {
@@ -45,16 +45,7 @@ PRIVATE_IMPORTS_LEFT: frozenset[tuple[str, str, str]] = frozenset(
         ("composite", "zarr_source", "_grid_from_sizes"),
         ("dask_source", "composite", "_box_text"),
         ("dask_source", "composite", "_grid_from_boundaries"),
-        ("layout", "zarr_source", "_METADATA_FILES"),
-        ("layout", "zarr_source", "_check_local"),
-        ("layout", "zarr_source", "_check_safe"),
-        ("layout", "zarr_source", "_is_url"),
-        ("layout", "zarr_source", "_metadata_files"),
-        ("manifest", "zarr_source", "_check_document"),
-        ("manifest", "zarr_source", "_group_arrays"),
-        ("manifest", "zarr_source", "_is_url"),
         ("plate", "composite", "_boundaries"),
-        ("plate", "zarr_source", "_check_local"),
         ("pyramid", "array", "_lazy_for"),
         ("view", "array", "_lazy_for"),
     }
@@ -161,8 +152,7 @@ def test_layer_imports_only_downward(layer: str) -> None:
         for path in sorted(CORE.rglob("*.py"))
         if _layer(_module_name(path)) == layer
     ]
-    if layer != "storage":  # `storage/` arrives with issue 21's second step
-        assert modules, f"no module of layer {layer!r}: the table is out of date"
+    assert modules, f"no module of layer {layer!r}: the table is out of date"
     wrong = [
         f"{found.module}:{found.line} imports {_resolved(found)}"
         for found in _all_imports()

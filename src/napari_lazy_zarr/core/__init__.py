@@ -51,11 +51,9 @@ from napari_lazy_zarr.core.errors import (
     UnsupportedDataError,
 )
 from napari_lazy_zarr.core.executors import DaemonExecutor, InlineExecutor, ManualExecutor
-from napari_lazy_zarr.core.http_store import HttpStore
 from napari_lazy_zarr.core.keys import ChunkKey, ChunkRef
-from napari_lazy_zarr.core.manifest import ManifestSource, ManifestStore, StackFile, open_stack
+from napari_lazy_zarr.core.manifest import ManifestSource, StackFile, open_stack
 from napari_lazy_zarr.core.reader import CacheReader
-from napari_lazy_zarr.core.retry import RetryPolicy
 from napari_lazy_zarr.core.schedule import LoadClass
 from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS, Timeouts
 from napari_lazy_zarr.core.source import (
@@ -72,6 +70,9 @@ from napari_lazy_zarr.core.states import (
     ChunkState,
     IllegalTransitionError,
 )
+from napari_lazy_zarr.core.storage.http import HttpStore
+from napari_lazy_zarr.core.storage.references import ManifestStore
+from napari_lazy_zarr.core.storage.retry import RetryPolicy
 from napari_lazy_zarr.core.view import AxisMap, ViewController, ViewRequest, ViewResult
 from napari_lazy_zarr.core.zarr_source import ZarrChunkSource, open_zarr_source
 

@@ -28,9 +28,10 @@ from napari_lazy_zarr.core.errors import (
 from napari_lazy_zarr.core.executors import DaemonExecutor
 from napari_lazy_zarr.core.keys import ChunkRef, grid_shape
 from napari_lazy_zarr.core.plans import Fallback, ReadPlan, plan_read
-from napari_lazy_zarr.core.retry import RetryPolicy
 from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS, Timeouts
-from napari_lazy_zarr.core.zarr_source import DEFAULT_RETRY, is_remote
+from napari_lazy_zarr.core.storage.retry import RetryPolicy
+from napari_lazy_zarr.core.storage.vetting import is_remote
+from napari_lazy_zarr.core.zarr_source import DEFAULT_RETRY
 
 if TYPE_CHECKING:
     import os

@@ -30,7 +30,9 @@ from napari_lazy_zarr.core.composite import ConcatSource, ConstantSource, _bound
 from napari_lazy_zarr.core.errors import LazyZarrError, MetadataError
 from napari_lazy_zarr.core.layout import store_name
 from napari_lazy_zarr.core.source import SourceFields
-from napari_lazy_zarr.core.zarr_source import forget_metadata, open_node, store_for
+from napari_lazy_zarr.core.storage.local import store_for
+from napari_lazy_zarr.core.storage.memo import forget_metadata
+from napari_lazy_zarr.core.zarr_source import open_node
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -317,14 +319,15 @@ def field_opener(layout: PlateLayout) -> Callable[[str], ChunkSource]:
     import zarr
 
     from napari_lazy_zarr.core.errors import NotAZarrStoreError
-    from napari_lazy_zarr.core.zarr_source import ZarrChunkSource, _check_local
+    from napari_lazy_zarr.core.storage.vetting import check_local
+    from napari_lazy_zarr.core.zarr_source import ZarrChunkSource
 
     def open_field(path: str) -> ChunkSource:
         full = f"{layout.location}/{path}"
         store, local_dir = store_for(layout.location)
         try:
             if local_dir is not None:
-                _check_local(os.path.join(local_dir, path))
+                check_local(os.path.join(local_dir, path))
             node = open_node(store, path, full, zarr_format=layout.zarr_format, consolidated=False)
         finally:
             forget_metadata(store)
