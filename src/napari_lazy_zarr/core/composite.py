@@ -27,14 +27,14 @@ All of them are read-only: `write_chunk` raises `ReadOnlyError`.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn
 
 import numpy as np
-from zarr_indexing import DimensionGridLike, FixedDimension, IndexDomain, VaryingDimension
+from zarr_indexing import DimensionGridLike, FixedDimension, IndexDomain
 
+from napari_lazy_zarr.core._grid import boundaries, box_text, grid_from_boundaries
 from napari_lazy_zarr.core.errors import (
     ChunkReadError,
     IncompatibleSourcesError,
@@ -43,7 +43,6 @@ from napari_lazy_zarr.core.errors import (
 )
 from napari_lazy_zarr.core.keys import chunk_bounds
 from napari_lazy_zarr.core.source import SourceFields, fill_value_of
-from napari_lazy_zarr.core.zarr_source import _grid_from_sizes
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -153,32 +152,6 @@ def _grid_for(chunks: Chunks, shape: tuple[int, ...], what: str) -> tuple[Dimens
         raise IncompatibleSourcesError(f"{what}: chunks {chunks!r}: {error}") from error
 
 
-def _boundaries(grid: DimensionGridLike, extent: int) -> list[int]:
-    """The cell boundaries of one axis of a read grid, clipped: ``[0, ..., extent]``."""
-    if extent == 0:
-        return [0]
-    count = int(grid.index_to_chunk(extent - 1)) + 1
-    return [int(grid.chunk_offset(i)) for i in range(count)] + [extent]
-
-
-def _grid_from_boundaries(per_axis: Sequence[Sequence[int]]) -> tuple[DimensionGridLike, ...]:
-    """A read grid with the given cell boundaries along each axis.
-
-    Regular axes become `FixedDimension`s only when every axis is regular:
-    `ChunkedArray` partitions a grid with any irregular axis by each axis's
-    declared chunk sizes, which must then be exact (a fixed axis declares its
-    last, partial chunk at full size).
-    """
-    sizes = [[b - a for a, b in itertools.pairwise(cuts)] for cuts in per_axis]
-    grid = tuple(_grid_from_sizes(s, cuts[-1]) for s, cuts in zip(sizes, per_axis, strict=True))
-    if all(isinstance(g, FixedDimension) for g in grid):
-        return grid
-    return tuple(
-        VaryingDimension(edges=s, extent=cuts[-1]) if s else g
-        for s, cuts, g in zip(sizes, per_axis, grid, strict=True)
-    )
-
-
 def _normalized_axis(axis: int, rank: int, what: str) -> int:
     if not -rank <= axis < rank:
         raise IncompatibleSourcesError(
@@ -265,7 +238,7 @@ class ConcatSource(SourceFields, _ReadOnly):
         for index, member in enumerate(members):
             offsets.append(along[-1])
             for dim, (g, extent) in enumerate(zip(member.grid, member.shape, strict=True)):
-                cuts = _boundaries(g, int(extent))
+                cuts = boundaries(g, int(extent))
                 if dim == self._axis:
                     start = along[-1]
                     along.extend(start + c for c in cuts[1:])
@@ -277,7 +250,7 @@ class ConcatSource(SourceFields, _ReadOnly):
         self._shape = tuple(
             along[-1] if dim == self._axis else int(first.shape[dim]) for dim in range(rank)
         )
-        self._grid = _grid_from_boundaries(
+        self._grid = grid_from_boundaries(
             [along if dim == self._axis else sorted(across[dim]) for dim in range(rank)]
         )
         self._identity = CompositeIdentity(
@@ -619,7 +592,7 @@ class FunctionSource(SourceFields, _ReadOnly):
     def read_chunk(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any]:
         lo, hi = chunk_bounds(self._grid, coords, self._shape)
         box = IndexDomain(inclusive_min=lo, exclusive_max=hi)
-        where = f"{self.identity}: box {_box_text(lo, hi)}"
+        where = f"{self.identity}: box {box_text(lo, hi)}"
         if self._runner is not None:
             # The runner raises LazyZarrErrors naming the chunk and the task.
             coords = tuple(int(c) for c in coords)
@@ -668,10 +641,6 @@ class FunctionSource(SourceFields, _ReadOnly):
 
     def __repr__(self) -> str:
         return f"FunctionSource({_label(self._name)}, shape={self._shape}, dtype={self._dtype})"
-
-
-def _box_text(lo: Sequence[int], hi: Sequence[int]) -> str:
-    return "[" + ", ".join(f"{a}:{b}" for a, b in zip(lo, hi, strict=True)) + "]"
 
 
 class CastSource(SourceFields, _ReadOnly):

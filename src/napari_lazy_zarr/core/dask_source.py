@@ -50,7 +50,8 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 import numpy as np
 
-from napari_lazy_zarr.core.composite import CompositeIdentity, _box_text, _grid_from_boundaries
+from napari_lazy_zarr.core._grid import box_text, grid_from_boundaries
+from napari_lazy_zarr.core.composite import CompositeIdentity
 from napari_lazy_zarr.core.errors import (
     ChunkReadError,
     LoadCancelledError,
@@ -509,7 +510,7 @@ class DaskSource(SourceFields):
                 f"dask array {array.name}: dtype {self._dtype} cannot be shown as an image "
                 "(supported: bool, integer, float and complex dtypes)"
             )
-        self._grid = _grid_from_boundaries(
+        self._grid = grid_from_boundaries(
             [list(itertools.accumulate(axis, initial=0)) for axis in array.chunks]
         )
         self._fill_value = fill_value_of(fill_value, self._dtype)
@@ -544,7 +545,7 @@ class DaskSource(SourceFields):
         coords = tuple(int(c) for c in coords)
         lo, hi = chunk_bounds(self._grid, coords, self._shape)
         key = self.block_key(coords)
-        what = f"{self._identity}: chunk {coords} {_box_text(lo, hi)}"
+        what = f"{self._identity}: chunk {coords} {box_text(lo, hi)}"
         ticket = self._tickets.open(coords)
         try:
             graph = self._block_graph(key)

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from napari_lazy_zarr.core.composite import ConcatSource, ConstantSource, _boundaries
+from napari_lazy_zarr.core._grid import boundaries
+from napari_lazy_zarr.core.composite import ConcatSource, ConstantSource
 from napari_lazy_zarr.core.errors import LazyZarrError, MetadataError
 from napari_lazy_zarr.core.layout import store_name
 from napari_lazy_zarr.core.source import SourceFields
@@ -250,7 +251,7 @@ class FieldSource(SourceFields):
         if np.dtype(opened.dtype) != self._dtype:
             differences.append(f"dtype {opened.dtype} (expected {self._dtype})")
         if not differences and any(
-            _boundaries(a, n) != _boundaries(b, n)
+            boundaries(a, n) != boundaries(b, n)
             for a, b, n in zip(opened.grid, self._grid, self._shape, strict=False)
         ):
             differences.append("chunks differ from the first field's")

@@ -27,7 +27,6 @@ from zarr.codecs import BytesCodec
 from zarr_indexing import (
     DimensionGridLike,
     FixedDimension,
-    VaryingDimension,
 )
 
 from napari_lazy_zarr.core import _zarr_compat as compat
@@ -38,6 +37,7 @@ from napari_lazy_zarr.core._decode import (
     bounded_decode,
     decode_into,
 )
+from napari_lazy_zarr.core._grid import grid_from_sizes
 from napari_lazy_zarr.core._zarr_compat import (  # per chunk read: bound once here
     chunk_spec,
     inner_chunk_spec,
@@ -115,16 +115,6 @@ _RUN_THREADS: Final = DaemonExecutor(name="lazy-zarr-range", idle_seconds=1.0)
 DEFAULT_RETRY: Final = RetryPolicy()
 
 
-def _grid_from_sizes(sizes: Sequence[int], extent: int) -> DimensionGridLike:
-    """A compact grid for one axis: `FixedDimension` when regular, else explicit edges."""
-    if len(sizes) == 0:
-        return FixedDimension(size=1, extent=0)
-    first = int(sizes[0])
-    if all(int(s) == first for s in sizes[:-1]) and int(sizes[-1]) <= first:
-        return FixedDimension(size=first, extent=extent)
-    return VaryingDimension(edges=tuple(int(s) for s in sizes), extent=extent)
-
-
 MAX_RANK: Final = 32  # NumPy's limit on an array's dimensions is 64; real images have < 8
 
 
@@ -139,7 +129,7 @@ def _read_grid(array: zarr.Array[Any], shape: tuple[int, ...]) -> tuple[Dimensio
             for c, extent in zip(chunks, shape, strict=True)
         )
     return tuple(
-        _grid_from_sizes(sizes, extent)
+        grid_from_sizes(sizes, extent)
         for sizes, extent in zip(array.read_chunk_sizes, shape, strict=True)
     )
 
