@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.keys import ChunkKey
     from napari_lazy_zarr.core.source import ChunkSource
 
-__all__ = ["REMOTE_CONCURRENCY", "ChunkedArray", "PartialRead", "open_array"]
+__all__ = ["REMOTE_CONCURRENCY", "ChunkedArray", "PartialRead", "lazy_for", "open_array"]
 
 REMOTE_CONCURRENCY: Final = 32
 """Default chunk loads in flight for remote stores (TensorStore's HTTP concurrency)."""
@@ -64,7 +64,7 @@ class _GridAdapter:
         raise TypeError("chunked arrays are read through the chunk cache, not by slicing")
 
 
-def _lazy_for(source: ChunkSource) -> LazyArray:
+def lazy_for(source: ChunkSource) -> LazyArray:
     """A `LazyArray` over `source` partitioned exactly on its read grid."""
     lazy = LazyArray(_GridAdapter(source))
     grid = source.grid
@@ -208,7 +208,7 @@ class ChunkedArray:
     ) -> None:
         self._source = source
         self._cache = cache
-        self._lazy = _lazy if _lazy is not None else _lazy_for(source)
+        self._lazy = _lazy if _lazy is not None else lazy_for(source)
         # Successive non-blocking reads of one view supersede each other.
         self._view: Hashable = view if view is not None else ("array", id(self))
         self._plans = _plans if _plans is not None else _PlanMemo()

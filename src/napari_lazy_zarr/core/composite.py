@@ -558,7 +558,7 @@ class FunctionSource(SourceFields, _ReadOnly):
             from napari_lazy_zarr.core.dask_source import (
                 DEFAULT_COMPUTE_TIMEOUT,
                 DaskRunner,
-                _Tickets,
+                Tickets,
             )
 
             if isinstance(client, DaskRunner):
@@ -568,7 +568,7 @@ class FunctionSource(SourceFields, _ReadOnly):
                     client, timeout=DEFAULT_COMPUTE_TIMEOUT if timeout is None else timeout
                 )
                 self._owns_runner = True
-            self._tickets = _Tickets()
+            self._tickets = Tickets()
             self.load_reason = "computing"  # the cache's LOADING reason for its chunks
             # Computed on a cluster: no ring of neighbours computed ahead (a view reads
             # only its own chunks; `core.view.prefetch_ring`), as for dask sources.

@@ -72,6 +72,7 @@ __all__ = [
     "DEFAULT_COMPUTE_TIMEOUT",
     "DaskRunner",
     "DaskSource",
+    "Tickets",
     "coarsened_levels",
     "resolve_client",
 ]
@@ -138,7 +139,7 @@ _EPOCH: Final = _Epoch()
 
 
 class _Ticket:
-    """One chunk's computation in flight: how to cancel it (guarded by its `_Tickets`' lock)."""
+    """One chunk's computation in flight: how to cancel it (guarded by its `Tickets`' lock)."""
 
     __slots__ = ("cancelled", "future")
 
@@ -147,7 +148,7 @@ class _Ticket:
         self.future: Any = None  # a distributed.Future (typed loosely by distributed)
 
 
-class _Tickets:
+class Tickets:
     """The computations a source has in flight, by chunk coords; thread-safe."""
 
     def __init__(self) -> None:
@@ -155,12 +156,14 @@ class _Tickets:
         self._open: dict[tuple[int, ...], _Ticket] = {}
 
     def open(self, coords: tuple[int, ...]) -> _Ticket:
+        """A new ticket for the computation of `coords` (it replaces any earlier one)."""
         ticket = _Ticket()
         with self._lock:
             self._open[coords] = ticket
         return ticket
 
     def close(self, coords: tuple[int, ...], ticket: _Ticket) -> None:
+        """Forget `ticket`, the computation of `coords`, once it is done."""
         with self._lock:
             if self._open.get(coords) is ticket:
                 del self._open[coords]
@@ -175,6 +178,7 @@ class _Tickets:
         return True
 
     def cancel_all(self) -> None:
+        """Cancel every computation in flight."""
         with self._lock:
             tickets = list(self._open.values())
             self._open.clear()
@@ -310,7 +314,7 @@ class DaskRunner:
             None,
         )
 
-    def cancel(self, tickets: _Tickets, coords: tuple[int, ...]) -> None:
+    def cancel(self, tickets: Tickets, coords: tuple[int, ...]) -> None:
         """Cancel a source's computation of `coords`; a cancel in flight starts a new epoch."""
         if tickets.cancel(coords):
             with self._lock:
@@ -517,7 +521,7 @@ class DaskSource(SourceFields):
         self._owns_runner = runner is None
         self._runner = DaskRunner() if runner is None else runner
         self._identity = CompositeIdentity("dask", (), (array.name if name is None else name,))
-        self._tickets = _Tickets()
+        self._tickets = Tickets()
         self._graph_lock = threading.Lock()
         self._graph: dict[Hashable, Any] | None = None
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from zarr_indexing import FixedDimension
 
-from napari_lazy_zarr.core.array import _lazy_for
+from napari_lazy_zarr.core.array import lazy_for
 from napari_lazy_zarr.core.errors import ChunkReadError
 from napari_lazy_zarr.core.keys import ChunkRef, chunk_bounds
 from napari_lazy_zarr.core.plans import plan_read
@@ -153,7 +153,7 @@ class DecimatedSource(SourceFields):
             else:
                 grid.append(g)
         self._grid = tuple(grid)
-        self._base_view = _lazy_for(base)
+        self._base_view = lazy_for(base)
 
     @property
     def identity(self) -> Hashable:

@@ -58,7 +58,7 @@ import numpy as np
 from psygnal import Signal
 from zarr_indexing import ConstantMap, DimensionMap
 
-from napari_lazy_zarr.core.array import ChunkedArray, _lazy_for
+from napari_lazy_zarr.core.array import ChunkedArray, lazy_for
 from napari_lazy_zarr.core.failures import FailureLog
 from napari_lazy_zarr.core.keys import ChunkRef, grid_shape
 from napari_lazy_zarr.core.plans import ReadPlan, plan_read
@@ -387,7 +387,7 @@ def coarser_fill(
             start = int(index[0])
             selection.append(slice(start, int(index[-1]) + 1))
             takes.append(index - start)
-        plan = plan_read(_lazy_for(coarse)[tuple(selection)], coarse)
+        plan = plan_read(lazy_for(coarse)[tuple(selection)], coarse)
         chunks = [(ref.key, lookup(ref.key)) for ref in plan.refs]
         if not any(data is not None for _, data in chunks):
             continue  # nothing resident at this level
