@@ -37,7 +37,6 @@ from napari_lazy_zarr.core import (
 )
 from napari_lazy_zarr.core.composite import (
     CastSource,
-    CompositeIdentity,
     ConcatSource,
     ConstantSource,
     FunctionSource,
@@ -49,7 +48,7 @@ from napari_lazy_zarr.core.errors import (
     ReadOnlyError,
     UnsupportedDataError,
 )
-from napari_lazy_zarr.core.keys import chunk_key
+from napari_lazy_zarr.core.keys import CompositeIdentity, chunk_key
 from napari_lazy_zarr.core.manifest import ManifestSource
 from napari_lazy_zarr.core.pyramid import virtual_levels
 from tests.core.test_array_properties import _CACHE, ChunkedArrayIndexing

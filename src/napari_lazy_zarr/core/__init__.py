@@ -24,7 +24,6 @@ from napari_lazy_zarr.core.cache import (
 )
 from napari_lazy_zarr.core.composite import (
     CastSource,
-    CompositeIdentity,
     ConcatSource,
     ConstantSource,
     FunctionSource,
@@ -51,7 +50,7 @@ from napari_lazy_zarr.core.errors import (
     UnsupportedDataError,
 )
 from napari_lazy_zarr.core.executors import DaemonExecutor, InlineExecutor, ManualExecutor
-from napari_lazy_zarr.core.keys import ChunkKey, ChunkRef
+from napari_lazy_zarr.core.keys import ChunkKey, ChunkRef, CompositeIdentity
 from napari_lazy_zarr.core.manifest import ManifestSource, StackFile, open_stack
 from napari_lazy_zarr.core.reader import CacheReader
 from napari_lazy_zarr.core.schedule import LoadClass

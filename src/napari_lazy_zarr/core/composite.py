@@ -28,7 +28,7 @@ All of them are read-only: `write_chunk` raises `ReadOnlyError`.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn
 
 import numpy as np
@@ -41,7 +41,12 @@ from napari_lazy_zarr.core.errors import (
     ReadOnlyError,
     UnsupportedDataError,
 )
-from napari_lazy_zarr.core.keys import chunk_bounds
+from napari_lazy_zarr.core.keys import (
+    SHOWN_MEMBERS,
+    CompositeIdentity,
+    chunk_bounds,
+    label_of,
+)
 from napari_lazy_zarr.core.source import SourceFields, fill_value_of
 
 if TYPE_CHECKING:
@@ -53,7 +58,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CastSource",
-    "CompositeIdentity",
     "ConcatSource",
     "ConstantSource",
     "FunctionSource",
@@ -64,55 +68,9 @@ __all__ = [
 _IMAGE_KINDS: Final = frozenset("biufc")
 # A `ConstantSource` without explicit chunks: planes of at most this many pixels a side.
 _CONSTANT_CHUNK: Final = 512
-_SHOWN_MEMBERS: Final = 3  # members named in an identity's text before "+N more"
 
 type Casting = Literal["no", "equiv", "safe", "same_kind", "unsafe"]
 type Chunks = Sequence[int] | Sequence[Sequence[int]]
-
-
-@dataclass(frozen=True, slots=True)
-class CompositeIdentity:
-    """The identity of a composite source: what it does, with what, to which members.
-
-    Equal composites (same kind, parameters and member identities) have equal
-    identities and therefore share cached chunks. Its text is short, for
-    messages and chunk-key display.
-
-    Examples
-    --------
-    >>> identity = CompositeIdentity("concat", (("axis", 0),), ("a.zarr", "b.zarr"))
-    >>> str(identity)
-    'concat(a.zarr, b.zarr; axis=0)'
-    >>> identity == CompositeIdentity("concat", (("axis", 0),), ("a.zarr", "b.zarr"))
-    True
-    """
-
-    kind: str
-    parameters: tuple[tuple[str, Hashable], ...]
-    members: tuple[Hashable, ...] = ()
-    # Chunk keys are hashed on every cache lookup; a stack of many members hashes once.
-    _hash: int = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((self.kind, self.parameters, self.members)))
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __str__(self) -> str:
-        shown = [str(m) for m in self.members[:_SHOWN_MEMBERS]]
-        if len(self.members) > _SHOWN_MEMBERS:
-            shown.append(f"+{len(self.members) - _SHOWN_MEMBERS} more")
-        parameters = ", ".join(f"{name}={_label(value)}" for name, value in self.parameters)
-        inside = "; ".join(part for part in (", ".join(shown), parameters) if part)
-        return f"{self.kind}({inside})"
-
-
-def _label(value: Hashable) -> str:
-    """A parameter as shown in an identity's text (functions by their qualified name)."""
-    if callable(value):
-        return str(getattr(value, "__qualname__", value))
-    return str(value)
 
 
 class _ReadOnly:
@@ -161,8 +119,8 @@ def _normalized_axis(axis: int, rank: int, what: str) -> int:
 
 
 def _describe(sources: Sequence[ChunkSource]) -> str:
-    shown = ", ".join(repr(s) for s in sources[:_SHOWN_MEMBERS])
-    more = f", ... +{len(sources) - _SHOWN_MEMBERS} more" if len(sources) > _SHOWN_MEMBERS else ""
+    shown = ", ".join(repr(s) for s in sources[:SHOWN_MEMBERS])
+    more = f", ... +{len(sources) - SHOWN_MEMBERS} more" if len(sources) > SHOWN_MEMBERS else ""
     return f"[{shown}{more}]"
 
 
@@ -640,7 +598,7 @@ class FunctionSource(SourceFields, _ReadOnly):
                 self._runner.close()
 
     def __repr__(self) -> str:
-        return f"FunctionSource({_label(self._name)}, shape={self._shape}, dtype={self._dtype})"
+        return f"FunctionSource({label_of(self._name)}, shape={self._shape}, dtype={self._dtype})"
 
 
 class CastSource(SourceFields, _ReadOnly):

@@ -51,14 +51,13 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast
 import numpy as np
 
 from napari_lazy_zarr.core._grid import box_text, grid_from_boundaries
-from napari_lazy_zarr.core.composite import CompositeIdentity
 from napari_lazy_zarr.core.errors import (
     ChunkReadError,
     LoadCancelledError,
     LoadTimeoutError,
     UnsupportedDataError,
 )
-from napari_lazy_zarr.core.keys import chunk_bounds
+from napari_lazy_zarr.core.keys import CompositeIdentity, chunk_bounds
 from napari_lazy_zarr.core.source import SourceFields, fill_value_of
 
 if TYPE_CHECKING:

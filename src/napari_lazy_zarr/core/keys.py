@@ -1,5 +1,8 @@
 """Chunk keys: what names a chunk in the cache (`ChunkKey`), what loads one (`ChunkRef`).
 
+A key holds its source's identity; `CompositeIdentity` is the one composite
+sources share (a dask source's among them).
+
 The bottom of the engine: every other module may import this one, and it imports
 nothing of the engine at run time (`ChunkSource` is named for type checking only).
 """
@@ -7,7 +10,7 @@ nothing of the engine at run time (`ChunkSource` is named for type checking only
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 if TYPE_CHECKING:
     from collections.abc import Hashable, Iterable, Sequence
@@ -18,12 +21,15 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.source import ChunkSource
 
 __all__ = [
+    "SHOWN_MEMBERS",
     "ChunkKey",
     "ChunkLookup",
     "ChunkRef",
+    "CompositeIdentity",
     "chunk_bounds",
     "chunk_key",
     "grid_shape",
+    "label_of",
 ]
 
 
@@ -134,3 +140,58 @@ def grid_shape(source: ChunkSource) -> tuple[int, ...]:
     for g, extent in zip(source.grid, source.shape, strict=True):
         shape.append(0 if extent == 0 else int(g.index_to_chunk(extent - 1)) + 1)
     return tuple(shape)
+
+
+SHOWN_MEMBERS: Final = 3
+"""Members named in an identity's text before "+N more"."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompositeIdentity:
+    """The identity of a composite source: what it does, with what, to which members.
+
+    Equal composites (same kind, parameters and member identities) have equal
+    identities and therefore share cached chunks. Its text is short, for
+    messages and chunk-key display.
+
+    Examples
+    --------
+    >>> identity = CompositeIdentity("concat", (("axis", 0),), ("a.zarr", "b.zarr"))
+    >>> str(identity)
+    'concat(a.zarr, b.zarr; axis=0)'
+    >>> identity == CompositeIdentity("concat", (("axis", 0),), ("a.zarr", "b.zarr"))
+    True
+    """
+
+    kind: str
+    parameters: tuple[tuple[str, Hashable], ...]
+    members: tuple[Hashable, ...] = ()
+    # Chunk keys are hashed on every cache lookup; a stack of many members hashes once.
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.kind, self.parameters, self.members)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __str__(self) -> str:
+        shown = [str(m) for m in self.members[:SHOWN_MEMBERS]]
+        if len(self.members) > SHOWN_MEMBERS:
+            shown.append(f"+{len(self.members) - SHOWN_MEMBERS} more")
+        parameters = ", ".join(f"{name}={label_of(value)}" for name, value in self.parameters)
+        inside = "; ".join(part for part in (", ".join(shown), parameters) if part)
+        return f"{self.kind}({inside})"
+
+
+def label_of(value: Hashable) -> str:
+    """A parameter as shown in an identity's text (functions by their qualified name).
+
+    Examples
+    --------
+    >>> label_of(len), label_of(0.5)
+    ('len', '0.5')
+    """
+    if callable(value):
+        return str(getattr(value, "__qualname__", value))
+    return str(value)
