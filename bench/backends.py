@@ -45,8 +45,8 @@ from napari_lazy_zarr.core.backends import (
     available_backends,
     open_backend_source,
 )
+from napari_lazy_zarr.core.keys import grid_shape
 from napari_lazy_zarr.core.sample import synthetic_region
-from napari_lazy_zarr.core.source import grid_shape
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

@@ -377,7 +377,7 @@ async def _bounded[I, T](
 
 
 def obstore_options(timeouts: Any) -> dict[str, Any]:
-    """obstore `ClientConfig` carrying `HttpStore`'s bounds (`core.retry.Timeouts`)."""
+    """obstore `ClientConfig` carrying `HttpStore`'s bounds (`core.settings.Timeouts`)."""
     return {
         "allow_http": True,
         "connect_timeout": timedelta(seconds=timeouts.connect),
@@ -407,8 +407,8 @@ class Clients:
         from obstore.store import HTTPStore
         from zarr.storage import FsspecStore
 
-        from napari_lazy_zarr.core.http_store import HttpStore
-        from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS
+        from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS
+        from napari_lazy_zarr.core.storage.http import HttpStore
 
         loop = LoopThread()
 
@@ -751,8 +751,8 @@ def probe(server: Any, seen: Seen) -> list[Probe]:
     from obstore.store import HTTPStore
     from zarr.abc.store import RangeByteRequest
 
-    from napari_lazy_zarr.core.http_store import HttpStatusError, HttpStore
-    from napari_lazy_zarr.core.retry import Timeouts
+    from napari_lazy_zarr.core.settings import Timeouts
+    from napari_lazy_zarr.core.storage.http import HttpStatusError, HttpStore
 
     faults = server.faults
     faults.latency = 0.0

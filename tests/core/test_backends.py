@@ -47,9 +47,9 @@ from napari_lazy_zarr.core.backends import (
     choose_backend,
     open_backend_source,
 )
-from napari_lazy_zarr.core.cache import ChunkRef
-from napari_lazy_zarr.core.retry import NO_RETRY, Timeouts
-from napari_lazy_zarr.core.source import chunk_bounds, grid_shape
+from napari_lazy_zarr.core.keys import ChunkRef, chunk_bounds, grid_shape
+from napari_lazy_zarr.core.settings import Timeouts
+from napari_lazy_zarr.core.storage.retry import NO_RETRY
 from tests.remote.server import Faults, FaultyServer
 
 if TYPE_CHECKING:

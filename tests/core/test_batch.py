@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from napari_lazy_zarr.core import ChunkCache, ChunkReadError, ChunkRef, ChunkState
 from napari_lazy_zarr.core.array import ChunkedArray
-from napari_lazy_zarr.core.loader import ManualExecutor
+from napari_lazy_zarr.core.executors import ManualExecutor
 from napari_lazy_zarr.core.source import ArraySource, BatchSource
 from napari_lazy_zarr.core.zarr_source import open_zarr_source
 

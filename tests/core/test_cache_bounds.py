@@ -29,8 +29,8 @@ from napari_lazy_zarr.core import (
     ManualExecutor,
     RetryPolicy,
 )
-from napari_lazy_zarr.core.loader import DaemonExecutor
-from napari_lazy_zarr.core.retry import classify
+from napari_lazy_zarr.core.executors import DaemonExecutor
+from napari_lazy_zarr.core.storage.retry import classify
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator

@@ -37,7 +37,6 @@ from napari_lazy_zarr.core import (
 )
 from napari_lazy_zarr.core.composite import (
     CastSource,
-    CompositeIdentity,
     ConcatSource,
     ConstantSource,
     FunctionSource,
@@ -49,9 +48,9 @@ from napari_lazy_zarr.core.errors import (
     ReadOnlyError,
     UnsupportedDataError,
 )
+from napari_lazy_zarr.core.keys import CompositeIdentity, chunk_key
 from napari_lazy_zarr.core.manifest import ManifestSource
 from napari_lazy_zarr.core.pyramid import virtual_levels
-from napari_lazy_zarr.core.source import chunk_key
 from tests.core.test_array_properties import _CACHE, ChunkedArrayIndexing
 from tests.core.test_manifest import pack_store
 from tests.sources import FaultySource

@@ -27,7 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from napari_lazy_zarr.core.array import ChunkedArray
-from napari_lazy_zarr.core.cache import ChunkCache, ChunkRef
+from napari_lazy_zarr.core.cache import ChunkCache
 from napari_lazy_zarr.core.composite import FunctionSource
 from napari_lazy_zarr.core.dask_source import (
     DaskRunner,
@@ -41,8 +41,9 @@ from napari_lazy_zarr.core.errors import (
     LoadTimeoutError,
     UnsupportedDataError,
 )
+from napari_lazy_zarr.core.keys import ChunkRef
 from napari_lazy_zarr.core.source import CancellableSource
-from napari_lazy_zarr.core.state import ChunkState
+from napari_lazy_zarr.core.states import ChunkState
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -243,7 +244,7 @@ def located(block: np.ndarray[Any, Any], block_info: Any = None) -> np.ndarray[A
 def test_a_view_computes_no_block_beyond_it_unless_the_source_asks(ring: int | None) -> None:
     """A neighbouring block is a whole computation (and a local one cannot be stopped once
     running): by default a view of a dask array computes its own blocks only."""
-    from napari_lazy_zarr.core.loader import InlineExecutor
+    from napari_lazy_zarr.core.executors import InlineExecutor
     from napari_lazy_zarr.core.view import ViewController
 
     COMPUTED.clear()

@@ -33,18 +33,20 @@ from napari_lazy_zarr.core.errors import (
 )
 from napari_lazy_zarr.core.layout import describe_store, open_source
 from napari_lazy_zarr.core.manifest import (
-    ALLOWED_REMOTES_VARIABLE,
-    ALLOWED_ROOTS_VARIABLE,
     SETTINGS_VARIABLE,
     ManifestSource,
-    ManifestStore,
-    ReferencePolicy,
     StackMember,
     open_stack,
     read_stack_file,
     reference_file_kind,
     settings_path,
 )
+from napari_lazy_zarr.core.storage.policy import (
+    ALLOWED_REMOTES_VARIABLE,
+    ALLOWED_ROOTS_VARIABLE,
+    ReferencePolicy,
+)
+from napari_lazy_zarr.core.storage.references import ManifestStore
 from tests.conftest import smooth_data
 
 if TYPE_CHECKING:

@@ -31,15 +31,15 @@ from napari_lazy_zarr.core.errors import (
     UnsafeDataError,
 )
 from napari_lazy_zarr.core.manifest import (
-    MAX_MANIFEST_BYTES,
     ManifestSource,
-    ManifestStore,
     open_stack,
     read_stack_file,
     reference_file_kind,
 )
-from napari_lazy_zarr.core.retry import NO_RETRY, Timeouts
-from napari_lazy_zarr.core.zarr_source import MAX_METADATA_BYTES
+from napari_lazy_zarr.core.settings import Timeouts
+from napari_lazy_zarr.core.storage.references import MAX_MANIFEST_BYTES, ManifestStore
+from napari_lazy_zarr.core.storage.retry import NO_RETRY
+from napari_lazy_zarr.core.storage.vetting import MAX_METADATA_BYTES
 from tests.core.test_manifest import _write_refs, _zarray
 
 if TYPE_CHECKING:

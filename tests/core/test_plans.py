@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from zarr_indexing import plan_chunks
 
 from napari_lazy_zarr.core import ArraySource, ChunkCache, ChunkedArray, ConcatSource
-from napari_lazy_zarr.core.loader import InlineExecutor
+from napari_lazy_zarr.core.executors import InlineExecutor
 from napari_lazy_zarr.core.plans import PointPlan
 
 

@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from napari_lazy_zarr.core.errors import MetadataError
-from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS, Timeouts
-from napari_lazy_zarr.core.settings import timeouts_from_settings
+from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS, Timeouts, timeouts_from_settings
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -22,11 +22,8 @@ from zarr.codecs import ShardingCodec
 from zarr.storage import LocalStore, LoggingStore, MemoryStore, WrapperStore, ZipStore
 
 from napari_lazy_zarr.core import _zarr_compat as compat
-from napari_lazy_zarr.core.zarr_source import (
-    BoundedLocalStore,
-    BoundedZipStore,
-    MetadataMemoStore,
-)
+from napari_lazy_zarr.core.storage.local import BoundedLocalStore, BoundedZipStore
+from napari_lazy_zarr.core.storage.memo import MetadataMemoStore
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -23,8 +23,7 @@ from napari_lazy_zarr.core import (
     open_array,
     open_zarr_source,
 )
-from napari_lazy_zarr.core.cache import ChunkRef
-from napari_lazy_zarr.core.source import chunk_bounds, grid_shape
+from napari_lazy_zarr.core.keys import ChunkRef, chunk_bounds, grid_shape
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -397,7 +396,8 @@ def test_composites_over_a_null_fill_value_hold_a_value(tmp_path: Path) -> None:
 
 def test_local_stores_are_read_through_bounded_stores(make_store: MakeStore) -> None:
     from napari_lazy_zarr.core import Timeouts
-    from napari_lazy_zarr.core.zarr_source import BoundedLocalStore, ZarrIdentity
+    from napari_lazy_zarr.core.storage.local import BoundedLocalStore
+    from napari_lazy_zarr.core.zarr_source import ZarrIdentity
 
     path, data = make_store()
     source = open_zarr_source(path, timeouts=Timeouts(total=5.0))

@@ -132,8 +132,8 @@ def test_plate_mosaic_matches_the_writer_and_fails_a_different_field_clearly(
     from napari_lazy_zarr.core import ChunkCache
     from napari_lazy_zarr.core.array import ChunkedArray
     from napari_lazy_zarr.core.errors import ChunkReadError
+    from napari_lazy_zarr.core.executors import InlineExecutor
     from napari_lazy_zarr.core.layout import open_level_sources
-    from napari_lazy_zarr.core.loader import InlineExecutor
 
     written = write_plate(tmp_path, 2, 3, 2)
     # Field B/3/1 rewritten with another shape: its chunks fail, naming it; the rest shows.

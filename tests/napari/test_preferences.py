@@ -184,7 +184,7 @@ def test_a_worker_thread_reads_the_page() -> None:
 def test_a_half_typed_remote_does_not_stop_the_live_settings(tmp_path: Path) -> None:
     """napari cannot check an Allowed remotes entry: it is named when a reference file needs it."""
     from napari_lazy_zarr.core.errors import MetadataError
-    from napari_lazy_zarr.core.manifest import ReferencePolicy
+    from napari_lazy_zarr.core.storage.policy import ReferencePolicy
 
     cache = shared_cache()
     page = plugin_preferences()

@@ -293,10 +293,10 @@ def test_the_hook_claims_urls_by_their_metadata(
 
 @pytest.fixture
 def hermetic_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    from napari_lazy_zarr.core.manifest import (
+    from napari_lazy_zarr.core.manifest import SETTINGS_VARIABLE
+    from napari_lazy_zarr.core.storage.policy import (
         ALLOWED_REMOTES_VARIABLE,
         ALLOWED_ROOTS_VARIABLE,
-        SETTINGS_VARIABLE,
     )
 
     path = tmp_path / "config" / "settings.toml"
@@ -323,7 +323,7 @@ def _hdf5_with_kerchunk(folder: Path, manifest: Path) -> np.ndarray[Any, Any]:
 def test_kerchunk_output_opens_beside_its_file_and_elsewhere_once_allowed(
     tmp_path: Path, hermetic_settings: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from napari_lazy_zarr.core.manifest import ALLOWED_ROOTS_VARIABLE
+    from napari_lazy_zarr.core.storage.policy import ALLOWED_ROOTS_VARIABLE
 
     data = _hdf5_with_kerchunk(tmp_path / "h5", tmp_path / "h5" / "scan.json")
     assert napari_get_reader(str(tmp_path / "h5" / "scan.json")) is read_zarr

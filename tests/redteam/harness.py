@@ -280,7 +280,7 @@ class Context:
 
 def case_timeouts() -> Any:
     """Short request caps for every case: a stuck request fails in about a second."""
-    from napari_lazy_zarr.core.retry import Timeouts
+    from napari_lazy_zarr.core.settings import Timeouts
 
     return Timeouts(connect=0.5, read=0.5, total=1.0)
 

@@ -32,20 +32,18 @@ from napari_lazy_zarr.core.errors import (
     LoadTimeoutError,
     MetadataError,
 )
-from napari_lazy_zarr.core.http_store import (
+from napari_lazy_zarr.core.settings import Timeouts
+from napari_lazy_zarr.core.storage.http import (
     HttpAccessDeniedError,
     HttpError,
     HttpStatusError,
     HttpStore,
     http_store_of,
 )
-from napari_lazy_zarr.core.retry import RetryPolicy, Timeouts, classify
-from napari_lazy_zarr.core.zarr_source import (
-    ZarrChunkSource,
-    forget_metadata,
-    open_node,
-    store_for,
-)
+from napari_lazy_zarr.core.storage.local import store_for
+from napari_lazy_zarr.core.storage.memo import forget_metadata
+from napari_lazy_zarr.core.storage.retry import RetryPolicy, classify
+from napari_lazy_zarr.core.zarr_source import ZarrChunkSource, open_node
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

@@ -18,7 +18,7 @@ import numpy as np
 
 from napari_lazy_zarr import open_array
 from napari_lazy_zarr.core import LEGAL_MOVES, ChunkReadError, ChunkState
-from napari_lazy_zarr.core.retry import RetryPolicy
+from napari_lazy_zarr.core.storage.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from napari_lazy_zarr.core import ChunkEvent, ChunkKey

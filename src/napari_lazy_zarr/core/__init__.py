@@ -17,7 +17,6 @@ from napari_lazy_zarr.core.cache import (
     DEFAULT_TOTAL_BYTES_LIMIT,
     CacheStatistics,
     ChunkCache,
-    ChunkRef,
     Request,
     check_concurrency,
     check_total_bytes_limit,
@@ -25,7 +24,6 @@ from napari_lazy_zarr.core.cache import (
 )
 from napari_lazy_zarr.core.composite import (
     CastSource,
-    CompositeIdentity,
     ConcatSource,
     ConstantSource,
     FunctionSource,
@@ -51,11 +49,12 @@ from napari_lazy_zarr.core.errors import (
     UnsafeDataError,
     UnsupportedDataError,
 )
-from napari_lazy_zarr.core.http_store import HttpStore
-from napari_lazy_zarr.core.loader import DaemonExecutor, InlineExecutor, LoadClass, ManualExecutor
-from napari_lazy_zarr.core.manifest import ManifestSource, ManifestStore, StackFile, open_stack
+from napari_lazy_zarr.core.executors import DaemonExecutor, InlineExecutor, ManualExecutor
+from napari_lazy_zarr.core.keys import ChunkKey, ChunkRef, CompositeIdentity
+from napari_lazy_zarr.core.manifest import ManifestSource, StackFile, open_stack
 from napari_lazy_zarr.core.reader import CacheReader
-from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS, RetryPolicy, Timeouts
+from napari_lazy_zarr.core.schedule import LoadClass
+from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS, Timeouts
 from napari_lazy_zarr.core.source import (
     ArraySource,
     BatchSource,
@@ -64,13 +63,15 @@ from napari_lazy_zarr.core.source import (
     DerivedSource,
     KeepingSource,
 )
-from napari_lazy_zarr.core.state import (
+from napari_lazy_zarr.core.states import (
     LEGAL_MOVES,
     ChunkEvent,
-    ChunkKey,
     ChunkState,
     IllegalTransitionError,
 )
+from napari_lazy_zarr.core.storage.http import HttpStore
+from napari_lazy_zarr.core.storage.references import ManifestStore
+from napari_lazy_zarr.core.storage.retry import RetryPolicy
 from napari_lazy_zarr.core.view import AxisMap, ViewController, ViewRequest, ViewResult
 from napari_lazy_zarr.core.zarr_source import ZarrChunkSource, open_zarr_source
 

@@ -15,7 +15,6 @@ from napari_lazy_zarr.core.backends import choose_backend, open_backend_source
 from napari_lazy_zarr.core.cache import (
     DEFAULT_TOTAL_BYTES_LIMIT,
     ChunkCache,
-    ChunkRef,
     Request,
     check_concurrency,
     check_total_bytes_limit,
@@ -26,11 +25,13 @@ from napari_lazy_zarr.core.errors import (
     LazyZarrError,
     MetadataError,
 )
-from napari_lazy_zarr.core.loader import DaemonExecutor
+from napari_lazy_zarr.core.executors import DaemonExecutor
+from napari_lazy_zarr.core.keys import ChunkRef, grid_shape
 from napari_lazy_zarr.core.plans import Fallback, ReadPlan, plan_read
-from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS, RetryPolicy, Timeouts
-from napari_lazy_zarr.core.source import grid_shape
-from napari_lazy_zarr.core.zarr_source import DEFAULT_RETRY, is_remote
+from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS, Timeouts
+from napari_lazy_zarr.core.storage.retry import RetryPolicy
+from napari_lazy_zarr.core.storage.vetting import is_remote
+from napari_lazy_zarr.core.zarr_source import DEFAULT_RETRY
 
 if TYPE_CHECKING:
     import os
@@ -38,10 +39,10 @@ if TYPE_CHECKING:
 
     from zarr_indexing import IndexTransform
 
+    from napari_lazy_zarr.core.keys import ChunkKey
     from napari_lazy_zarr.core.source import ChunkSource
-    from napari_lazy_zarr.core.state import ChunkKey
 
-__all__ = ["REMOTE_CONCURRENCY", "ChunkedArray", "PartialRead", "open_array"]
+__all__ = ["REMOTE_CONCURRENCY", "ChunkedArray", "PartialRead", "lazy_for", "open_array"]
 
 REMOTE_CONCURRENCY: Final = 32
 """Default chunk loads in flight for remote stores (TensorStore's HTTP concurrency)."""
@@ -63,7 +64,7 @@ class _GridAdapter:
         raise TypeError("chunked arrays are read through the chunk cache, not by slicing")
 
 
-def _lazy_for(source: ChunkSource) -> LazyArray:
+def lazy_for(source: ChunkSource) -> LazyArray:
     """A `LazyArray` over `source` partitioned exactly on its read grid."""
     lazy = LazyArray(_GridAdapter(source))
     grid = source.grid
@@ -207,7 +208,7 @@ class ChunkedArray:
     ) -> None:
         self._source = source
         self._cache = cache
-        self._lazy = _lazy if _lazy is not None else _lazy_for(source)
+        self._lazy = _lazy if _lazy is not None else lazy_for(source)
         # Successive non-blocking reads of one view supersede each other.
         self._view: Hashable = view if view is not None else ("array", id(self))
         self._plans = _plans if _plans is not None else _PlanMemo()

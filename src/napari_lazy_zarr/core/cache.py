@@ -75,31 +75,19 @@ import weakref
 from collections import Counter, OrderedDict, deque
 from concurrent import futures
 from concurrent.futures import Future, InvalidStateError
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, cast, overload
 
 import numpy as np
 from psygnal import Signal
 
 from napari_lazy_zarr.core.errors import CacheClosedError, ChunkReadError, LoadCancelledError
-from napari_lazy_zarr.core.loader import (
-    DaemonExecutor,
-    Executor,
-    LoadClass,
-    PriorityQueue,
-    QueueItem,
-)
-from napari_lazy_zarr.core.source import (
-    CancellableSource,
-    ChunkSource,
-    KeepingSource,
-    chunk_key,
-    is_derived,
-)
-from napari_lazy_zarr.core.state import (
+from napari_lazy_zarr.core.executors import DaemonExecutor, Executor
+from napari_lazy_zarr.core.schedule import LoadClass, PriorityQueue, QueueItem
+from napari_lazy_zarr.core.source import CancellableSource, KeepingSource, is_derived
+from napari_lazy_zarr.core.states import (
     LEGAL_MOVES,
     ChunkEvent,
-    ChunkKey,
     ChunkState,
     IllegalTransitionError,
 )
@@ -107,6 +95,7 @@ from napari_lazy_zarr.core.state import (
 if TYPE_CHECKING:
     from collections.abc import Hashable, Iterable, Iterator, Sequence
 
+    from napari_lazy_zarr.core.keys import ChunkKey, ChunkRef
     from napari_lazy_zarr.core.source import BatchSource, DerivedSource
 
 __all__ = [
@@ -115,7 +104,6 @@ __all__ = [
     "CacheCounters",
     "CacheStatistics",
     "ChunkCache",
-    "ChunkRef",
     "ChunkStatus",
     "Request",
     "check_concurrency",
@@ -139,29 +127,6 @@ _BATCH_LIMIT: Final = 256
 def default_concurrency() -> int:
     """Worker threads for local stores: one per core (decoding is CPU-bound), at least 2."""
     return max(2, os.cpu_count() or 1)
-
-
-@dataclass(frozen=True, slots=True)
-class ChunkRef:
-    """A chunk to load: its key, plus the source and grid coordinates that read it.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from napari_lazy_zarr.core.source import ArraySource
-    >>> ref = ChunkRef.of(ArraySource(np.zeros((6,)), chunks=(4,), name="z"), (1,))
-    >>> str(ref.key)
-    'z[4:6]'
-    """
-
-    key: ChunkKey
-    source: ChunkSource = field(compare=False)
-    coords: tuple[int, ...]
-
-    @classmethod
-    def of(cls, source: ChunkSource, coords: Sequence[int]) -> ChunkRef:
-        coords_t = tuple(int(c) for c in coords)
-        return cls(chunk_key(source, coords_t), source, coords_t)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +172,8 @@ class ChunkStatus:
     Examples
     --------
     >>> import numpy as np
-    >>> from napari_lazy_zarr.core.loader import ManualExecutor
+    >>> from napari_lazy_zarr.core.executors import ManualExecutor
+    >>> from napari_lazy_zarr.core.keys import ChunkRef
     >>> from napari_lazy_zarr.core.source import ArraySource
     >>> source = ArraySource(np.zeros((8,)), chunks=(2,), name="s")
     >>> cache = ChunkCache(1 << 20, concurrency=1, executor=ManualExecutor())
@@ -501,7 +467,8 @@ class ChunkCache:
     Examples
     --------
     >>> import numpy as np
-    >>> from napari_lazy_zarr.core.loader import InlineExecutor
+    >>> from napari_lazy_zarr.core.executors import InlineExecutor
+    >>> from napari_lazy_zarr.core.keys import ChunkRef
     >>> from napari_lazy_zarr.core.source import ArraySource
     >>> source = ArraySource(np.arange(10), chunks=(4,), name="x")
     >>> cache = ChunkCache(1 << 20, executor=InlineExecutor())

@@ -27,22 +27,27 @@ All of them are read-only: `write_chunk` raises `ReadOnlyError`.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn
 
 import numpy as np
-from zarr_indexing import DimensionGridLike, FixedDimension, IndexDomain, VaryingDimension
+from zarr_indexing import DimensionGridLike, FixedDimension, IndexDomain
 
+from napari_lazy_zarr.core._grid import boundaries, box_text, grid_from_boundaries
 from napari_lazy_zarr.core.errors import (
     ChunkReadError,
     IncompatibleSourcesError,
     ReadOnlyError,
     UnsupportedDataError,
 )
-from napari_lazy_zarr.core.source import SourceFields, chunk_bounds, fill_value_of
-from napari_lazy_zarr.core.zarr_source import _grid_from_sizes
+from napari_lazy_zarr.core.keys import (
+    SHOWN_MEMBERS,
+    CompositeIdentity,
+    chunk_bounds,
+    label_of,
+)
+from napari_lazy_zarr.core.source import SourceFields, fill_value_of
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -53,7 +58,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CastSource",
-    "CompositeIdentity",
     "ConcatSource",
     "ConstantSource",
     "FunctionSource",
@@ -64,55 +68,9 @@ __all__ = [
 _IMAGE_KINDS: Final = frozenset("biufc")
 # A `ConstantSource` without explicit chunks: planes of at most this many pixels a side.
 _CONSTANT_CHUNK: Final = 512
-_SHOWN_MEMBERS: Final = 3  # members named in an identity's text before "+N more"
 
 type Casting = Literal["no", "equiv", "safe", "same_kind", "unsafe"]
 type Chunks = Sequence[int] | Sequence[Sequence[int]]
-
-
-@dataclass(frozen=True, slots=True)
-class CompositeIdentity:
-    """The identity of a composite source: what it does, with what, to which members.
-
-    Equal composites (same kind, parameters and member identities) have equal
-    identities and therefore share cached chunks. Its text is short, for
-    messages and chunk-key display.
-
-    Examples
-    --------
-    >>> identity = CompositeIdentity("concat", (("axis", 0),), ("a.zarr", "b.zarr"))
-    >>> str(identity)
-    'concat(a.zarr, b.zarr; axis=0)'
-    >>> identity == CompositeIdentity("concat", (("axis", 0),), ("a.zarr", "b.zarr"))
-    True
-    """
-
-    kind: str
-    parameters: tuple[tuple[str, Hashable], ...]
-    members: tuple[Hashable, ...] = ()
-    # Chunk keys are hashed on every cache lookup; a stack of many members hashes once.
-    _hash: int = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((self.kind, self.parameters, self.members)))
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __str__(self) -> str:
-        shown = [str(m) for m in self.members[:_SHOWN_MEMBERS]]
-        if len(self.members) > _SHOWN_MEMBERS:
-            shown.append(f"+{len(self.members) - _SHOWN_MEMBERS} more")
-        parameters = ", ".join(f"{name}={_label(value)}" for name, value in self.parameters)
-        inside = "; ".join(part for part in (", ".join(shown), parameters) if part)
-        return f"{self.kind}({inside})"
-
-
-def _label(value: Hashable) -> str:
-    """A parameter as shown in an identity's text (functions by their qualified name)."""
-    if callable(value):
-        return str(getattr(value, "__qualname__", value))
-    return str(value)
 
 
 class _ReadOnly:
@@ -152,32 +110,6 @@ def _grid_for(chunks: Chunks, shape: tuple[int, ...], what: str) -> tuple[Dimens
         raise IncompatibleSourcesError(f"{what}: chunks {chunks!r}: {error}") from error
 
 
-def _boundaries(grid: DimensionGridLike, extent: int) -> list[int]:
-    """The cell boundaries of one axis of a read grid, clipped: ``[0, ..., extent]``."""
-    if extent == 0:
-        return [0]
-    count = int(grid.index_to_chunk(extent - 1)) + 1
-    return [int(grid.chunk_offset(i)) for i in range(count)] + [extent]
-
-
-def _grid_from_boundaries(per_axis: Sequence[Sequence[int]]) -> tuple[DimensionGridLike, ...]:
-    """A read grid with the given cell boundaries along each axis.
-
-    Regular axes become `FixedDimension`s only when every axis is regular:
-    `ChunkedArray` partitions a grid with any irregular axis by each axis's
-    declared chunk sizes, which must then be exact (a fixed axis declares its
-    last, partial chunk at full size).
-    """
-    sizes = [[b - a for a, b in itertools.pairwise(cuts)] for cuts in per_axis]
-    grid = tuple(_grid_from_sizes(s, cuts[-1]) for s, cuts in zip(sizes, per_axis, strict=True))
-    if all(isinstance(g, FixedDimension) for g in grid):
-        return grid
-    return tuple(
-        VaryingDimension(edges=s, extent=cuts[-1]) if s else g
-        for s, cuts, g in zip(sizes, per_axis, grid, strict=True)
-    )
-
-
 def _normalized_axis(axis: int, rank: int, what: str) -> int:
     if not -rank <= axis < rank:
         raise IncompatibleSourcesError(
@@ -187,8 +119,8 @@ def _normalized_axis(axis: int, rank: int, what: str) -> int:
 
 
 def _describe(sources: Sequence[ChunkSource]) -> str:
-    shown = ", ".join(repr(s) for s in sources[:_SHOWN_MEMBERS])
-    more = f", ... +{len(sources) - _SHOWN_MEMBERS} more" if len(sources) > _SHOWN_MEMBERS else ""
+    shown = ", ".join(repr(s) for s in sources[:SHOWN_MEMBERS])
+    more = f", ... +{len(sources) - SHOWN_MEMBERS} more" if len(sources) > SHOWN_MEMBERS else ""
     return f"[{shown}{more}]"
 
 
@@ -264,7 +196,7 @@ class ConcatSource(SourceFields, _ReadOnly):
         for index, member in enumerate(members):
             offsets.append(along[-1])
             for dim, (g, extent) in enumerate(zip(member.grid, member.shape, strict=True)):
-                cuts = _boundaries(g, int(extent))
+                cuts = boundaries(g, int(extent))
                 if dim == self._axis:
                     start = along[-1]
                     along.extend(start + c for c in cuts[1:])
@@ -276,7 +208,7 @@ class ConcatSource(SourceFields, _ReadOnly):
         self._shape = tuple(
             along[-1] if dim == self._axis else int(first.shape[dim]) for dim in range(rank)
         )
-        self._grid = _grid_from_boundaries(
+        self._grid = grid_from_boundaries(
             [along if dim == self._axis else sorted(across[dim]) for dim in range(rank)]
         )
         self._identity = CompositeIdentity(
@@ -584,7 +516,7 @@ class FunctionSource(SourceFields, _ReadOnly):
             from napari_lazy_zarr.core.dask_source import (
                 DEFAULT_COMPUTE_TIMEOUT,
                 DaskRunner,
-                _Tickets,
+                Tickets,
             )
 
             if isinstance(client, DaskRunner):
@@ -594,7 +526,7 @@ class FunctionSource(SourceFields, _ReadOnly):
                     client, timeout=DEFAULT_COMPUTE_TIMEOUT if timeout is None else timeout
                 )
                 self._owns_runner = True
-            self._tickets = _Tickets()
+            self._tickets = Tickets()
             self.load_reason = "computing"  # the cache's LOADING reason for its chunks
             # Computed on a cluster: no ring of neighbours computed ahead (a view reads
             # only its own chunks; `core.view.prefetch_ring`), as for dask sources.
@@ -618,7 +550,7 @@ class FunctionSource(SourceFields, _ReadOnly):
     def read_chunk(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any]:
         lo, hi = chunk_bounds(self._grid, coords, self._shape)
         box = IndexDomain(inclusive_min=lo, exclusive_max=hi)
-        where = f"{self.identity}: box {_box_text(lo, hi)}"
+        where = f"{self.identity}: box {box_text(lo, hi)}"
         if self._runner is not None:
             # The runner raises LazyZarrErrors naming the chunk and the task.
             coords = tuple(int(c) for c in coords)
@@ -666,11 +598,7 @@ class FunctionSource(SourceFields, _ReadOnly):
                 self._runner.close()
 
     def __repr__(self) -> str:
-        return f"FunctionSource({_label(self._name)}, shape={self._shape}, dtype={self._dtype})"
-
-
-def _box_text(lo: Sequence[int], hi: Sequence[int]) -> str:
-    return "[" + ", ".join(f"{a}:{b}" for a, b in zip(lo, hi, strict=True)) + "]"
+        return f"FunctionSource({label_of(self._name)}, shape={self._shape}, dtype={self._dtype})"
 
 
 class CastSource(SourceFields, _ReadOnly):

@@ -50,14 +50,15 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 import numpy as np
 
-from napari_lazy_zarr.core.composite import CompositeIdentity, _box_text, _grid_from_boundaries
+from napari_lazy_zarr.core._grid import box_text, grid_from_boundaries
 from napari_lazy_zarr.core.errors import (
     ChunkReadError,
     LoadCancelledError,
     LoadTimeoutError,
     UnsupportedDataError,
 )
-from napari_lazy_zarr.core.source import SourceFields, chunk_bounds, fill_value_of
+from napari_lazy_zarr.core.keys import CompositeIdentity, chunk_bounds
+from napari_lazy_zarr.core.source import SourceFields, fill_value_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
@@ -70,6 +71,7 @@ __all__ = [
     "DEFAULT_COMPUTE_TIMEOUT",
     "DaskRunner",
     "DaskSource",
+    "Tickets",
     "coarsened_levels",
     "resolve_client",
 ]
@@ -136,7 +138,7 @@ _EPOCH: Final = _Epoch()
 
 
 class _Ticket:
-    """One chunk's computation in flight: how to cancel it (guarded by its `_Tickets`' lock)."""
+    """One chunk's computation in flight: how to cancel it (guarded by its `Tickets`' lock)."""
 
     __slots__ = ("cancelled", "future")
 
@@ -145,7 +147,7 @@ class _Ticket:
         self.future: Any = None  # a distributed.Future (typed loosely by distributed)
 
 
-class _Tickets:
+class Tickets:
     """The computations a source has in flight, by chunk coords; thread-safe."""
 
     def __init__(self) -> None:
@@ -153,12 +155,14 @@ class _Tickets:
         self._open: dict[tuple[int, ...], _Ticket] = {}
 
     def open(self, coords: tuple[int, ...]) -> _Ticket:
+        """A new ticket for the computation of `coords` (it replaces any earlier one)."""
         ticket = _Ticket()
         with self._lock:
             self._open[coords] = ticket
         return ticket
 
     def close(self, coords: tuple[int, ...], ticket: _Ticket) -> None:
+        """Forget `ticket`, the computation of `coords`, once it is done."""
         with self._lock:
             if self._open.get(coords) is ticket:
                 del self._open[coords]
@@ -173,6 +177,7 @@ class _Tickets:
         return True
 
     def cancel_all(self) -> None:
+        """Cancel every computation in flight."""
         with self._lock:
             tickets = list(self._open.values())
             self._open.clear()
@@ -308,7 +313,7 @@ class DaskRunner:
             None,
         )
 
-    def cancel(self, tickets: _Tickets, coords: tuple[int, ...]) -> None:
+    def cancel(self, tickets: Tickets, coords: tuple[int, ...]) -> None:
         """Cancel a source's computation of `coords`; a cancel in flight starts a new epoch."""
         if tickets.cancel(coords):
             with self._lock:
@@ -508,14 +513,14 @@ class DaskSource(SourceFields):
                 f"dask array {array.name}: dtype {self._dtype} cannot be shown as an image "
                 "(supported: bool, integer, float and complex dtypes)"
             )
-        self._grid = _grid_from_boundaries(
+        self._grid = grid_from_boundaries(
             [list(itertools.accumulate(axis, initial=0)) for axis in array.chunks]
         )
         self._fill_value = fill_value_of(fill_value, self._dtype)
         self._owns_runner = runner is None
         self._runner = DaskRunner() if runner is None else runner
         self._identity = CompositeIdentity("dask", (), (array.name if name is None else name,))
-        self._tickets = _Tickets()
+        self._tickets = Tickets()
         self._graph_lock = threading.Lock()
         self._graph: dict[Hashable, Any] | None = None
 
@@ -543,7 +548,7 @@ class DaskSource(SourceFields):
         coords = tuple(int(c) for c in coords)
         lo, hi = chunk_bounds(self._grid, coords, self._shape)
         key = self.block_key(coords)
-        what = f"{self._identity}: chunk {coords} {_box_text(lo, hi)}"
+        what = f"{self._identity}: chunk {coords} {box_text(lo, hi)}"
         ticket = self._tickets.open(coords)
         try:
             graph = self._block_graph(key)

@@ -27,14 +27,15 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from napari_lazy_zarr.core.state import ChunkState
+from napari_lazy_zarr.core.states import ChunkState
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Hashable, Iterable, Sequence
 
     from napari_lazy_zarr.core.cache import ChunkCache
+    from napari_lazy_zarr.core.keys import ChunkKey
     from napari_lazy_zarr.core.source import ChunkSource
-    from napari_lazy_zarr.core.state import ChunkEvent, ChunkKey
+    from napari_lazy_zarr.core.states import ChunkEvent
 
 __all__ = ["ChunkFailure", "FailureLog", "root_cause"]
 

@@ -41,31 +41,29 @@ from napari_lazy_zarr.core.errors import (
     StoreNotFoundError,
     UnsupportedDataError,
 )
-from napari_lazy_zarr.core.http_store import HttpStore
 from napari_lazy_zarr.core.manifest import (
     STACK_SUFFIX,
     ManifestSource,
-    ManifestStore,
     open_stack,
     read_stack_file,
     reference_file_kind,
 )
 from napari_lazy_zarr.core.ngff import parse_image, parse_label_colors, parse_labels
-from napari_lazy_zarr.core.retry import NO_RETRY, Timeouts
-from napari_lazy_zarr.core.settings import backend_from_settings
-from napari_lazy_zarr.core.zarr_source import (
-    _METADATA_FILES,
+from napari_lazy_zarr.core.settings import Timeouts, backend_from_settings
+from napari_lazy_zarr.core.storage.http import HttpStore
+from napari_lazy_zarr.core.storage.local import store_for
+from napari_lazy_zarr.core.storage.memo import forget_metadata
+from napari_lazy_zarr.core.storage.references import ManifestStore
+from napari_lazy_zarr.core.storage.retry import NO_RETRY
+from napari_lazy_zarr.core.storage.vetting import (
     MAX_METADATA_BYTES,
-    ZarrChunkSource,
-    _check_local,
-    _check_safe,
-    _is_url,
-    _metadata_files,
-    forget_metadata,
-    open_node,
-    open_zarr_source,
-    store_for,
+    METADATA_FILES,
+    check_local,
+    check_safe,
+    is_url,
+    metadata_files,
 )
+from napari_lazy_zarr.core.zarr_source import ZarrChunkSource, open_node, open_zarr_source
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -84,7 +82,7 @@ __all__ = [
 ]
 
 # What `looks_like_zarr` accepts: a directory holding one of these files...
-_MARKER_FILES: Final = (*_METADATA_FILES, ".zattrs")
+_MARKER_FILES: Final = (*METADATA_FILES, ".zattrs")
 # ...a zipped store, a URL with one of these schemes ending in ".zarr", or an
 # http(s) URL whose metadata document says zarr.
 _URL_SCHEMES: Final = frozenset({"http", "https", "s3"})
@@ -208,7 +206,7 @@ def looks_like_zarr(path: str | os.PathLike[str], *, timeout: float = _PROBE_TIM
         location = os.fspath(path)
         if not location:  # "" would mean the working directory
             return False
-        if _is_url(location):
+        if is_url(location):
             scheme = location.split("://", 1)[0].lower()
             if scheme not in _URL_SCHEMES:
                 return False
@@ -230,7 +228,7 @@ def _serves_zarr_metadata(url: str, timeout: float) -> bool:
     `HttpStore`, within what is left of `timeout`, never retried.
     """
     deadline = time.monotonic() + timeout
-    for name in _METADATA_FILES:
+    for name in METADATA_FILES:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return False
@@ -331,7 +329,7 @@ def describe_store(path_or_url: str | os.PathLike[str]) -> tuple[ImageSpec, ...]
             keep_arrays=not isinstance(store, zarr.storage.ZipStore | ManifestStore),
         )
         if isinstance(root, zarr.Array):
-            _check_safe(location, root)
+            check_safe(location, root)
             return (_plain_image(root, walk.basename, keep=walk.keep_arrays),)
         attributes: dict[str, Any] = dict(root.attrs.asdict())
         ome = attributes.get("ome")
@@ -376,7 +374,7 @@ class _Walk:
         no consolidated metadata is fetched for them.
         """
         if self.local_dir is not None:
-            _check_local(os.path.join(self.local_dir, path))
+            check_local(os.path.join(self.local_dir, path))
         return open_node(
             self.store, path, self.full(path), zarr_format=self.zarr_format, consolidated=False
         )
@@ -424,7 +422,7 @@ class _Walk:
         for _, node in members:
             if isinstance(node, zarr.Array):
                 try:
-                    _check_safe(self.full(node.path), node)
+                    check_safe(self.full(node.path), node)
                 except UnsupportedDataError as error:
                     # E.g. a table of strings beside the images: not a layer, not fatal.
                     unsupported.append(error)
@@ -439,7 +437,7 @@ class _Walk:
         if unsupported:
             raise unsupported[0]
         # Over plain HTTP a group's members can only be listed from consolidated metadata.
-        hint = " (or its members cannot be listed over this URL)" if _is_url(full) else ""
+        hint = " (or its members cannot be listed over this URL)" if is_url(full) else ""
         raise NotAZarrStoreError(
             f"{full}: zarr group with no arrays (nor OME-Zarr images in its subgroups){hint}"
         )
@@ -451,8 +449,8 @@ class _Walk:
         except OSError as error:
             raise MetadataError(f"{full}: cannot list the group: {error}") from error
         for child in children:
-            if _metadata_files(child):
-                _check_local(child)
+            if metadata_files(child):
+                check_local(child)
 
     def ome_image(
         self,
@@ -538,7 +536,7 @@ class _Walk:
             node = _node(opened[index], missing=f"{where} is missing")
             if not isinstance(node, zarr.Array):
                 raise MetadataError(f"{where} is a group, not an array")
-            _check_safe(self.full(path), node)
+            check_safe(self.full(path), node)
             if labels and np.dtype(node.dtype).kind not in "iu":
                 # The NGFF labels spec requires integers, and so does napari's Labels layer.
                 raise UnsupportedDataError(
@@ -761,7 +759,7 @@ def store_name(location: str) -> str:
     >>> store_name("/data/plate.zarr.zip"), store_name("/data/volume")
     ('plate', 'volume')
     """
-    if _is_url(location):
+    if is_url(location):
         base = location.rstrip("/").rsplit("/", 1)[-1]
     else:
         base = os.path.basename(os.path.abspath(location))

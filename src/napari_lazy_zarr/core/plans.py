@@ -43,9 +43,8 @@ from zarr_indexing import (
     plan_chunks,
 )
 
-from napari_lazy_zarr.core.cache import ChunkRef
+from napari_lazy_zarr.core.keys import ChunkKey, ChunkRef
 from napari_lazy_zarr.core.reader import CacheReader
-from napari_lazy_zarr.core.state import ChunkKey
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection

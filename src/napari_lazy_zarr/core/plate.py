@@ -26,11 +26,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from napari_lazy_zarr.core.composite import ConcatSource, ConstantSource, _boundaries
+from napari_lazy_zarr.core._grid import boundaries
+from napari_lazy_zarr.core.composite import ConcatSource, ConstantSource
 from napari_lazy_zarr.core.errors import LazyZarrError, MetadataError
 from napari_lazy_zarr.core.layout import store_name
 from napari_lazy_zarr.core.source import SourceFields
-from napari_lazy_zarr.core.zarr_source import forget_metadata, open_node, store_for
+from napari_lazy_zarr.core.storage.local import store_for
+from napari_lazy_zarr.core.storage.memo import forget_metadata
+from napari_lazy_zarr.core.zarr_source import open_node
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -248,7 +251,7 @@ class FieldSource(SourceFields):
         if np.dtype(opened.dtype) != self._dtype:
             differences.append(f"dtype {opened.dtype} (expected {self._dtype})")
         if not differences and any(
-            _boundaries(a, n) != _boundaries(b, n)
+            boundaries(a, n) != boundaries(b, n)
             for a, b, n in zip(opened.grid, self._grid, self._shape, strict=False)
         ):
             differences.append("chunks differ from the first field's")
@@ -317,14 +320,15 @@ def field_opener(layout: PlateLayout) -> Callable[[str], ChunkSource]:
     import zarr
 
     from napari_lazy_zarr.core.errors import NotAZarrStoreError
-    from napari_lazy_zarr.core.zarr_source import ZarrChunkSource, _check_local
+    from napari_lazy_zarr.core.storage.vetting import check_local
+    from napari_lazy_zarr.core.zarr_source import ZarrChunkSource
 
     def open_field(path: str) -> ChunkSource:
         full = f"{layout.location}/{path}"
         store, local_dir = store_for(layout.location)
         try:
             if local_dir is not None:
-                _check_local(os.path.join(local_dir, path))
+                check_local(os.path.join(local_dir, path))
             node = open_node(store, path, full, zarr_format=layout.zarr_format, consolidated=False)
         finally:
             forget_metadata(store)

@@ -33,19 +33,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from zarr_indexing import FixedDimension
 
-from napari_lazy_zarr.core.array import _lazy_for
-from napari_lazy_zarr.core.cache import ChunkRef
+from napari_lazy_zarr.core.array import lazy_for
 from napari_lazy_zarr.core.errors import ChunkReadError
+from napari_lazy_zarr.core.keys import ChunkRef, chunk_bounds
 from napari_lazy_zarr.core.plans import plan_read
-from napari_lazy_zarr.core.source import SourceFields, chunk_bounds
+from napari_lazy_zarr.core.source import SourceFields
 
 if TYPE_CHECKING:
     from collections.abc import Hashable, Mapping
 
     from zarr_indexing import DimensionGridLike
 
+    from napari_lazy_zarr.core.keys import ChunkKey
     from napari_lazy_zarr.core.source import ChunkSource
-    from napari_lazy_zarr.core.state import ChunkKey
 
 __all__ = ["DecimatedSource", "virtual_levels"]
 
@@ -153,7 +153,7 @@ class DecimatedSource(SourceFields):
             else:
                 grid.append(g)
         self._grid = tuple(grid)
-        self._base_view = _lazy_for(base)
+        self._base_view = lazy_for(base)
 
     @property
     def identity(self) -> Hashable:

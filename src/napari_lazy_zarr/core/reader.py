@@ -8,7 +8,7 @@ import numpy as np
 from zarr_indexing import ConstantMap, DimensionMap, IndexTransform, ReadContext, numpy_reader
 
 from napari_lazy_zarr.core.errors import ChunkReadError
-from napari_lazy_zarr.core.state import ChunkKey
+from napari_lazy_zarr.core.keys import ChunkKey
 
 if TYPE_CHECKING:
     from napari_lazy_zarr.core.cache import ChunkCache
@@ -156,7 +156,7 @@ class CacheReader:
         grid; that is the only place the reader plans.
         """
         from napari_lazy_zarr.core.array import ChunkedArray
-        from napari_lazy_zarr.core.cache import ChunkRef
+        from napari_lazy_zarr.core.keys import ChunkRef
 
         projection = context.projection
         assert projection is not None

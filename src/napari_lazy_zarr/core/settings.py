@@ -48,33 +48,39 @@ from __future__ import annotations
 
 import math
 import os
+import posixpath
 import re
 import stat
 import threading
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Final, Literal
+from urllib.parse import unquote, urlsplit
 
 import platformdirs
 
 from napari_lazy_zarr.core.errors import MetadataError
-from napari_lazy_zarr.core.retry import Timeouts
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping
 
 __all__ = [
     "BACKEND_VARIABLE",
+    "DEFAULT_TIMEOUTS",
     "SETTINGS_SECTIONS",
     "SETTINGS_VARIABLE",
     "TIMEOUT_VARIABLES",
+    "RemoteLocation",
     "Setting",
     "Settings",
+    "Timeouts",
     "backend_from_settings",
     "configuration_schema",
     "current_settings",
+    "parse_remote",
     "settings_path",
     "timeouts_from_settings",
+    "url_path",
     "use_preferences",
 ]
 
@@ -93,7 +99,53 @@ SETTINGS_SECTIONS: Final[dict[Section, str]] = {
 _MIB: Final = 1 << 20
 _INT32_MAX: Final = 2**31 - 1  # napari's Preferences edit integers in a 32-bit spin box
 _SETTINGS_BYTES: Final = 1 << 20  # a settings file is a few lines
+_PROTOCOL: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 _BACKEND_NAMES: Final = ("auto", "zarr", "tensorstore", "zarrs")
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Time caps of one storage request, in seconds (each finite and > 0).
+
+    connect
+        Establishing a connection (remote stores).
+    read
+        Idle time between two received pieces of a response (or of a local read).
+    total
+        One whole request, from the first byte asked to the last received.
+
+    A request over any cap fails with `LoadTimeoutError`, which is retried like
+    other transient failures.
+
+    Examples
+    --------
+    >>> Timeouts(connect=2.0).total
+    60.0
+    >>> Timeouts(read=float("nan"))
+    Traceback (most recent call last):
+    ...
+    ValueError: Timeouts.read must be a finite number of seconds > 0, got nan
+    """
+
+    connect: float = 10.0
+    read: float = 10.0
+    total: float = 60.0
+
+    def __post_init__(self) -> None:
+        for name in ("connect", "read", "total"):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value <= 0
+            ):
+                raise ValueError(
+                    f"Timeouts.{name} must be a finite number of seconds > 0, got {value!r}"
+                )
+
+
+DEFAULT_TIMEOUTS = Timeouts()
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,12 +410,75 @@ def _checked(name: str, value: Any, where: str) -> Any:
     return int(number) if kind == "int" else number
 
 
-def _check_remotes(text: str, where: str) -> None:
-    # The reference policy is what understands remote entries (imported here: it imports us).
-    from napari_lazy_zarr.core.manifest import ReferencePolicy
+@dataclass(frozen=True, slots=True)
+class RemoteLocation:
+    """A remote location an ``allowed_remotes`` entry names.
 
+    The URLs of `scheme` on `host` (and `port`, when given) under `path`;
+    `parse_remote` makes one, `ReferencePolicy` checks URLs against it.
+    """
+
+    scheme: str
+    host: str
+    port: int | None
+    path: str
+
+    def covers(self, scheme: str, host: str, port: int | None, path: str) -> bool:
+        """Whether the URL of these parts lies under this location."""
+        if (scheme, host) != (self.scheme, self.host):
+            return False
+        if self.port is not None and port != self.port:
+            return False
+        return not self.path or path == self.path or path.startswith(self.path + "/")
+
+
+def parse_remote(entry: str) -> str | RemoteLocation:
+    """An ``allowed_remotes`` entry as a protocol name (lower case) or a `RemoteLocation`.
+
+    Raises
+    ------
+    ValueError
+        The entry is neither a protocol nor a location.
+
+    Examples
+    --------
+    >>> parse_remote("S3://")
+    's3'
+    >>> parse_remote("https://Example.org:8000")
+    RemoteLocation(scheme='https', host='example.org', port=8000, path='')
+    """
+    text = entry.strip() if isinstance(entry, str) else ""
+    protocol = text.removesuffix("://")
+    if _PROTOCOL.fullmatch(protocol):
+        if protocol.lower() == "file":
+            raise ValueError(
+                f"{entry!r}: local files are allowed by folder (roots), not by protocol"
+            )
+        return protocol.lower()
     try:
-        ReferencePolicy(remotes=tuple(r for r in re.split(r"[,\s]+", text) if r))
+        parts = urlsplit(text)
+        scheme, host, port = parts.scheme, (parts.hostname or "").lower(), parts.port
+    except ValueError:  # e.g. a port that is not a number
+        scheme, host, port = "", "", None
+    if not (scheme and host and _PROTOCOL.fullmatch(scheme)):
+        raise ValueError(
+            f"{entry!r} is neither a protocol ('s3', 'https') nor a location "
+            "('s3://bucket', 'https://host', 'http://host:port/path')"
+        )
+    return RemoteLocation(scheme.lower(), host, port, url_path(parts.path))
+
+
+def url_path(path: str) -> str:
+    """A URL path normalised for comparison (``..`` and ``%2e`` cannot climb out of a prefix)."""
+    if not path or path == "/":
+        return ""
+    return posixpath.normpath("/" + unquote(path)).rstrip("/")
+
+
+def _check_remotes(text: str, where: str) -> None:
+    try:
+        for entry in (r for r in re.split(r"[,\s]+", text) if r):
+            parse_remote(entry)
     except ValueError as error:
         raise MetadataError(f"{where}: {error}") from error
 

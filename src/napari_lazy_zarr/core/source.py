@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, runtime_checkable
 
 import numpy as np
 
-from napari_lazy_zarr.core.state import ChunkKey
+from napari_lazy_zarr.core.keys import chunk_bounds
 
 if TYPE_CHECKING:
     from collections.abc import Hashable, Mapping, Sequence
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from numpy.typing import DTypeLike
     from zarr_indexing import DimensionGridLike, IndexDomain
 
-    from napari_lazy_zarr.core.cache import ChunkRef
+    from napari_lazy_zarr.core.keys import ChunkKey, ChunkRef
 
 __all__ = [
     "ArraySource",
@@ -23,10 +23,7 @@ __all__ = [
     "ChunkSource",
     "DerivedSource",
     "SourceFields",
-    "chunk_bounds",
-    "chunk_key",
     "fill_chunk",
-    "grid_shape",
     "is_derived",
 ]
 
@@ -191,40 +188,6 @@ def is_derived(source: ChunkSource) -> TypeGuard[DerivedSource]:
     return all(
         callable(getattr(source, name, None)) for name in ("chunk_inputs", "chunk_cost", "combine")
     )
-
-
-def chunk_bounds(
-    grid: Sequence[DimensionGridLike], coords: Sequence[int], shape: Sequence[int]
-) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The `[inclusive_min, exclusive_max)` box of chunk `coords`, clipped to `shape`.
-
-    Examples
-    --------
-    >>> from zarr_indexing import dimension_grids_from_chunks
-    >>> grid = dimension_grids_from_chunks((4, 4), shape=(10, 6))
-    >>> chunk_bounds(grid, (2, 1), (10, 6))
-    ((8, 4), (10, 6))
-    """
-    lo = tuple(int(g.chunk_offset(int(c))) for g, c in zip(grid, coords, strict=True))
-    hi = tuple(
-        min(start + int(g.chunk_size(int(c))), extent)
-        for g, c, start, extent in zip(grid, coords, lo, shape, strict=True)
-    )
-    return lo, hi
-
-
-def chunk_key(source: ChunkSource, coords: Sequence[int]) -> ChunkKey:
-    """The cache key of chunk `coords` of `source`."""
-    lo, hi = chunk_bounds(source.grid, coords, source.shape)
-    return ChunkKey(source.identity, lo, hi)
-
-
-def grid_shape(source: ChunkSource) -> tuple[int, ...]:
-    """Number of chunks along each axis of `source`'s read grid."""
-    shape: list[int] = []
-    for g, extent in zip(source.grid, source.shape, strict=True):
-        shape.append(0 if extent == 0 else int(g.index_to_chunk(extent - 1)) + 1)
-    return tuple(shape)
 
 
 def fill_value_of(value: Any, dtype: DTypeLike) -> Any:

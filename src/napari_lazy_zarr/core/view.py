@@ -58,22 +58,23 @@ import numpy as np
 from psygnal import Signal
 from zarr_indexing import ConstantMap, DimensionMap
 
-from napari_lazy_zarr.core.array import ChunkedArray, _lazy_for
-from napari_lazy_zarr.core.cache import ChunkRef
+from napari_lazy_zarr.core.array import ChunkedArray, lazy_for
 from napari_lazy_zarr.core.failures import FailureLog
-from napari_lazy_zarr.core.loader import LoadClass
+from napari_lazy_zarr.core.keys import ChunkRef, grid_shape
 from napari_lazy_zarr.core.plans import ReadPlan, plan_read
-from napari_lazy_zarr.core.source import grid_shape, is_derived
-from napari_lazy_zarr.core.state import ChunkState
+from napari_lazy_zarr.core.schedule import LoadClass
+from napari_lazy_zarr.core.source import is_derived
+from napari_lazy_zarr.core.states import ChunkState
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Hashable, Sequence
 
     from napari_lazy_zarr.core.cache import ChunkCache, Request
+    from napari_lazy_zarr.core.executors import Executor
     from napari_lazy_zarr.core.failures import ChunkFailure
-    from napari_lazy_zarr.core.loader import Executor
+    from napari_lazy_zarr.core.keys import ChunkKey
     from napari_lazy_zarr.core.source import ChunkSource
-    from napari_lazy_zarr.core.state import ChunkEvent, ChunkKey
+    from napari_lazy_zarr.core.states import ChunkEvent
 
 __all__ = [
     "AxisMap",
@@ -361,7 +362,7 @@ def coarser_fill(
     >>> from napari_lazy_zarr.core.source import ArraySource
     >>> coarse = ArraySource(np.arange(16).reshape(4, 4), chunks=(2, 2), name="c")
     >>> resident = {}
-    >>> from napari_lazy_zarr.core.cache import ChunkRef
+    >>> from napari_lazy_zarr.core.keys import ChunkRef
     >>> key = ChunkRef.of(coarse, (0, 0)).key
     >>> resident[key] = coarse.read_chunk((0, 0))
     >>> values, found = coarser_fill(((0, 4), (0, 4)), (8, 8), [coarse], resident.get,
@@ -386,7 +387,7 @@ def coarser_fill(
             start = int(index[0])
             selection.append(slice(start, int(index[-1]) + 1))
             takes.append(index - start)
-        plan = plan_read(_lazy_for(coarse)[tuple(selection)], coarse)
+        plan = plan_read(lazy_for(coarse)[tuple(selection)], coarse)
         chunks = [(ref.key, lookup(ref.key)) for ref in plan.refs]
         if not any(data is not None for _, data in chunks):
             continue  # nothing resident at this level

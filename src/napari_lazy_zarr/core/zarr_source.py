@@ -6,60 +6,43 @@ import functools
 import hashlib
 import itertools
 import json
-import lzma
 import math
 import os
 import sys
 import threading
-import weakref
-import zipfile
-import zlib
 from collections import OrderedDict
 from concurrent.futures import Future
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal, Self
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import numpy as np
 import zarr
 from zarr.abc.codec import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec
 from zarr.abc.store import (
-    OffsetByteRequest,
     RangeByteRequest,
-    Store,
-    SuffixByteRequest,
 )
 from zarr.buffer import default_buffer_prototype
 from zarr.codecs import BytesCodec
-from zarr.storage import FsspecStore, WrapperStore
 from zarr_indexing import (
     DimensionGridLike,
     FixedDimension,
-    VaryingDimension,
 )
 
 from napari_lazy_zarr.core import _zarr_compat as compat
-from napari_lazy_zarr.core._sync_store import SyncReads
+from napari_lazy_zarr.core._decode import (
+    DECODABLE_CODECS,
+    INTO_CODECS,
+    ExpansionError,
+    bounded_decode,
+    decode_into,
+)
+from napari_lazy_zarr.core._grid import grid_from_sizes
 from napari_lazy_zarr.core._zarr_compat import (  # per chunk read: bound once here
     chunk_spec,
     inner_chunk_spec,
     inner_chunks_per_shard,
     shard_chunk_range,
-)
-from napari_lazy_zarr.core.bounds import (
-    DECODABLE_CODECS,
-    INTO_CODECS,
-    TORN_READ_ATTEMPTS,
-    ExpansionError,
-    FileChangedError,
-    FileStamp,
-    bounded_decode,
-    check_json_depth,
-    decode_into,
-    load_json,
-    open_regular_file,
-    read_regular_file,
-    read_stamped,
 )
 from napari_lazy_zarr.core.buffers import CHUNK_MEMORY
 from napari_lazy_zarr.core.errors import (
@@ -67,44 +50,44 @@ from napari_lazy_zarr.core.errors import (
     LoadCancelledError,
     MetadataError,
     NotAZarrStoreError,
-    ReadOnlyError,
-    StoreNotFoundError,
-    UnsafeDataError,
     UnsupportedDataError,
 )
-from napari_lazy_zarr.core.http_store import http_store_of
-from napari_lazy_zarr.core.loader import DaemonExecutor
-from napari_lazy_zarr.core.retry import (
-    DEFAULT_TIMEOUTS,
-    RetryPolicy,
-    Timeouts,
-    attempts_note,
-    classify,
+from napari_lazy_zarr.core.executors import DaemonExecutor
+from napari_lazy_zarr.core.keys import chunk_bounds
+from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS, Timeouts
+from napari_lazy_zarr.core.source import SourceFields, fill_value_of
+from napari_lazy_zarr.core.storage.files import (
+    TORN_READ_ATTEMPTS,
+    FileChangedError,
+    FileStamp,
+    read_stamped,
 )
-from napari_lazy_zarr.core.source import SourceFields, chunk_bounds, fill_value_of
+from napari_lazy_zarr.core.storage.http import http_store_of
+from napari_lazy_zarr.core.storage.local import (
+    BoundedZipStore,
+    bounded_store,
+    range_arguments,
+    range_size,
+    store_for,
+    zarr_errors,
+)
+from napari_lazy_zarr.core.storage.memo import forget_metadata
+from napari_lazy_zarr.core.storage.retry import RetryPolicy, attempts_note
+from napari_lazy_zarr.core.storage.vetting import check_local, check_safe, group_arrays
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+    from collections.abc import Callable, Hashable, Iterator, Sequence
 
     from zarr.abc.buffer import Buffer, BufferPrototype
     from zarr.abc.store import ByteRequest
     from zarr.codecs import ShardingCodec
 
 __all__ = [
-    "BoundedLocalStore",
-    "BoundedZipStore",
-    "MetadataMemoStore",
     "ZarrChunkSource",
     "ZarrIdentity",
-    "bounded_store",
     "open_zarr_source",
 ]
 
-_METADATA_FILES: Final = ("zarr.json", ".zarray", ".zgroup")
-# Codecs whose decoding runs code stored in the file.
-_CODE_EXECUTING_CODECS: Final = frozenset({"pickle", "numcodecs.pickle"})
-# Image-like dtypes napari can show; everything else is refused with a clear error.
-_IMAGE_KINDS: Final = frozenset("biufc")
 # Decoded shard indexes kept per array, in bytes (16 per inner chunk): 16 MiB holds the
 # indexes of 16,384 shards of 8 x 8 inner chunks, or 1,024 of 32 x 32.
 SHARD_INDEX_BYTES: Final = 16 << 20
@@ -132,25 +115,6 @@ _RUN_THREADS: Final = DaemonExecutor(name="lazy-zarr-range", idle_seconds=1.0)
 DEFAULT_RETRY: Final = RetryPolicy()
 
 
-def _is_url(path: str) -> bool:
-    return "://" in path
-
-
-def is_remote(location: str | os.PathLike[str]) -> bool:
-    """Whether `location` is a URL (http, https, s3, ...) rather than a local path."""
-    return _is_url(os.fspath(location))
-
-
-def _grid_from_sizes(sizes: Sequence[int], extent: int) -> DimensionGridLike:
-    """A compact grid for one axis: `FixedDimension` when regular, else explicit edges."""
-    if len(sizes) == 0:
-        return FixedDimension(size=1, extent=0)
-    first = int(sizes[0])
-    if all(int(s) == first for s in sizes[:-1]) and int(sizes[-1]) <= first:
-        return FixedDimension(size=first, extent=extent)
-    return VaryingDimension(edges=tuple(int(s) for s in sizes), extent=extent)
-
-
 MAX_RANK: Final = 32  # NumPy's limit on an array's dimensions is 64; real images have < 8
 
 
@@ -165,51 +129,9 @@ def _read_grid(array: zarr.Array[Any], shape: tuple[int, ...]) -> tuple[Dimensio
             for c, extent in zip(chunks, shape, strict=True)
         )
     return tuple(
-        _grid_from_sizes(sizes, extent)
+        grid_from_sizes(sizes, extent)
         for sizes, extent in zip(array.read_chunk_sizes, shape, strict=True)
     )
-
-
-def _codec_names(metadata: Any) -> Iterator[str]:
-    """Every codec/filter/compressor name in a metadata document, nested ones included.
-
-    Iterative: a hostile document nested thousands deep must not exhaust the stack.
-    """
-    pending = [metadata]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, dict):
-            for field in ("id", "name"):
-                value = node.get(field)
-                if isinstance(value, str):
-                    yield value
-            pending.extend(node.values())
-        elif isinstance(node, list | tuple):
-            pending.extend(node)
-
-
-def _check_document(location: str, document: Any, *, object_dtype: bool = False) -> None:
-    """Refuse pickle codecs and object dtypes named in a metadata document."""
-    unsafe = sorted({n for n in _codec_names(document) if n.lower() in _CODE_EXECUTING_CODECS})
-    if isinstance(document, dict) and document.get("dtype") in ("|O", "O", "object"):
-        object_dtype = True
-    if unsafe or object_dtype:
-        cause = f"codec {unsafe[0]!r}" if unsafe else "object dtype"
-        raise UnsafeDataError(
-            f"{location}: refusing to read an array with {cause}: decoding it would "
-            "unpickle data from the file, which can run arbitrary code"
-        )
-
-
-def _check_safe(location: str, array: zarr.Array[Any]) -> None:
-    """Refuse object dtypes and pickle codecs before any chunk is decoded."""
-    dtype = np.dtype(array.dtype)
-    _check_document(location, array.metadata.to_dict(), object_dtype=dtype.kind == "O")
-    if dtype.kind not in _IMAGE_KINDS:
-        raise UnsupportedDataError(
-            f"{location}: dtype {dtype} cannot be shown as an image "
-            "(supported: bool, integer, float and complex dtypes)"
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,27 +332,6 @@ class _BoundedDecode:
         return self._tail.decode_chunk(spec.prototype.buffer.from_bytes(data), spec)
 
 
-def _range_size(byte_range: ByteRequest | None) -> int | None:
-    if isinstance(byte_range, RangeByteRequest):
-        return max(0, byte_range.end - byte_range.start)
-    if isinstance(byte_range, SuffixByteRequest):
-        return byte_range.suffix
-    return None
-
-
-def _range_arguments(byte_range: ByteRequest | None) -> tuple[int, int | None, int | None]:
-    """`read_regular_file`'s offset, length and suffix for a zarr byte range."""
-    if byte_range is None:
-        return 0, None, None
-    if isinstance(byte_range, RangeByteRequest):
-        return byte_range.start, max(0, byte_range.end - byte_range.start), None
-    if isinstance(byte_range, OffsetByteRequest):
-        return byte_range.offset, None, None
-    if isinstance(byte_range, SuffixByteRequest):
-        return 0, None, byte_range.suffix
-    raise TypeError(f"unexpected byte range {byte_range!r}")
-
-
 type Fetched = tuple[Buffer, FileStamp | None] | None
 """Bytes read for a key and the stamp of the file version they came from (None: not a file)."""
 
@@ -486,7 +387,7 @@ class ZarrChunkSource(SourceFields):
         if isinstance(coalesce_gap, bool) or not isinstance(coalesce_gap, int) or coalesce_gap < 0:
             raise ValueError(f"coalesce_gap must be an int >= 0 (bytes), got {coalesce_gap!r}")
         self._coalesce_gap = coalesce_gap
-        _check_safe(self._location, array)
+        check_safe(self._location, array)
         self._array = array
         self._identity = ZarrIdentity(self._location, _metadata_version(array), next(_OPENS))
         async_array = array.async_array
@@ -800,13 +701,13 @@ class ZarrChunkSource(SourceFields):
         are asked through their synchronous or asynchronous interface and their
         answer checked against the cap.
         """
-        limit = _range_size(byte_range)
+        limit = range_size(byte_range)
         if limit is None:
             limit = self._max_stored_bytes
         store: Any = self._store_path.store
         path = f"{self._store_path.path}/{key}" if self._store_path.path else key
         if isinstance(store, zarr.storage.LocalStore):
-            offset, length, suffix = _range_arguments(byte_range)
+            offset, length, suffix = range_arguments(byte_range)
             found = read_stamped(
                 os.path.join(str(store.root), path),
                 limit=limit,
@@ -1186,447 +1087,6 @@ def _runs(
     return runs
 
 
-def _metadata_files(path: str) -> list[str]:
-    return [name for name in _METADATA_FILES if os.path.isfile(os.path.join(path, name))]
-
-
-_ATTRIBUTE_FILES: Final = (".zattrs", ".zmetadata")
-MAX_METADATA_BYTES: Final = 16 << 20
-"""Metadata files larger than this are refused (a real one is kilobytes; OME plates megabytes)."""
-
-
-def _attribute_files(path: str) -> list[str]:
-    return [name for name in _ATTRIBUTE_FILES if os.path.lexists(os.path.join(path, name))]
-
-
-def _read_metadata(metadata_path: str) -> Any:
-    """A metadata file's JSON, refusing devices, FIFOs, huge files and absurd nesting."""
-    data = read_regular_file(metadata_path, limit=MAX_METADATA_BYTES, error=MetadataError)
-    return load_json(data, where=metadata_path)
-
-
-def _check_local(path: str) -> None:
-    """Cheap checks with specific messages before zarr-python sees the path."""
-    if not os.path.exists(path):
-        raise StoreNotFoundError(f"{path}: no such file or directory")
-    if os.path.isfile(path):
-        if path.endswith(".zip"):
-            return
-        raise NotAZarrStoreError(f"{path}: is a file, not a zarr store (a directory)")
-    found = _metadata_files(path)
-    if not found:
-        raise NotAZarrStoreError(
-            f"{path}: not a zarr store: no zarr metadata ({', '.join(_METADATA_FILES)})"
-        )
-    for name in (*found, *_attribute_files(path)):
-        metadata_path = os.path.join(path, name)
-        document = _read_metadata(metadata_path)
-        if name in _ATTRIBUTE_FILES:
-            continue  # attributes are zarr's to parse; they were only vetted as a file
-        if not isinstance(document, dict):
-            raise MetadataError(f"{metadata_path}: metadata is not a JSON object")
-        # Before zarr-python parses it: a pickle codec is refused by name, whatever else.
-        _check_document(path, document)
-
-
-_METADATA_DOCUMENTS: Final = frozenset({*_METADATA_FILES, *_ATTRIBUTE_FILES})
-
-
-class _Memo:
-    """The documents a `MetadataMemoStore` and its copies keep (None once forgotten)."""
-
-    __slots__ = ("documents", "lock")
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.documents: dict[str, Buffer | None] | None = {}
-
-
-class MetadataMemoStore(WrapperStore[Store]):
-    """A store wrapper that fetches each metadata document once while nodes are opened.
-
-    Opening a node tries it as an array, then as a group, and zarr-python
-    reads the documents of each form (a group's ``zarr.json`` twice, an absent
-    node's documents twice); over HTTP each read is a round trip. While
-    memoizing, a metadata document
-    (``zarr.json``, ``.zarray``, ``.zgroup``, ``.zattrs``, ``.zmetadata``),
-    present or absent, is fetched from the wrapped store once and answered from
-    memory afterwards. `forget` ends that: then every call goes straight to the
-    wrapped store, so arrays opened through it read their chunks as if opened
-    from it. Chunks and byte ranges are never memoized.
-
-    Thread-safe. Two first requests of one document at the same moment may
-    both fetch it; opening never asks for one document twice at once.
-
-    Examples
-    --------
-    >>> import zarr
-    >>> from zarr.storage import LoggingStore, MemoryStore
-    >>> inner = MemoryStore()
-    >>> _ = zarr.create_group(inner).create_array("a", shape=(4,), dtype="u1")
-    >>> counted = LoggingStore(inner.with_read_only(True), log_level="CRITICAL")
-    >>> store = MetadataMemoStore(counted)
-    >>> for _ in range(3):
-    ...     _ = open_node(store, "", "root"), open_node(store, "a", "a", zarr_format=3)
-    >>> counted.counter["get"]  # zarr.json, .zarray, .zattrs; a/zarr.json: once each
-    4
-    >>> store.forget()
-    """
-
-    def __init__(self, store: Store) -> None:
-        super().__init__(store)
-        self._inner = store  # ours: WrapperStore keeps it in a private attribute
-        self._memo = _Memo()
-
-    @property
-    def wrapped(self) -> Store:
-        """The store this one reads through (`http_store_of` looks through it)."""
-        return self._inner
-
-    # zarr makes copies while opening (read-only ones, entered ones): they share the memo,
-    # so `forget` reaches them. Through the public copy methods, not WrapperStore's hook.
-    def with_read_only(self, read_only: bool = False) -> Self:
-        return self._sharing_memo(super().with_read_only(read_only))
-
-    def __enter__(self) -> Self:
-        return self._sharing_memo(super().__enter__())
-
-    def _sharing_memo(self, copy: Self) -> Self:
-        copy._memo = self._memo
-        return copy
-
-    def forget(self) -> None:
-        """Stop memoizing and drop the documents kept (in this store and its copies)."""
-        with self._memo.lock:
-            self._memo.documents = None
-
-    async def get(
-        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
-    ) -> Buffer | None:
-        if byte_range is not None or key.rsplit("/", 1)[-1] not in _METADATA_DOCUMENTS:
-            return await self._inner.get(key, prototype, byte_range)
-        memo = self._memo
-        with memo.lock:
-            if memo.documents is not None and key in memo.documents:
-                return memo.documents[key]
-        value = await self._inner.get(key, prototype)
-        with memo.lock:
-            if memo.documents is not None:  # else forgotten meanwhile: keep nothing
-                memo.documents.setdefault(key, value)
-        return value
-
-    def __str__(self) -> str:
-        return str(self._inner)
-
-    def __repr__(self) -> str:
-        return f"MetadataMemoStore({self._inner!r})"
-
-
-def _is_metadata_key(key: str) -> bool:
-    return key.rsplit("/", 1)[-1] in _METADATA_DOCUMENTS
-
-
-DEFAULT_MAX_VALUE_BYTES: Final = 1 << 30
-"""The most bytes a bounded store returns for a key when the reader states no cap."""
-
-
-class BoundedLocalStore(SyncReads, zarr.storage.LocalStore):
-    """A read-only `LocalStore` whose every read is bounded (`read_regular_file`).
-
-    Every key zarr-python reads through it -- metadata documents while an array
-    is opened, shard indexes, chunks -- is read from a regular file only (a
-    FIFO, device or socket is refused without blocking), at most
-    `MAX_METADATA_BYTES` for a metadata document (whose JSON must nest at most
-    `MAX_JSON_DEPTH` deep), at most the range's length for a byte range, and
-    at most `max_bytes` otherwise. Torn reads are re-read.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> path = tempfile.mkdtemp() + "/a.zarr"
-    >>> _ = zarr.create_array(path, shape=(4,), dtype="u1")
-    >>> store = BoundedLocalStore(path)
-    >>> zarr.open_array(store, mode="r").shape
-    (4,)
-    """
-
-    def __init__(
-        self,
-        root: str | os.PathLike[str],
-        *,
-        read_only: bool = True,
-        max_bytes: int = DEFAULT_MAX_VALUE_BYTES,
-        timeout: float | None = None,
-    ) -> None:
-        if not read_only:
-            raise ReadOnlyError(f"{root}: a BoundedLocalStore can only be read")
-        super().__init__(os.fspath(root), read_only=True)
-        self.max_bytes = max_bytes
-        self.timeout = timeout
-
-    def with_read_only(self, read_only: bool = False) -> Self:
-        # Always read-only: a writable copy is refused by the constructor.
-        return type(self)(self.root, max_bytes=self.max_bytes, timeout=self.timeout)
-
-    def read_bounded(self, key: str, byte_range: ByteRequest | None = None) -> bytes | None:
-        """The bytes of `key` (None when absent), bounded as the class says."""
-        path = os.path.join(str(self.root), key)
-        metadata = _is_metadata_key(key)
-        limit = _range_size(byte_range)
-        if limit is None:
-            limit = MAX_METADATA_BYTES if metadata else self.max_bytes
-        error = MetadataError if metadata else ChunkReadError
-        offset, length, suffix = _range_arguments(byte_range)
-        data = read_regular_file(
-            path,
-            limit=limit,
-            offset=offset,
-            length=length,
-            suffix=suffix,
-            timeout=self.timeout,
-            error=error,
-            missing_ok=True,
-        )
-        if metadata and data is not None and byte_range is None:
-            check_json_depth(data, where=path)
-        return data
-
-    def get_sync(
-        self,
-        key: str,
-        *,
-        prototype: BufferPrototype | None = None,
-        byte_range: ByteRequest | None = None,
-    ) -> Buffer | None:
-        if prototype is None:
-            prototype = default_buffer_prototype()
-        data = self.read_bounded(key, byte_range)  # a missing root reads as absent keys
-        return None if data is None else prototype.buffer.from_bytes(data)
-
-    def __repr__(self) -> str:
-        return f"BoundedLocalStore('{self.root}')"
-
-
-_ZIP_FAILURES: Final = (
-    RuntimeError,  # encrypted member, bad password
-    NotImplementedError,  # unsupported compression method
-    zipfile.BadZipFile,  # bad CRC, corrupt headers
-    zlib.error,
-    lzma.LZMAError,
-    EOFError,
-    OSError,
-    ValueError,
-)
-
-
-class BoundedZipStore(zarr.storage.ZipStore):
-    """A read-only `ZipStore` over a regular file whose member reads are bounded.
-
-    The archive is opened with `open_regular_file` (a FIFO or device named
-    ``.zip`` is refused without blocking). A member is refused before it is
-    decompressed when it is encrypted or its declared size exceeds the cap
-    (`MAX_METADATA_BYTES` for metadata documents, `max_bytes` otherwise), and
-    at most the cap is decompressed whatever it declares; a failure to read a
-    member (unsupported compression, bad CRC, corrupt data) is a
-    `ChunkReadError` or `MetadataError` naming the archive and member.
-    """
-
-    def __init__(
-        self, path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_VALUE_BYTES
-    ) -> None:
-        self.location = os.fspath(path)
-        archive = open_regular_file(self.location, error=NotAZarrStoreError)
-        super().__init__(archive, mode="r")
-        # Member reads go through an archive of our own (its own file handle, under its
-        # own lock), not ZipStore's private one: zarr's listing and ours never share a seek.
-        handle = open_regular_file(self.location, error=NotAZarrStoreError)
-        try:
-            self._members = zipfile.ZipFile(handle, mode="r")
-        except zipfile.BadZipFile as cause:
-            handle.close()
-            raise NotAZarrStoreError(f"{self.location}: not a zip archive: {cause}") from cause
-        self._members_lock = threading.Lock()
-        # zipfile leaves a file object it was handed open; the store owns these.
-        weakref.finalize(self, archive.close)
-        weakref.finalize(self, handle.close)
-        self.max_bytes = max_bytes
-
-    def get_bounded(
-        self,
-        key: str,
-        prototype: BufferPrototype,
-        byte_range: ByteRequest | None = None,
-        *,
-        limit: int | None = None,
-    ) -> Buffer | None:
-        """The bytes of member `key` (None when absent), at most `limit` (else the cap)."""
-        metadata = _is_metadata_key(key)
-        error = MetadataError if metadata else ChunkReadError
-        where = f"{self.location}: member {key!r}"
-        if limit is None:
-            limit = MAX_METADATA_BYTES if metadata else self.max_bytes
-        with self._members_lock:
-            archive = self._members
-            try:
-                info = archive.getinfo(key)
-            except KeyError:
-                return None
-            if info.flag_bits & 0x1:
-                raise error(f"{where}: the member is encrypted; refusing to read it")
-            # Seeking into a compressed member decompresses up to the offset: the whole
-            # member is bounded, not only the range asked for.
-            if info.file_size > max(limit, self.max_bytes):
-                raise error(
-                    f"{where}: declares {info.file_size:,} bytes, more than the "
-                    f"{max(limit, self.max_bytes):,} allowed"
-                )
-            size = info.file_size
-            if byte_range is None:
-                start, count = 0, size
-            elif isinstance(byte_range, RangeByteRequest):
-                start, count = byte_range.start, max(0, byte_range.end - byte_range.start)
-            elif isinstance(byte_range, OffsetByteRequest):
-                start, count = byte_range.offset, max(0, size - byte_range.offset)
-            else:
-                start = max(0, size - byte_range.suffix)
-                count = min(byte_range.suffix, size)
-            if count > limit:
-                raise error(f"{where}: {count:,} bytes asked, more than the {limit:,} allowed")
-            try:
-                with archive.open(info) as member:
-                    if start:
-                        member.seek(start)
-                    # zipfile stops at the declared size and checks the CRC at its end.
-                    data = member.read(count)
-            except _ZIP_FAILURES as cause:
-                raise error(f"{where}: cannot read: {type(cause).__name__}: {cause}") from cause
-        if metadata and byte_range is None:
-            check_json_depth(data, where=f"{self.location}/{key}")
-        return prototype.buffer.from_bytes(data)
-
-    # Every read zarr makes of a ZipStore goes through these two (it has no get_sync).
-    async def get(
-        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
-    ) -> Buffer | None:
-        return self.get_bounded(key, prototype, byte_range)
-
-    async def get_partial_values(
-        self,
-        prototype: BufferPrototype,
-        key_ranges: Iterable[tuple[str, ByteRequest | None]],
-    ) -> list[Buffer | None]:
-        return [self.get_bounded(key, prototype, byte_range) for key, byte_range in key_ranges]
-
-    def __str__(self) -> str:
-        return f"zip://{self.location}"
-
-    def __repr__(self) -> str:
-        return f"BoundedZipStore('{self.location}')"
-
-
-def bounded_store(store: Any, *, timeouts: Timeouts = DEFAULT_TIMEOUTS) -> Any:
-    """`store` (what `store_for` returns) with its local reads bounded.
-
-    A local directory (a path string) becomes a `BoundedLocalStore`, a
-    `ZipStore` of a file a `BoundedZipStore`; anything else is returned as is.
-    """
-    if isinstance(store, str) and not _is_url(store):
-        return BoundedLocalStore(store, timeout=timeouts.total)
-    if (
-        isinstance(store, zarr.storage.ZipStore)
-        and not isinstance(store, BoundedZipStore)
-        and store.path is not None
-    ):
-        return BoundedZipStore(store.path)
-    return store
-
-
-def store_for(location: str, *, timeouts: Timeouts | None = None) -> tuple[Any, str | None]:
-    """What zarr-python opens `location` with, and its local directory (None for URLs, zips).
-
-    Local paths are checked first (`StoreNotFoundError`, `NotAZarrStoreError`,
-    `MetadataError`, pickle codecs refused by name). A `.zip` file needs its own
-    store: zarr.open takes a string path as a directory. A remote URL gets a
-    read-only store behind a `MetadataMemoStore` (the caller calls `forget` when
-    it has opened what it needed): an ``http(s)://`` URL our bounded `HttpStore`
-    (each request within `timeouts`, bodies capped, metadata retried), any other
-    an fsspec store (``s3://`` with `timeouts` as botocore's connect and read
-    timeouts). ``file://`` URLs are left to zarr-python. Without `timeouts`, the
-    user's (`timeouts_from_settings`: the settings file's ``[timeouts]`` and the
-    ``NAPARI_LAZY_ZARR_TIMEOUT_*`` variables, else `DEFAULT_TIMEOUTS`).
-    """
-    if _is_url(location):
-        scheme = location.split("://", 1)[0].lower()
-        if scheme == "file":
-            return location, None
-        if timeouts is None:
-            from napari_lazy_zarr.core.settings import timeouts_from_settings
-
-            timeouts = timeouts_from_settings()
-        with _zarr_errors(location):
-            if scheme in ("http", "https"):
-                from napari_lazy_zarr.core.http_store import HttpStore
-
-                http = HttpStore(
-                    location, timeouts=timeouts, max_metadata_bytes=MAX_METADATA_BYTES
-                )
-                return MetadataMemoStore(http), None
-            options: dict[str, Any] = {}
-            if scheme in ("s3", "s3a"):
-                options["config_kwargs"] = {
-                    "connect_timeout": timeouts.connect,
-                    "read_timeout": timeouts.read,
-                }
-            store = FsspecStore.from_url(location, read_only=True, storage_options=options)
-            return MetadataMemoStore(store), None
-    _check_local(location)
-    if os.path.isfile(location):  # _check_local lets only .zip files through
-        return zarr.storage.ZipStore(location, mode="r"), None
-    return location, location
-
-
-def forget_metadata(store: Any) -> None:
-    """End a `MetadataMemoStore`'s memo (nothing for any other store)."""
-    if isinstance(store, MetadataMemoStore):
-        store.forget()
-
-
-@contextmanager
-def _zarr_errors(full: str) -> Iterator[None]:
-    """zarr-python's (and the store's) failures to open `full`, mapped to ours naming it.
-
-    A `LoadCancelledError` (the store was closed meanwhile) passes through.
-    """
-    try:
-        yield
-    except (FileNotFoundError, zarr.errors.NodeNotFoundError) as error:
-        raise NotAZarrStoreError(f"{full}: no zarr array or group found: {error}") from error
-    except ImportError as error:
-        raise NotAZarrStoreError(
-            f"{full}: opening this URL needs a package that is not installed ({error}); "
-            "install napari-lazy-zarr[remote]"
-        ) from error
-    except zipfile.BadZipFile as error:
-        raise NotAZarrStoreError(f"{full}: not a zip archive: {error}") from error
-    except (ValueError, TypeError, KeyError, ArithmeticError, RecursionError) as error:
-        raise MetadataError(
-            f"{full}: malformed zarr metadata: {type(error).__name__}: {error}"
-        ) from error
-    except OSError as error:  # refused, unknown host, timed out, an HTTP status, a cut body
-        raise MetadataError(
-            f"{full}: cannot read zarr metadata: {type(error).__name__}: {error}"
-        ) from error
-    except Exception as error:
-        # aiohttp's and botocore's own errors (a dropped connection, an unreachable
-        # endpoint) are no OSError: mapped too, never shown raw.
-        library = type(error).__module__.split(".", 1)[0]
-        if classify(error) == "permanent" and library not in ("aiohttp", "botocore", "s3fs"):
-            raise
-        raise MetadataError(
-            f"{full}: cannot read zarr metadata: {type(error).__name__}: {error}"
-        ) from error
-
-
 def open_node(
     store: Any,
     path: str,
@@ -1646,7 +1106,7 @@ def open_node(
     """
     if isinstance(store, str):  # a local directory: read through a BoundedLocalStore
         store = bounded_store(store)
-    with _zarr_errors(full), zarr.config.set(compat.FUSED_PIPELINE_CONFIG):
+    with zarr_errors(full), zarr.config.set(compat.FUSED_PIPELINE_CONFIG):
         # zarr.open's array-else-group dispatch, but passing on the format the array
         # probe found: zarr.open probes both formats again for a group.
         try:
@@ -1663,10 +1123,6 @@ def open_node(
             zarr_format=zarr_format,
             use_consolidated=None if consolidated else False,
         )
-
-
-def _group_arrays(group: zarr.Group) -> list[str]:
-    return sorted(name for name, _ in group.arrays())
 
 
 def open_zarr_source(
@@ -1706,7 +1162,7 @@ def open_zarr_source(
     location = os.fspath(path_or_url)
     store, local_dir = store_for(location, timeouts=timeouts)
     if local_dir is not None and path:
-        _check_local(os.path.join(local_dir, path))
+        check_local(os.path.join(local_dir, path))
     full = f"{location.rstrip('/')}/{path}" if path else location
     try:
         store = bounded_store(store, timeouts=timeouts)
@@ -1714,7 +1170,7 @@ def open_zarr_source(
     finally:
         forget_metadata(store)
     if isinstance(node, zarr.Group):
-        arrays = _group_arrays(node)
+        arrays = group_arrays(node)
         hint = (
             f"; open one of its arrays: {', '.join(repr(a) for a in arrays[:8])}"
             if arrays

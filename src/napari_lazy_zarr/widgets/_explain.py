@@ -10,7 +10,7 @@ import re
 from typing import TYPE_CHECKING, Final
 
 from napari_lazy_zarr.core import ChunkState, LoadClass
-from napari_lazy_zarr.core.retry import classify
+from napari_lazy_zarr.core.storage.retry import classify
 from napari_lazy_zarr.widgets._grid_state import Shown
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import numpy as np
 
 from napari_lazy_zarr.core import ChunkState
-from napari_lazy_zarr.core.source import chunk_key, grid_shape
+from napari_lazy_zarr.core.keys import chunk_key, grid_shape
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Mapping, Sequence

@@ -46,7 +46,7 @@ from qtpy.QtWidgets import (
 from napari_lazy_zarr._layer_data import LayerLoader, loader_of
 from napari_lazy_zarr._preferences import write_preference
 from napari_lazy_zarr.core import ChunkState
-from napari_lazy_zarr.core.source import grid_shape
+from napari_lazy_zarr.core.keys import grid_shape
 from napari_lazy_zarr.widgets._chunk_map import QChunkMap
 from napari_lazy_zarr.widgets._event_log import QEventLog
 from napari_lazy_zarr.widgets._explain import describe_chunk, size_text

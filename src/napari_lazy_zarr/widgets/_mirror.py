@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from napari_lazy_zarr.core import ChunkState
-from napari_lazy_zarr.core.source import grid_shape
+from napari_lazy_zarr.core.keys import grid_shape
 from napari_lazy_zarr.widgets._grid_state import STATE_CODES, ChunkGridState
 
 if TYPE_CHECKING:

@@ -1,36 +1,30 @@
-"""Bounded reads: regular files only, read whole or not at all, decoded within their size.
+"""Bounded file reads: regular files only, read whole or not at all.
 
-Every byte the engine reads from storage is bounded twice, whatever the bytes say:
+Every byte the engine reads from storage is bounded twice, whatever the bytes
+say; this module holds the first bound, `napari_lazy_zarr.core._decode` the
+second (decoding within the expected size).
 
 - **Files** (`read_regular_file`): symlinks are resolved, the target is opened
   with ``O_NONBLOCK`` so that a FIFO or a device cannot block, and anything
   that is not a regular file is refused; at most the caller's cap is read (one
   byte more tells an oversized file); a file whose size, mtime or inode
   changes while it is read is read again, never served torn.
-- **Decoding** (`bounded_decode`): a compressed stage never yields more than
-  its expected size plus a small slack (`decode_limit`). Codecs whose frames
-  declare their decoded size (zstd, blosc, lz4) are checked from the header
-  before any allocation; stream codecs (gzip, zlib, bz2, lzma) are
-  decompressed here with a cap, and the decoded bytes are passed on.
+- **JSON** (`load_json`): a document is parsed only after its nesting depth is
+  checked (`MAX_JSON_DEPTH`).
 
 Nothing here imports zarr: the manifest and zarr sources both build on it.
 """
 
 from __future__ import annotations
 
-import bz2
 import errno
 import json
-import lzma
 import os
 import re
 import stat
-import struct
-import threading
 import time
-import zlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, BinaryIO, Final, Literal, overload
+from typing import Any, BinaryIO, Final, Literal, overload
 
 import numpy as np
 
@@ -42,27 +36,16 @@ from napari_lazy_zarr.core.errors import (
     StoreNotFoundError,
 )
 
-if TYPE_CHECKING:
-    from collections.abc import Buffer, Callable, Mapping
-
 __all__ = [
-    "DECODABLE_CODECS",
-    "INTO_CODECS",
     "MAX_JSON_DEPTH",
-    "ExpansionError",
     "FileChangedError",
     "FileStamp",
-    "bounded_decode",
-    "decode_into",
-    "decode_limit",
     "load_json",
     "open_regular_file",
     "read_regular_file",
     "read_stamped",
 ]
 
-DECODE_SLACK: Final = 64 << 10
-"""Bytes a decoded stage may exceed its expected size by (compressor framing, padding)."""
 
 MAX_JSON_DEPTH: Final = 256
 """Nesting a metadata document may have (real ones nest < 12 deep; OME plates < 20)."""
@@ -82,21 +65,6 @@ _OPEN_FLAGS: Final = (
     | getattr(os, "O_NOCTTY", 0)
     | getattr(os, "O_BINARY", 0)
 )
-
-type Codec = Literal["zstd", "gzip", "zlib", "bz2", "lzma", "blosc", "lz4", "crc32c"]
-
-DECODABLE_CODECS: Final[frozenset[str]] = frozenset(
-    {"zstd", "gzip", "zlib", "bz2", "lzma", "blosc", "lz4", "crc32c"}
-)
-"""Bytes-to-bytes codecs `bounded_decode` handles (zarr v3 names, numcodecs ids)."""
-
-
-class ExpansionError(ValueError):
-    """Encoded bytes would decode to more than their expected size (a decompression bomb).
-
-    Permanent: the same bytes expand the same way next time. The source that
-    reads the chunk wraps it in a `ChunkReadError` naming the key.
-    """
 
 
 class FileChangedError(ChunkReadError):
@@ -467,246 +435,3 @@ def check_json_depth(
     depth = json_depth(data)
     if depth > max_depth:
         raise error(f"{where}: JSON nested {depth} deep (at most {max_depth})")
-
-
-# -- decoding ------------------------------------------------------------------
-
-
-def decode_limit(expected: int) -> int:
-    """The most bytes a stage expected to yield `expected` bytes may yield.
-
-    Compressors add framing (zstd and lz4 a few bytes per 128 KiB block, blosc
-    16 bytes per block); 1/128 plus `DECODE_SLACK` covers every one of them on
-    incompressible data.
-
-    Examples
-    --------
-    >>> decode_limit(1 << 20)
-    1122304
-    """
-    return expected + expected // 128 + DECODE_SLACK
-
-
-def _expanded(codec: str, expected: int, detail: str) -> ExpansionError:
-    return ExpansionError(
-        f"{codec} data expands beyond its expected {expected:,} bytes ({detail}): "
-        "refusing to decode it"
-    )
-
-
-def _streams(
-    make: Callable[[], Any], data: Buffer, limit: int, codec: str, expected: int, multi: bool
-) -> bytes:
-    """Decompress with `make()` decompressors, at most `limit` bytes; concatenated
-    streams too when `multi` (as gzip, bz2 and xz readers do)."""
-    parts: list[bytes] = []
-    produced = 0
-    pending: Buffer | bytes = data
-    while True:
-        decompressor = make()
-        out = decompressor.decompress(pending, limit + 1 - produced)
-        produced += len(out)
-        parts.append(out)
-        if produced > limit:
-            raise _expanded(codec, expected, f"more than {limit:,} bytes decoded")
-        if not decompressor.eof:
-            raise ValueError(f"{codec} stream is truncated or corrupt")
-        rest: bytes = decompressor.unused_data
-        # gzip readers ignore zero padding after the last member
-        if not (multi and rest.strip(b"\0")):
-            break
-        pending = rest
-    return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-def _zstd(data: Buffer, limit: int, expected: int) -> bytes:
-    import zstandard
-
-    view = memoryview(data)
-    declared = zstandard.frame_content_size(view)
-    if declared > limit:
-        raise _expanded("zstd", expected, f"its frame declares {declared:,}")
-    dctx = zstandard.ZstdDecompressor()
-    if declared > 0:
-        try:  # one frame, decoded into an allocation of exactly its declared size
-            return dctx.decompress(view, allow_extra_data=False)
-        except zstandard.ZstdError:
-            pass  # more frames follow: stream them, bounded
-    reader = dctx.stream_reader(view, read_across_frames=True)
-    parts: list[bytes] = []
-    produced = 0
-    while True:
-        part = reader.read(limit + 1 - produced)
-        if not part:
-            break
-        parts.append(part)
-        produced += len(part)
-        if produced > limit:
-            raise _expanded("zstd", expected, f"more than {limit:,} bytes decoded")
-    return b"".join(parts)
-
-
-def _blosc(data: Buffer, limit: int, expected: int) -> Buffer:
-    from numcodecs import blosc
-
-    view = memoryview(data).cast("B")
-    if len(view) < 16:
-        raise ValueError(f"blosc data of {len(view)} bytes is shorter than its header")
-    (declared,) = struct.unpack_from("<I", view, 4)
-    if declared > limit:
-        raise _expanded("blosc", expected, f"its header declares {declared:,}")
-    decoded: Buffer = blosc.decompress(view)
-    return decoded
-
-
-def _lz4(data: Buffer, limit: int, expected: int) -> Buffer:
-    import numcodecs
-
-    view = memoryview(data).cast("B")
-    if len(view) < 4:
-        raise ValueError(f"lz4 data of {len(view)} bytes is shorter than its size prefix")
-    (declared,) = struct.unpack_from("<i", view, 0)
-    if declared > limit:
-        raise _expanded("lz4", expected, f"its size prefix declares {declared:,}")
-    decoded: Buffer = numcodecs.LZ4().decode(view)
-    return decoded
-
-
-def _crc32c(data: Buffer) -> Buffer:
-    from numcodecs.checksum32 import CRC32C
-
-    decoded: Buffer = CRC32C(location="end").decode(memoryview(data).cast("B"))
-    return decoded
-
-
-INTO_CODECS: Final = frozenset({"zstd", "blosc"})
-"""Codecs `decode_into` decodes straight into a caller's buffer."""
-
-_ZSTD = threading.local()  # a decompression context per thread (they are not thread-safe)
-
-
-def decode_into(codec: str, data: Buffer, out: np.ndarray[Any, Any]) -> None:
-    """Decode `data` (one bytes-to-bytes stage) into `out`, which it must fill exactly.
-
-    Bounded by construction: nothing is written past `out`, and data declaring
-    or holding more (or fewer) bytes than `out` is refused. `codec` is one of
-    `INTO_CODECS` (a ``numcodecs.`` prefix is ignored); `out` a writable,
-    C-contiguous uint8 array.
-
-    Raises
-    ------
-    ExpansionError
-        The data declares or holds more bytes than `out`.
-    ValueError
-        The data is corrupt or truncated, or `codec` cannot decode into a buffer.
-
-    Examples
-    --------
-    >>> import zstandard
-    >>> out = np.empty(1000, dtype=np.uint8)
-    >>> decode_into("zstd", zstandard.compress(bytes(range(10)) * 100), out)
-    >>> out[:12].tolist()
-    [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1]
-    >>> decode_into("zstd", zstandard.compress(bytes(2000)), out)  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    napari_lazy_zarr.core.bounds.ExpansionError: zstd data expands beyond its expected 1,000 ...
-    """
-    name = codec.removeprefix("numcodecs.")
-    expected = out.nbytes
-    view = memoryview(data).cast("B")
-    if name == "zstd":
-        import zstandard
-
-        declared = zstandard.frame_content_size(view)
-        if declared > expected:
-            raise _expanded("zstd", expected, f"its frame declares {declared:,}")
-        dctx = getattr(_ZSTD, "dctx", None)
-        if dctx is None:
-            dctx = _ZSTD.dctx = zstandard.ZstdDecompressor()
-        target = memoryview(out).cast("B")
-        with dctx.stream_reader(view, read_across_frames=True) as reader:
-            filled = 0
-            while filled < expected:
-                count = reader.readinto(target[filled:])
-                if not count:
-                    raise ValueError(
-                        f"zstd data decodes to {filled:,} bytes, fewer than the {expected:,} "
-                        "of its chunk"
-                    )
-                filled += count
-            if reader.read(1):
-                raise _expanded("zstd", expected, "more bytes follow")
-        return
-    if name == "blosc":
-        from numcodecs import blosc
-
-        if len(view) < 16:
-            raise ValueError(f"blosc data of {len(view)} bytes is shorter than its header")
-        (declared,) = struct.unpack_from("<I", view, 4)
-        if declared > expected:
-            raise _expanded("blosc", expected, f"its header declares {declared:,}")
-        if declared < expected:
-            raise ValueError(
-                f"blosc data declares {declared:,} bytes, fewer than the {expected:,} of its chunk"
-            )
-        if expected:  # blosc cannot decompress into an empty buffer
-            blosc.decompress(view, out)
-        return
-    raise ValueError(f"codec {codec!r} does not decode into a buffer")
-
-
-def bounded_decode(
-    codec: str, data: Buffer, expected: int, config: Mapping[str, Any] | None = None
-) -> Buffer:
-    """Decode one bytes-to-bytes stage, refusing output beyond `decode_limit(expected)`.
-
-    `codec` is a name in `DECODABLE_CODECS` (a ``numcodecs.`` prefix is
-    ignored); `config` its configuration (only lzma's ``format`` and
-    ``filters`` matter for decoding). The declared size of zstd, blosc and lz4
-    data is checked before decoding; gzip, zlib, bz2 and lzma are streamed
-    with a cap. The result decodes exactly as zarr-python and numcodecs would.
-
-    Raises
-    ------
-    ExpansionError
-        The data would decode to more than the limit.
-    ValueError
-        `codec` is not one of `DECODABLE_CODECS`.
-
-    Examples
-    --------
-    >>> import zlib
-    >>> bounded_decode("zlib", zlib.compress(bytes(1000)), expected=1000) == bytes(1000)
-    True
-    >>> bounded_decode("zlib", zlib.compress(bytes(10**7)), expected=1000)  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    napari_lazy_zarr.core.bounds.ExpansionError: zlib data expands beyond its expected 1,000 ...
-    """
-    name = codec.removeprefix("numcodecs.")
-    limit = decode_limit(expected)
-    if name == "zstd":
-        return _zstd(data, limit, expected)
-    if name == "blosc":
-        return _blosc(data, limit, expected)
-    if name == "lz4":
-        return _lz4(data, limit, expected)
-    if name == "crc32c":
-        return _crc32c(data)
-    if name == "zlib":
-        return _streams(zlib.decompressobj, data, limit, name, expected, multi=False)
-    if name == "gzip":
-        return _streams(lambda: zlib.decompressobj(31), data, limit, name, expected, multi=True)
-    if name == "bz2":
-        return _streams(bz2.BZ2Decompressor, data, limit, name, expected, multi=True)
-    if name == "lzma":
-        options = dict(config or {})
-        form = options.get("format", lzma.FORMAT_XZ)
-        filters = options.get("filters")
-
-        def make() -> lzma.LZMADecompressor:
-            return lzma.LZMADecompressor(format=form, filters=filters)
-
-        return _streams(make, data, limit, name, expected, multi=form != lzma.FORMAT_RAW)
-    raise ValueError(f"no bounded decoder for codec {codec!r}")

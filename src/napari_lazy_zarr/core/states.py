@@ -1,4 +1,4 @@
-"""The chunk state machine: keys, states, legal moves and the events that record them."""
+"""The chunk state machine: states, legal moves and the events that record them."""
 
 from __future__ import annotations
 
@@ -7,12 +7,11 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from collections.abc import Hashable
+    from napari_lazy_zarr.core.keys import ChunkKey
 
 __all__ = [
     "LEGAL_MOVES",
     "ChunkEvent",
-    "ChunkKey",
     "ChunkState",
     "IllegalTransitionError",
 ]
@@ -56,40 +55,6 @@ class IllegalTransitionError(RuntimeError):
 
 
 @dataclass(frozen=True, slots=True)
-class ChunkKey:
-    """Identifies cached data: the source's identity and the chunk's domain.
-
-    The domain, not bare grid coordinates, is part of the key so that two grids
-    over one source never collide.
-
-    Examples
-    --------
-    >>> key = ChunkKey("a.zarr", (0, 512), (512, 1024))
-    >>> key.shape
-    (512, 512)
-    >>> str(key)
-    'a.zarr[0:512, 512:1024]'
-    """
-
-    source: Hashable
-    inclusive_min: tuple[int, ...]
-    exclusive_max: tuple[int, ...]
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """The chunk's extent per axis (clipped to the array)."""
-        return tuple(
-            hi - lo for lo, hi in zip(self.inclusive_min, self.exclusive_max, strict=True)
-        )
-
-    def __str__(self) -> str:
-        box = ", ".join(
-            f"{lo}:{hi}" for lo, hi in zip(self.inclusive_min, self.exclusive_max, strict=True)
-        )
-        return f"{self.source}[{box}]"
-
-
-@dataclass(frozen=True, slots=True)
 class ChunkEvent:
     """One state move of one chunk, as recorded in the cache's event log.
 
@@ -101,6 +66,7 @@ class ChunkEvent:
 
     Examples
     --------
+    >>> from napari_lazy_zarr.core.keys import ChunkKey
     >>> event = ChunkEvent(ChunkKey("s", (0,), (4,)), ChunkState.NEW, ChunkState.QUEUED,
     ...                    "requested", 0.0)
     >>> event.current

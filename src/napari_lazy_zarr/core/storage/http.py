@@ -67,14 +67,15 @@ from zarr.abc.store import (
 )
 from zarr.buffer import default_buffer_prototype
 
-from napari_lazy_zarr.core._sync_store import SyncReads
 from napari_lazy_zarr.core.errors import (
     ChunkReadError,
     LoadCancelledError,
     LoadTimeoutError,
     ReadOnlyError,
 )
-from napari_lazy_zarr.core.retry import DEFAULT_TIMEOUTS, RetryPolicy, Timeouts
+from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS, Timeouts
+from napari_lazy_zarr.core.storage._sync import SyncReads
+from napari_lazy_zarr.core.storage.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -123,7 +124,7 @@ class HttpError(ChunkReadError):
 class HttpStatusError(HttpError):
     """An HTTP status other than success or 404: `status`, and `retry_after` seconds or None.
 
-    408, 425, 429 and 5xx are transient (`core.retry.classify` reads `status`).
+    408, 425, 429 and 5xx are transient (`core.storage.retry.classify` reads `status`).
     """
 
     def __init__(self, message: str, *, url: str, status: int, retry_after: float | None) -> None:

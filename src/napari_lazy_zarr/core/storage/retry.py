@@ -20,10 +20,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 __all__ = [
-    "DEFAULT_TIMEOUTS",
     "NO_RETRY",
     "RetryPolicy",
-    "Timeouts",
     "attempts_note",
     "classify",
     "retry_after",
@@ -261,51 +259,6 @@ class RetryPolicy:
                     on_retry(attempt, error)
                 time.sleep(wait)
                 attempt += 1
-
-
-@dataclass(frozen=True, slots=True)
-class Timeouts:
-    """Time caps of one storage request, in seconds (each finite and > 0).
-
-    connect
-        Establishing a connection (remote stores).
-    read
-        Idle time between two received pieces of a response (or of a local read).
-    total
-        One whole request, from the first byte asked to the last received.
-
-    A request over any cap fails with `LoadTimeoutError`, which is retried like
-    other transient failures.
-
-    Examples
-    --------
-    >>> Timeouts(connect=2.0).total
-    60.0
-    >>> Timeouts(read=float("nan"))
-    Traceback (most recent call last):
-    ...
-    ValueError: Timeouts.read must be a finite number of seconds > 0, got nan
-    """
-
-    connect: float = 10.0
-    read: float = 10.0
-    total: float = 60.0
-
-    def __post_init__(self) -> None:
-        for name in ("connect", "read", "total"):
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-                or value <= 0
-            ):
-                raise ValueError(
-                    f"Timeouts.{name} must be a finite number of seconds > 0, got {value!r}"
-                )
-
-
-DEFAULT_TIMEOUTS = Timeouts()
 
 
 NO_RETRY = RetryPolicy(attempts=1)

@@ -1,0 +1,131 @@
+"""Storage: bounded byte reads (files, local and zip stores, HTTP, kerchunk references).
+
+The lowest layer above the leaves (the TensorStore "kvstore", zarr's "storage"): it knows
+bytes and stores, never a chunk. It imports only `errors`, `settings` and the leaves
+(`tests/core/test_layers.py`). Its private helpers are `_sync` (synchronous reads for zarr
+stores) and `_fetch` (referenced bytes).
+"""
+
+from napari_lazy_zarr.core.storage.files import (
+    MAX_JSON_DEPTH,
+    FileChangedError,
+    FileStamp,
+    load_json,
+    open_regular_file,
+    read_regular_file,
+    read_stamped,
+)
+from napari_lazy_zarr.core.storage.http import (
+    DEFAULT_MAX_BODY_BYTES,
+    METADATA_DOCUMENTS,
+    HttpAccessDeniedError,
+    HttpError,
+    HttpStatusError,
+    HttpStore,
+    http_store_of,
+    parse_retry_after,
+)
+from napari_lazy_zarr.core.storage.local import (
+    DEFAULT_MAX_VALUE_BYTES,
+    BoundedLocalStore,
+    BoundedZipStore,
+    bounded_store,
+    range_arguments,
+    range_size,
+    store_for,
+    zarr_errors,
+)
+from napari_lazy_zarr.core.storage.memo import (
+    MetadataMemoStore,
+    forget_metadata,
+    is_metadata_key,
+)
+from napari_lazy_zarr.core.storage.policy import (
+    ALLOWED_REMOTES_VARIABLE,
+    ALLOWED_ROOTS_VARIABLE,
+    BUCKET_PROTOCOLS,
+    IPAddress,
+    ReferencePolicy,
+    address_problem,
+)
+from napari_lazy_zarr.core.storage.references import (
+    MAX_MANIFEST_BYTES,
+    ManifestStore,
+    Resolver,
+    policy_source,
+    read_json,
+)
+from napari_lazy_zarr.core.storage.retry import (
+    NO_RETRY,
+    RetryPolicy,
+    attempts_note,
+    classify,
+    retry_after,
+)
+from napari_lazy_zarr.core.storage.vetting import (
+    ATTRIBUTE_FILES,
+    MAX_METADATA_BYTES,
+    METADATA_FILES,
+    check_document,
+    check_local,
+    check_safe,
+    group_arrays,
+    is_remote,
+    is_url,
+    metadata_files,
+)
+
+__all__ = [
+    "ALLOWED_REMOTES_VARIABLE",
+    "ALLOWED_ROOTS_VARIABLE",
+    "ATTRIBUTE_FILES",
+    "BUCKET_PROTOCOLS",
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MAX_VALUE_BYTES",
+    "MAX_JSON_DEPTH",
+    "MAX_MANIFEST_BYTES",
+    "MAX_METADATA_BYTES",
+    "METADATA_DOCUMENTS",
+    "METADATA_FILES",
+    "NO_RETRY",
+    "BoundedLocalStore",
+    "BoundedZipStore",
+    "FileChangedError",
+    "FileStamp",
+    "HttpAccessDeniedError",
+    "HttpError",
+    "HttpStatusError",
+    "HttpStore",
+    "IPAddress",
+    "ManifestStore",
+    "MetadataMemoStore",
+    "ReferencePolicy",
+    "Resolver",
+    "RetryPolicy",
+    "address_problem",
+    "attempts_note",
+    "bounded_store",
+    "check_document",
+    "check_local",
+    "check_safe",
+    "classify",
+    "forget_metadata",
+    "group_arrays",
+    "http_store_of",
+    "is_metadata_key",
+    "is_remote",
+    "is_url",
+    "load_json",
+    "metadata_files",
+    "open_regular_file",
+    "parse_retry_after",
+    "policy_source",
+    "range_arguments",
+    "range_size",
+    "read_json",
+    "read_regular_file",
+    "read_stamped",
+    "retry_after",
+    "store_for",
+    "zarr_errors",
+]

@@ -1,0 +1,379 @@
+"""Bounded local stores and store opening.
+
+`BoundedLocalStore` and `BoundedZipStore` are zarr-python's local and zip stores
+with every read bounded (`read_regular_file`); `store_for` is what a location
+opens with (a bounded `HttpStore` or an fsspec store behind a
+`MetadataMemoStore` for URLs), `bounded_store` bounds a store given by a user,
+and `zarr_errors` maps zarr-python's failures to open a node to ours.
+"""
+
+from __future__ import annotations
+
+import lzma
+import os
+import threading
+import weakref
+import zipfile
+import zlib
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Final, Self
+
+import zarr
+from zarr.abc.store import (
+    OffsetByteRequest,
+    RangeByteRequest,
+    SuffixByteRequest,
+)
+from zarr.buffer import default_buffer_prototype
+from zarr.storage import FsspecStore
+
+from napari_lazy_zarr.core.errors import (
+    ChunkReadError,
+    MetadataError,
+    NotAZarrStoreError,
+    ReadOnlyError,
+)
+from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS, Timeouts
+from napari_lazy_zarr.core.storage._sync import SyncReads
+from napari_lazy_zarr.core.storage.files import (
+    check_json_depth,
+    open_regular_file,
+    read_regular_file,
+)
+from napari_lazy_zarr.core.storage.memo import MetadataMemoStore, is_metadata_key
+from napari_lazy_zarr.core.storage.retry import classify
+from napari_lazy_zarr.core.storage.vetting import MAX_METADATA_BYTES, check_local, is_url
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
+    from zarr.abc.buffer import Buffer, BufferPrototype
+    from zarr.abc.store import ByteRequest
+
+__all__ = [
+    "DEFAULT_MAX_VALUE_BYTES",
+    "BoundedLocalStore",
+    "BoundedZipStore",
+    "bounded_store",
+    "range_arguments",
+    "range_size",
+    "store_for",
+    "zarr_errors",
+]
+
+
+DEFAULT_MAX_VALUE_BYTES: Final = 1 << 30
+"""The most bytes a bounded store returns for a key when the reader states no cap."""
+
+
+class BoundedLocalStore(SyncReads, zarr.storage.LocalStore):
+    """A read-only `LocalStore` whose every read is bounded (`read_regular_file`).
+
+    Every key zarr-python reads through it -- metadata documents while an array
+    is opened, shard indexes, chunks -- is read from a regular file only (a
+    FIFO, device or socket is refused without blocking), at most
+    `MAX_METADATA_BYTES` for a metadata document (whose JSON must nest at most
+    `MAX_JSON_DEPTH` deep), at most the range's length for a byte range, and
+    at most `max_bytes` otherwise. Torn reads are re-read.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> path = tempfile.mkdtemp() + "/a.zarr"
+    >>> _ = zarr.create_array(path, shape=(4,), dtype="u1")
+    >>> store = BoundedLocalStore(path)
+    >>> zarr.open_array(store, mode="r").shape
+    (4,)
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        read_only: bool = True,
+        max_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+        timeout: float | None = None,
+    ) -> None:
+        if not read_only:
+            raise ReadOnlyError(f"{root}: a BoundedLocalStore can only be read")
+        super().__init__(os.fspath(root), read_only=True)
+        self.max_bytes = max_bytes
+        self.timeout = timeout
+
+    def with_read_only(self, read_only: bool = False) -> Self:
+        # Always read-only: a writable copy is refused by the constructor.
+        return type(self)(self.root, max_bytes=self.max_bytes, timeout=self.timeout)
+
+    def read_bounded(self, key: str, byte_range: ByteRequest | None = None) -> bytes | None:
+        """The bytes of `key` (None when absent), bounded as the class says."""
+        path = os.path.join(str(self.root), key)
+        metadata = is_metadata_key(key)
+        limit = range_size(byte_range)
+        if limit is None:
+            limit = MAX_METADATA_BYTES if metadata else self.max_bytes
+        error = MetadataError if metadata else ChunkReadError
+        offset, length, suffix = range_arguments(byte_range)
+        data = read_regular_file(
+            path,
+            limit=limit,
+            offset=offset,
+            length=length,
+            suffix=suffix,
+            timeout=self.timeout,
+            error=error,
+            missing_ok=True,
+        )
+        if metadata and data is not None and byte_range is None:
+            check_json_depth(data, where=path)
+        return data
+
+    def get_sync(
+        self,
+        key: str,
+        *,
+        prototype: BufferPrototype | None = None,
+        byte_range: ByteRequest | None = None,
+    ) -> Buffer | None:
+        if prototype is None:
+            prototype = default_buffer_prototype()
+        data = self.read_bounded(key, byte_range)  # a missing root reads as absent keys
+        return None if data is None else prototype.buffer.from_bytes(data)
+
+    def __repr__(self) -> str:
+        return f"BoundedLocalStore('{self.root}')"
+
+
+_ZIP_FAILURES: Final = (
+    RuntimeError,  # encrypted member, bad password
+    NotImplementedError,  # unsupported compression method
+    zipfile.BadZipFile,  # bad CRC, corrupt headers
+    zlib.error,
+    lzma.LZMAError,
+    EOFError,
+    OSError,
+    ValueError,
+)
+
+
+class BoundedZipStore(zarr.storage.ZipStore):
+    """A read-only `ZipStore` over a regular file whose member reads are bounded.
+
+    The archive is opened with `open_regular_file` (a FIFO or device named
+    ``.zip`` is refused without blocking). A member is refused before it is
+    decompressed when it is encrypted or its declared size exceeds the cap
+    (`MAX_METADATA_BYTES` for metadata documents, `max_bytes` otherwise), and
+    at most the cap is decompressed whatever it declares; a failure to read a
+    member (unsupported compression, bad CRC, corrupt data) is a
+    `ChunkReadError` or `MetadataError` naming the archive and member.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_VALUE_BYTES
+    ) -> None:
+        self.location = os.fspath(path)
+        archive = open_regular_file(self.location, error=NotAZarrStoreError)
+        super().__init__(archive, mode="r")
+        # Member reads go through an archive of our own (its own file handle, under its
+        # own lock), not ZipStore's private one: zarr's listing and ours never share a seek.
+        handle = open_regular_file(self.location, error=NotAZarrStoreError)
+        try:
+            self._members = zipfile.ZipFile(handle, mode="r")
+        except zipfile.BadZipFile as cause:
+            handle.close()
+            raise NotAZarrStoreError(f"{self.location}: not a zip archive: {cause}") from cause
+        self._members_lock = threading.Lock()
+        # zipfile leaves a file object it was handed open; the store owns these.
+        weakref.finalize(self, archive.close)
+        weakref.finalize(self, handle.close)
+        self.max_bytes = max_bytes
+
+    def get_bounded(
+        self,
+        key: str,
+        prototype: BufferPrototype,
+        byte_range: ByteRequest | None = None,
+        *,
+        limit: int | None = None,
+    ) -> Buffer | None:
+        """The bytes of member `key` (None when absent), at most `limit` (else the cap)."""
+        metadata = is_metadata_key(key)
+        error = MetadataError if metadata else ChunkReadError
+        where = f"{self.location}: member {key!r}"
+        if limit is None:
+            limit = MAX_METADATA_BYTES if metadata else self.max_bytes
+        with self._members_lock:
+            archive = self._members
+            try:
+                info = archive.getinfo(key)
+            except KeyError:
+                return None
+            if info.flag_bits & 0x1:
+                raise error(f"{where}: the member is encrypted; refusing to read it")
+            # Seeking into a compressed member decompresses up to the offset: the whole
+            # member is bounded, not only the range asked for.
+            if info.file_size > max(limit, self.max_bytes):
+                raise error(
+                    f"{where}: declares {info.file_size:,} bytes, more than the "
+                    f"{max(limit, self.max_bytes):,} allowed"
+                )
+            size = info.file_size
+            if byte_range is None:
+                start, count = 0, size
+            elif isinstance(byte_range, RangeByteRequest):
+                start, count = byte_range.start, max(0, byte_range.end - byte_range.start)
+            elif isinstance(byte_range, OffsetByteRequest):
+                start, count = byte_range.offset, max(0, size - byte_range.offset)
+            else:
+                start = max(0, size - byte_range.suffix)
+                count = min(byte_range.suffix, size)
+            if count > limit:
+                raise error(f"{where}: {count:,} bytes asked, more than the {limit:,} allowed")
+            try:
+                with archive.open(info) as member:
+                    if start:
+                        member.seek(start)
+                    # zipfile stops at the declared size and checks the CRC at its end.
+                    data = member.read(count)
+            except _ZIP_FAILURES as cause:
+                raise error(f"{where}: cannot read: {type(cause).__name__}: {cause}") from cause
+        if metadata and byte_range is None:
+            check_json_depth(data, where=f"{self.location}/{key}")
+        return prototype.buffer.from_bytes(data)
+
+    # Every read zarr makes of a ZipStore goes through these two (it has no get_sync).
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        return self.get_bounded(key, prototype, byte_range)
+
+    async def get_partial_values(
+        self,
+        prototype: BufferPrototype,
+        key_ranges: Iterable[tuple[str, ByteRequest | None]],
+    ) -> list[Buffer | None]:
+        return [self.get_bounded(key, prototype, byte_range) for key, byte_range in key_ranges]
+
+    def __str__(self) -> str:
+        return f"zip://{self.location}"
+
+    def __repr__(self) -> str:
+        return f"BoundedZipStore('{self.location}')"
+
+
+def bounded_store(store: Any, *, timeouts: Timeouts = DEFAULT_TIMEOUTS) -> Any:
+    """`store` (what `store_for` returns) with its local reads bounded.
+
+    A local directory (a path string) becomes a `BoundedLocalStore`, a
+    `ZipStore` of a file a `BoundedZipStore`; anything else is returned as is.
+    """
+    if isinstance(store, str) and not is_url(store):
+        return BoundedLocalStore(store, timeout=timeouts.total)
+    if (
+        isinstance(store, zarr.storage.ZipStore)
+        and not isinstance(store, BoundedZipStore)
+        and store.path is not None
+    ):
+        return BoundedZipStore(store.path)
+    return store
+
+
+def store_for(location: str, *, timeouts: Timeouts | None = None) -> tuple[Any, str | None]:
+    """What zarr-python opens `location` with, and its local directory (None for URLs, zips).
+
+    Local paths are checked first (`StoreNotFoundError`, `NotAZarrStoreError`,
+    `MetadataError`, pickle codecs refused by name). A `.zip` file needs its own
+    store: zarr.open takes a string path as a directory. A remote URL gets a
+    read-only store behind a `MetadataMemoStore` (the caller calls `forget` when
+    it has opened what it needed): an ``http(s)://`` URL our bounded `HttpStore`
+    (each request within `timeouts`, bodies capped, metadata retried), any other
+    an fsspec store (``s3://`` with `timeouts` as botocore's connect and read
+    timeouts). ``file://`` URLs are left to zarr-python. Without `timeouts`, the
+    user's (`timeouts_from_settings`: the settings file's ``[timeouts]`` and the
+    ``NAPARI_LAZY_ZARR_TIMEOUT_*`` variables, else `DEFAULT_TIMEOUTS`).
+    """
+    if is_url(location):
+        scheme = location.split("://", 1)[0].lower()
+        if scheme == "file":
+            return location, None
+        if timeouts is None:
+            from napari_lazy_zarr.core.settings import timeouts_from_settings
+
+            timeouts = timeouts_from_settings()
+        with zarr_errors(location):
+            if scheme in ("http", "https"):
+                from napari_lazy_zarr.core.storage.http import HttpStore
+
+                http = HttpStore(
+                    location, timeouts=timeouts, max_metadata_bytes=MAX_METADATA_BYTES
+                )
+                return MetadataMemoStore(http), None
+            options: dict[str, Any] = {}
+            if scheme in ("s3", "s3a"):
+                options["config_kwargs"] = {
+                    "connect_timeout": timeouts.connect,
+                    "read_timeout": timeouts.read,
+                }
+            store = FsspecStore.from_url(location, read_only=True, storage_options=options)
+            return MetadataMemoStore(store), None
+    check_local(location)
+    if os.path.isfile(location):  # check_local lets only .zip files through
+        return zarr.storage.ZipStore(location, mode="r"), None
+    return location, location
+
+
+@contextmanager
+def zarr_errors(full: str) -> Iterator[None]:
+    """zarr-python's (and the store's) failures to open `full`, mapped to ours naming it.
+
+    A `LoadCancelledError` (the store was closed meanwhile) passes through.
+    """
+    try:
+        yield
+    except (FileNotFoundError, zarr.errors.NodeNotFoundError) as error:
+        raise NotAZarrStoreError(f"{full}: no zarr array or group found: {error}") from error
+    except ImportError as error:
+        raise NotAZarrStoreError(
+            f"{full}: opening this URL needs a package that is not installed ({error}); "
+            "install napari-lazy-zarr[remote]"
+        ) from error
+    except zipfile.BadZipFile as error:
+        raise NotAZarrStoreError(f"{full}: not a zip archive: {error}") from error
+    except (ValueError, TypeError, KeyError, ArithmeticError, RecursionError) as error:
+        raise MetadataError(
+            f"{full}: malformed zarr metadata: {type(error).__name__}: {error}"
+        ) from error
+    except OSError as error:  # refused, unknown host, timed out, an HTTP status, a cut body
+        raise MetadataError(
+            f"{full}: cannot read zarr metadata: {type(error).__name__}: {error}"
+        ) from error
+    except Exception as error:
+        # aiohttp's and botocore's own errors (a dropped connection, an unreachable
+        # endpoint) are no OSError: mapped too, never shown raw.
+        library = type(error).__module__.split(".", 1)[0]
+        if classify(error) == "permanent" and library not in ("aiohttp", "botocore", "s3fs"):
+            raise
+        raise MetadataError(
+            f"{full}: cannot read zarr metadata: {type(error).__name__}: {error}"
+        ) from error
+
+
+def range_size(byte_range: ByteRequest | None) -> int | None:
+    """The bytes a zarr byte range asks for, where it says (None: a whole value, or to its end)."""
+    if isinstance(byte_range, RangeByteRequest):
+        return max(0, byte_range.end - byte_range.start)
+    if isinstance(byte_range, SuffixByteRequest):
+        return byte_range.suffix
+    return None
+
+
+def range_arguments(byte_range: ByteRequest | None) -> tuple[int, int | None, int | None]:
+    """`read_regular_file`'s offset, length and suffix for a zarr byte range."""
+    if byte_range is None:
+        return 0, None, None
+    if isinstance(byte_range, RangeByteRequest):
+        return byte_range.start, max(0, byte_range.end - byte_range.start), None
+    if isinstance(byte_range, OffsetByteRequest):
+        return byte_range.offset, None, None
+    if isinstance(byte_range, SuffixByteRequest):
+        return 0, None, byte_range.suffix
+    raise TypeError(f"unexpected byte range {byte_range!r}")

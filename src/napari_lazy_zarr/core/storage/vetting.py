@@ -1,0 +1,161 @@
+"""Vetting before zarr-python reads: locations, metadata files, pickle codecs, image dtypes.
+
+`check_local` checks a local store with specific messages before zarr-python
+sees it (no such path, not a store, oversized or malformed metadata);
+`check_document` and `check_safe` refuse metadata whose decoding would unpickle
+data from the file (and, for `check_safe`, dtypes napari cannot show). The
+format readers (`layout`, `plate`, `manifest`) use the same checks as the zarr
+source.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+
+from napari_lazy_zarr.core.errors import (
+    MetadataError,
+    NotAZarrStoreError,
+    StoreNotFoundError,
+    UnsafeDataError,
+    UnsupportedDataError,
+)
+from napari_lazy_zarr.core.storage.files import (
+    load_json,
+    read_regular_file,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    import zarr
+
+
+__all__ = [
+    "ATTRIBUTE_FILES",
+    "MAX_METADATA_BYTES",
+    "METADATA_FILES",
+    "check_document",
+    "check_local",
+    "check_safe",
+    "group_arrays",
+    "is_remote",
+    "is_url",
+    "metadata_files",
+]
+
+
+METADATA_FILES: Final = ("zarr.json", ".zarray", ".zgroup")
+
+
+# Codecs whose decoding runs code stored in the file.
+_CODE_EXECUTING_CODECS: Final = frozenset({"pickle", "numcodecs.pickle"})
+
+
+# Image-like dtypes napari can show; everything else is refused with a clear error.
+_IMAGE_KINDS: Final = frozenset("biufc")
+
+
+def is_url(path: str) -> bool:
+    """Whether `path` names a URL (it has a ``://``)."""
+    return "://" in path
+
+
+def is_remote(location: str | os.PathLike[str]) -> bool:
+    """Whether `location` is a URL (http, https, s3, ...) rather than a local path."""
+    return is_url(os.fspath(location))
+
+
+def _codec_names(metadata: Any) -> Iterator[str]:
+    """Every codec/filter/compressor name in a metadata document, nested ones included.
+
+    Iterative: a hostile document nested thousands deep must not exhaust the stack.
+    """
+    pending = [metadata]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            for field in ("id", "name"):
+                value = node.get(field)
+                if isinstance(value, str):
+                    yield value
+            pending.extend(node.values())
+        elif isinstance(node, list | tuple):
+            pending.extend(node)
+
+
+def check_document(location: str, document: Any, *, object_dtype: bool = False) -> None:
+    """Refuse pickle codecs and object dtypes named in a metadata document."""
+    unsafe = sorted({n for n in _codec_names(document) if n.lower() in _CODE_EXECUTING_CODECS})
+    if isinstance(document, dict) and document.get("dtype") in ("|O", "O", "object"):
+        object_dtype = True
+    if unsafe or object_dtype:
+        cause = f"codec {unsafe[0]!r}" if unsafe else "object dtype"
+        raise UnsafeDataError(
+            f"{location}: refusing to read an array with {cause}: decoding it would "
+            "unpickle data from the file, which can run arbitrary code"
+        )
+
+
+def check_safe(location: str, array: zarr.Array[Any]) -> None:
+    """Refuse object dtypes and pickle codecs before any chunk is decoded."""
+    dtype = np.dtype(array.dtype)
+    check_document(location, array.metadata.to_dict(), object_dtype=dtype.kind == "O")
+    if dtype.kind not in _IMAGE_KINDS:
+        raise UnsupportedDataError(
+            f"{location}: dtype {dtype} cannot be shown as an image "
+            "(supported: bool, integer, float and complex dtypes)"
+        )
+
+
+def metadata_files(path: str) -> list[str]:
+    """The zarr metadata files (`METADATA_FILES`) present in the directory `path`."""
+    return [name for name in METADATA_FILES if os.path.isfile(os.path.join(path, name))]
+
+
+ATTRIBUTE_FILES: Final = (".zattrs", ".zmetadata")
+
+
+MAX_METADATA_BYTES: Final = 16 << 20
+"""Metadata files larger than this are refused (a real one is kilobytes; OME plates megabytes)."""
+
+
+def _attribute_files(path: str) -> list[str]:
+    return [name for name in ATTRIBUTE_FILES if os.path.lexists(os.path.join(path, name))]
+
+
+def _read_metadata(metadata_path: str) -> Any:
+    """A metadata file's JSON, refusing devices, FIFOs, huge files and absurd nesting."""
+    data = read_regular_file(metadata_path, limit=MAX_METADATA_BYTES, error=MetadataError)
+    return load_json(data, where=metadata_path)
+
+
+def check_local(path: str) -> None:
+    """Cheap checks with specific messages before zarr-python sees the path."""
+    if not os.path.exists(path):
+        raise StoreNotFoundError(f"{path}: no such file or directory")
+    if os.path.isfile(path):
+        if path.endswith(".zip"):
+            return
+        raise NotAZarrStoreError(f"{path}: is a file, not a zarr store (a directory)")
+    found = metadata_files(path)
+    if not found:
+        raise NotAZarrStoreError(
+            f"{path}: not a zarr store: no zarr metadata ({', '.join(METADATA_FILES)})"
+        )
+    for name in (*found, *_attribute_files(path)):
+        metadata_path = os.path.join(path, name)
+        document = _read_metadata(metadata_path)
+        if name in ATTRIBUTE_FILES:
+            continue  # attributes are zarr's to parse; they were only vetted as a file
+        if not isinstance(document, dict):
+            raise MetadataError(f"{metadata_path}: metadata is not a JSON object")
+        # Before zarr-python parses it: a pickle codec is refused by name, whatever else.
+        check_document(path, document)
+
+
+def group_arrays(group: zarr.Group) -> list[str]:
+    """The names of the arrays directly in `group`, sorted."""
+    return sorted(name for name, _ in group.arrays())
