@@ -27,6 +27,8 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from napari_lazy_zarr.core._grid import box_text
+from napari_lazy_zarr.core.keys import chunk_coords
 from napari_lazy_zarr.core.states import ChunkState
 
 if TYPE_CHECKING:
@@ -101,14 +103,11 @@ class ChunkFailure:
     @property
     def chunk(self) -> str:
         """The chunk in a human form: level, grid position and box (store axes)."""
-        box = ", ".join(
-            f"{lo}:{hi}"
-            for lo, hi in zip(self.key.inclusive_min, self.key.exclusive_max, strict=True)
-        )
+        box = box_text(self.key.inclusive_min, self.key.exclusive_max)
         if self.level is None or self.coords is None:
-            return f"{self.key.source} [{box}]"
+            return f"{self.key.source} {box}"
         position = ", ".join(str(c) for c in self.coords)
-        return f"L{self.level} ({position}) [{box}]"
+        return f"L{self.level} ({position}) {box}"
 
     @property
     def cause(self) -> BaseException:
@@ -262,7 +261,4 @@ class FailureLog:
 
     def _position(self, key: ChunkKey) -> tuple[int | None, tuple[int, ...] | None]:
         level, source = self._levels[key.source]
-        coords = tuple(
-            int(g.index_to_chunk(lo)) for g, lo in zip(source.grid, key.inclusive_min, strict=True)
-        )
-        return level, coords
+        return level, chunk_coords(source, key)

@@ -27,6 +27,7 @@ __all__ = [
     "ChunkRef",
     "CompositeIdentity",
     "chunk_bounds",
+    "chunk_coords",
     "chunk_key",
     "grid_shape",
     "label_of",
@@ -132,6 +133,22 @@ def chunk_key(source: ChunkSource, coords: Sequence[int]) -> ChunkKey:
     """The cache key of chunk `coords` of `source`."""
     lo, hi = chunk_bounds(source.grid, coords, source.shape)
     return ChunkKey(source.identity, lo, hi)
+
+
+def chunk_coords(source: ChunkSource, key: ChunkKey) -> tuple[int, ...]:
+    """The position in `source`'s read grid of the chunk `key` names (`chunk_key`'s inverse).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from napari_lazy_zarr.core import ArraySource
+    >>> source = ArraySource(np.zeros((10, 6)), chunks=(4, 4), name="a")
+    >>> chunk_coords(source, chunk_key(source, (2, 1)))
+    (2, 1)
+    """
+    return tuple(
+        int(g.index_to_chunk(lo)) for g, lo in zip(source.grid, key.inclusive_min, strict=True)
+    )
 
 
 def grid_shape(source: ChunkSource) -> tuple[int, ...]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from napari_lazy_zarr.core.keys import chunk_coords
+
 if TYPE_CHECKING:
     from collections.abc import Hashable, Sequence
 
@@ -90,10 +92,7 @@ class ChunkNamer:
         layer, level, source = next(
             ((layer, level, s) for layer, level, s in owners if layer.owns(key)), owners[0]
         )
-        coords = tuple(
-            int(g.index_to_chunk(lo)) for g, lo in zip(source.grid, key.inclusive_min, strict=True)
-        )
-        position = "(" + ", ".join(str(c) for c in coords) + ")"
+        position = "(" + ", ".join(str(c) for c in chunk_coords(source, key)) + ")"
         if layer.name == self._inspected:
             return f"L{level} {position}"
         return f"{layer.name} L{level} {position}"
