@@ -174,9 +174,8 @@ def drive(revision: Revision, spec: dict[str, Any], *, timeout: float) -> dict[s
 
 def identify(revision: Revision, names: Sequence[str], quick: bool) -> None:
     """Check that the revision's processes import its package and bench code, not others."""
-    found = drive(
-        revision, {"task": "identify", "names": list(names), "quick": quick}, timeout=900
-    )
+    spec = {"task": "identify", "names": list(names), "quick": quick}
+    found = drive(revision, spec, timeout=3600)  # the first one may write the data
     for what, folder in (("package", "src"), ("bench", "bench")):
         path = Path(found[what]).resolve()
         if not path.is_relative_to((revision.root / folder).resolve()):
@@ -208,11 +207,25 @@ def order(round_index: int) -> tuple[str, str]:
     return ("A", "B") if round_index % 2 == 0 else ("B", "A")
 
 
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """Facts about one run that the report states."""
+
+    rounds: int
+    quick: bool
+    elapsed: float
+    """Seconds spent measuring (the checks and data generation excluded)."""
+    load_before: float
+    load_after: float
+    """The 1-minute load average before and after measuring."""
+
+
 def measure(
     revisions: dict[str, Revision], names: Sequence[str], rounds: int, quick: bool
-) -> tuple[Results, float]:
-    """`rounds` ABBA rounds of every benchmark in `names`; the results and seconds taken."""
+) -> tuple[Results, RunInfo]:
+    """`rounds` ABBA rounds of every benchmark in `names`; the results, facts of the run."""
     results = Results()
+    load_before = os.getloadavg()[0]
     timeout = 600.0 if quick else 3600.0
     started = time.perf_counter()
     for round_index in range(rounds):
@@ -227,7 +240,8 @@ def measure(
                     f"({revision.label}) in {time.perf_counter() - begin:.0f} s",
                     flush=True,
                 )
-    return results, time.perf_counter() - started
+    elapsed = time.perf_counter() - started
+    return results, RunInfo(rounds, quick, elapsed, load_before, os.getloadavg()[0])
 
 
 def _value(value: float, unit: str) -> str:
@@ -254,16 +268,14 @@ def _divide(b: float, a: float) -> float:
 
 def ratios(pair: dict[str, list[float]]) -> tuple[float, float, float, float, float]:
     """Median of A, median of B, their ratio B/A, the lowest and highest round's ratio."""
-    a, b = statistics.median(pair["A"]), statistics.median(pair["B"])
+    a, b = (statistics.median(pair[side]) if pair[side] else math.nan for side in "AB")
     per_round = [_divide(y, x) for x, y in zip(pair["A"], pair["B"], strict=False)]
     finite = [r for r in per_round if math.isfinite(r)]
     low, high = (min(finite), max(finite)) if finite else (math.nan, math.nan)
     return a, b, _divide(b, a), low, high
 
 
-def report(
-    revisions: dict[str, Revision], results: Results, rounds: int, quick: bool, elapsed: float
-) -> str:
+def report(revisions: dict[str, Revision], results: Results, info: RunInfo) -> str:
     """The Markdown section: one table per benchmark, and the figures over the target."""
     a, b = revisions["A"], revisions["B"]
     lines = [
@@ -271,10 +283,12 @@ def report(
         "",
         f"Run: {environment_line(['napari-lazy-zarr', 'numpy', 'zarr', 'napari'])} "
         f"(`bench/ab.py` from that checkout). A = `{a.name}` ({a.label}), B = `{b.name}` "
-        f"({b.label}). {rounds} rounds in ABBA order; each revision's benchmark ran in a "
-        f"fresh process per round, its own package and bench code on `PYTHONPATH`"
-        f"{' (--quick: small data, fewer cases)' if quick else ''}; "
-        f"{elapsed:.0f} s in all.",
+        f"({b.label}). {info.rounds} round{'s' * (info.rounds != 1)} in ABBA order; each "
+        f"revision's benchmark ran in a fresh process per round, its own package and bench "
+        f"code on `PYTHONPATH`"
+        f"{' (--quick: small data, fewer cases)' if info.quick else ''}. Measured in "
+        f"{info.elapsed:.0f} s; 1-minute load average {info.load_before:.2f} before, "
+        f"{info.load_after:.2f} after (above 1 means other work shared the 2 cores).",
         "",
         "A and B: the median over rounds of the figure (itself the median of its samples "
         "within the round). B/A: the ratio of those medians; spread: the lowest and "
@@ -374,8 +388,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         revisions = {revision.side: revision for revision in checkouts}
         for revision in checkouts:
             identify(revision, args.names, args.quick)
-        results, elapsed = measure(revisions, args.names, args.rounds, args.quick)
-    section = report(revisions, results, args.rounds, args.quick, elapsed)
+        results, info = measure(revisions, args.names, args.rounds, args.quick)
+    section = report(revisions, results, info)
     print(section)
     if args.quick:
         print(f"[ab] --quick: {RESULTS_FILE} left unchanged", flush=True)
