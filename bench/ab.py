@@ -30,8 +30,14 @@ How it measures:
   ratios show how much the machine alone moved between the two sides.
 
 A full run (5 rounds) writes its section ("A/B: <A> → <B>") into
-``docs/benchmarks.md``; ``--quick`` (2 rounds, small data, fewer cases) only
-prints: it is a smoke test, and it runs in about two minutes.
+``docs/benchmarks.md``; it takes tens of minutes, most of it the view
+benchmark's napari sessions (4 per process: the plain array and the pyramid
+over HTTP, opening the pyramid, the local 4D steps). ``--quick`` (2 rounds, the
+engine's small data on one store, one napari session per process) only prints:
+it is a smoke test of about 100 s of CPU time, under two minutes on an idle
+machine (four at a load average of 5). On 2 shared cores, judge a ratio
+against the control rows and the spread, and prefer a quiet machine and more
+rounds (``--rounds 9``) for a verdict.
 """
 
 from __future__ import annotations
@@ -226,6 +232,12 @@ def measure(
     """`rounds` ABBA rounds of every benchmark in `names`; the results, facts of the run."""
     results = Results()
     load_before = os.getloadavg()[0]
+    if load_before > 1.0:
+        print(
+            f"[ab] note: the 1-minute load average is {load_before:.2f}: other work shares "
+            "the CPUs, expect noisy ratios (the control rows show how noisy)",
+            flush=True,
+        )
     timeout = 600.0 if quick else 3600.0
     started = time.perf_counter()
     for round_index in range(rounds):
