@@ -82,7 +82,7 @@ class Revision:
     name: str
     """The revision as given (``.``: the working tree)."""
     label: str
-    """Its short commit (``+dirty`` for a working tree with uncommitted changes in src/)."""
+    """Its short commit (``+dirty``: a working tree with uncommitted changes in src/, bench/)."""
     root: Path
     """The worktree its processes run in."""
 
