@@ -7,6 +7,8 @@ on small data that only prints.
 
 This package holds the helpers the benchmarks share: where generated data
 lives, interleaved timing, Markdown formatting, and the results file.
+`bench.ab` is no benchmark of its own: it runs the engine and view benchmarks
+on two revisions of the project, interleaved (``python -m bench ab``).
 """
 
 from __future__ import annotations
@@ -57,6 +59,12 @@ Reproduce with `./dev bench` (all benchmarks; rewrites this file) or
 `./dev bench engine` (one benchmark). `./dev bench --quick` is a short smoke run on
 small data that prints its tables and leaves this file alone. Generated data is
 kept in `bench/.data/` and reused between runs.
+
+`./dev bench ab -- A B` compares two revisions of this project instead (A/B, in
+`bench/ab.py`): the engine and view benchmarks' key figures, each revision in a
+fresh process per round, the rounds in ABBA order, reported as ratios B/A beside
+control figures that show the machine's own noise; a full run writes its section
+here, `--quick` only prints.
 """
 
 _SECTION = re.compile(r"<!-- bench:(?P<name>[\w-]+) -->\n.*?<!-- /bench:(?P=name) -->\n", re.S)

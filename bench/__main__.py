@@ -3,6 +3,9 @@
 With no NAME every benchmark runs. A full run writes its section of
 ``docs/benchmarks.md``; ``--quick`` runs on small data with fewer rounds and
 only prints (it is a smoke test, its numbers mean little).
+
+``python -m bench ab [--] [A [B]] [NAME ...] [--quick]`` compares two revisions
+instead (`bench.ab`: the engine and view benchmarks, A and B interleaved).
 """
 
 from __future__ import annotations
@@ -51,13 +54,20 @@ def _benchmarks() -> dict[str, Callable[[bool], str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["ab"]:  # its own options: `./dev bench ab -- A B engine`
+        from bench import ab
+
+        rest = argv[1:]
+        return ab.main(rest[1:] if rest[:1] == ["--"] else rest)
     benchmarks = _benchmarks()
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument(
         "names",
         nargs="*",
         metavar="NAME",
-        help=f"benchmarks to run (default: all): {', '.join(benchmarks)}",
+        help=f"benchmarks to run (default: all): {', '.join(benchmarks)}; "
+        "or 'ab [--] [A [B]] [NAME ...]' to compare two revisions (python -m bench.ab -h)",
     )
     parser.add_argument(
         "--quick",
