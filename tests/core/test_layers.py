@@ -30,8 +30,6 @@ ALLOWED: dict[str, frozenset[str]] = {
     "keys": frozenset({"errors"}),
     "states": frozenset({"errors"}),
     "executors": frozenset({"errors"}),
-    # Read-grid helpers the sources share (`sources/_grid.py` once sources/ exists).
-    "_grid": frozenset(),
     # Configuration everyone reads: the leaves, nothing above them.
     "settings": frozenset({*LEAVES}),
     # Bounded byte reads: the leaves and the settings, nothing that knows a chunk.

@@ -20,7 +20,6 @@ import tifffile
 import zarr
 
 from napari_lazy_zarr.core import ChunkCache, ChunkedArray, ChunkState
-from napari_lazy_zarr.core.composite import ConcatSource, StackSource
 from napari_lazy_zarr.core.errors import (
     ChunkReadError,
     IncompatibleSourcesError,
@@ -31,8 +30,9 @@ from napari_lazy_zarr.core.errors import (
     UnsafeDataError,
     UnsupportedDataError,
 )
-from napari_lazy_zarr.core.layout import describe_store, open_source
-from napari_lazy_zarr.core.manifest import (
+from napari_lazy_zarr.core.formats.ome import describe_store, open_source
+from napari_lazy_zarr.core.sources.composite import ConcatSource, StackSource
+from napari_lazy_zarr.core.sources.manifest import (
     SETTINGS_VARIABLE,
     ManifestSource,
     StackMember,

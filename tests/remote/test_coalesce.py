@@ -11,9 +11,9 @@ import pytest
 
 from napari_lazy_zarr import open_array
 from napari_lazy_zarr.core import ChunkRef, ChunkState
-from napari_lazy_zarr.core.array import ChunkedArray
 from napari_lazy_zarr.core.cache import ChunkCache
-from napari_lazy_zarr.core.zarr_source import open_zarr_source
+from napari_lazy_zarr.core.reading.array import ChunkedArray
+from napari_lazy_zarr.core.sources.zarr import open_zarr_source
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -141,7 +141,7 @@ def test_a_failed_inner_chunk_fails_alone_and_a_failed_shard_names_it(
 def test_shard_indexes_are_kept_within_their_byte_bound(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from napari_lazy_zarr.core import zarr_source
+    from napari_lazy_zarr.core.sources import zarr as zarr_source
 
     server, data = served
     # Room for two indexes of 4 x 5 inner chunks (16 bytes each).

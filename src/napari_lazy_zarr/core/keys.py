@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import numpy as np
     from zarr_indexing import DimensionGridLike
 
-    from napari_lazy_zarr.core.source import ChunkSource
+    from napari_lazy_zarr.core.sources.protocol import ChunkSource
 
 __all__ = [
     "SHOWN_MEMBERS",
@@ -75,7 +75,7 @@ class ChunkRef:
     Examples
     --------
     >>> import numpy as np
-    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> from napari_lazy_zarr.core.sources.protocol import ArraySource
     >>> ref = ChunkRef.of(ArraySource(np.zeros((6,)), chunks=(4,), name="z"), (1,))
     >>> str(ref.key)
     'z[4:6]'

@@ -50,7 +50,6 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 import numpy as np
 
-from napari_lazy_zarr.core._grid import box_text, grid_from_boundaries
 from napari_lazy_zarr.core.errors import (
     ChunkReadError,
     LoadCancelledError,
@@ -58,7 +57,8 @@ from napari_lazy_zarr.core.errors import (
     UnsupportedDataError,
 )
 from napari_lazy_zarr.core.keys import CompositeIdentity, chunk_bounds
-from napari_lazy_zarr.core.source import SourceFields, fill_value_of
+from napari_lazy_zarr.core.sources._grid import box_text, grid_from_boundaries
+from napari_lazy_zarr.core.sources.protocol import SourceFields, fill_value_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence

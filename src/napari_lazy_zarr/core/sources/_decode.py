@@ -195,8 +195,8 @@ def decode_into(codec: str, data: Buffer, out: np.ndarray[Any, Any]) -> None:
     >>> decode_into("zstd", zstandard.compress(bytes(2000)), out)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    napari_lazy_zarr.core._decode.ExpansionError: zstd data expands beyond its expected 1,000 ...
-    """
+    napari_lazy_zarr.core.sources._decode.ExpansionError: zstd data expands beyond its expected 1,000 ...
+    """  # noqa: E501 (the doctest's exception line)
     name = codec.removeprefix("numcodecs.")
     expected = out.nbytes
     view = memoryview(data).cast("B")
@@ -267,8 +267,8 @@ def bounded_decode(
     >>> bounded_decode("zlib", zlib.compress(bytes(10**7)), expected=1000)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    napari_lazy_zarr.core._decode.ExpansionError: zlib data expands beyond its expected 1,000 ...
-    """
+    napari_lazy_zarr.core.sources._decode.ExpansionError: zlib data expands beyond its expected 1,000 ...
+    """  # noqa: E501 (the doctest's exception line)
     name = codec.removeprefix("numcodecs.")
     limit = decode_limit(expected)
     if name == "zstd":

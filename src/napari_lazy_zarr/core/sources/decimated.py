@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from zarr_indexing import FixedDimension
 
-from napari_lazy_zarr.core.array import lazy_for
 from napari_lazy_zarr.core.errors import ChunkReadError
 from napari_lazy_zarr.core.keys import ChunkRef, chunk_bounds
-from napari_lazy_zarr.core.plans import plan_read
-from napari_lazy_zarr.core.source import SourceFields
+from napari_lazy_zarr.core.reading.array import lazy_for
+from napari_lazy_zarr.core.reading.plans import plan_read
+from napari_lazy_zarr.core.sources.protocol import SourceFields
 
 if TYPE_CHECKING:
     from collections.abc import Hashable, Mapping
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from zarr_indexing import DimensionGridLike
 
     from napari_lazy_zarr.core.keys import ChunkKey
-    from napari_lazy_zarr.core.source import ChunkSource
+    from napari_lazy_zarr.core.sources.protocol import ChunkSource
 
 __all__ = ["DecimatedSource", "virtual_levels"]
 
@@ -79,7 +79,7 @@ class DecimatedSource(SourceFields):
     Examples
     --------
     >>> import numpy as np
-    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> from napari_lazy_zarr.core.sources.protocol import ArraySource
     >>> base = ArraySource(np.arange(64).reshape(8, 8), chunks=(4, 4), name="b")
     >>> level = DecimatedSource(base, 2)
     >>> level.shape
@@ -305,7 +305,7 @@ def virtual_levels(
     Examples
     --------
     >>> import numpy as np
-    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> from napari_lazy_zarr.core.sources.protocol import ArraySource
     >>> base = ArraySource(np.zeros((2000, 1500)), chunks=(512, 512), name="b")
     >>> [level.shape for level in virtual_levels(base)]
     [(2000, 1500), (1000, 750), (500, 375)]

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 from zarr_indexing import FixedDimension, LazyArray
 
-from napari_lazy_zarr.core.backends import choose_backend, open_backend_source
 from napari_lazy_zarr.core.cache import (
     DEFAULT_TOTAL_BYTES_LIMIT,
     ChunkCache,
@@ -27,11 +26,12 @@ from napari_lazy_zarr.core.errors import (
 )
 from napari_lazy_zarr.core.executors import DaemonExecutor
 from napari_lazy_zarr.core.keys import ChunkRef, grid_shape
-from napari_lazy_zarr.core.plans import Fallback, ReadPlan, plan_read
+from napari_lazy_zarr.core.reading.plans import Fallback, ReadPlan, plan_read
 from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS, Timeouts
+from napari_lazy_zarr.core.sources.backends import choose_backend, open_backend_source
+from napari_lazy_zarr.core.sources.zarr import DEFAULT_RETRY
 from napari_lazy_zarr.core.storage.retry import RetryPolicy
 from napari_lazy_zarr.core.storage.vetting import is_remote
-from napari_lazy_zarr.core.zarr_source import DEFAULT_RETRY
 
 if TYPE_CHECKING:
     import os
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from zarr_indexing import IndexTransform
 
     from napari_lazy_zarr.core.keys import ChunkKey
-    from napari_lazy_zarr.core.source import ChunkSource
+    from napari_lazy_zarr.core.sources.protocol import ChunkSource
 
 __all__ = ["REMOTE_CONCURRENCY", "ChunkedArray", "PartialRead", "lazy_for", "open_array"]
 
@@ -186,7 +186,7 @@ class ChunkedArray:
     --------
     >>> import numpy as np
     >>> from napari_lazy_zarr.core.cache import ChunkCache
-    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> from napari_lazy_zarr.core.sources.protocol import ArraySource
     >>> data = np.arange(48).reshape(6, 8)
     >>> with ChunkCache(1 << 20) as cache:
     ...     array = ChunkedArray(ArraySource(data, chunks=(4, 4)), cache)
@@ -455,7 +455,7 @@ def open_array(
         How transient failures (timeouts, resets, HTTP 429/5xx) are retried;
         a server's ``Retry-After`` is honoured within the policy's bounds.
     backend
-        What reads and decodes the chunks (`napari_lazy_zarr.core.backends`):
+        What reads and decodes the chunks (`napari_lazy_zarr.core.sources.backends`):
         ``"auto"`` (zarr-python through this project's bounded reads), ``"zarr"``,
         ``"tensorstore"`` or ``"zarrs"`` (opt-in, for trusted data).
 

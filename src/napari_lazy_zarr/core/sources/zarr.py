@@ -29,21 +29,6 @@ from zarr_indexing import (
     FixedDimension,
 )
 
-from napari_lazy_zarr.core import _zarr_compat as compat
-from napari_lazy_zarr.core._decode import (
-    DECODABLE_CODECS,
-    INTO_CODECS,
-    ExpansionError,
-    bounded_decode,
-    decode_into,
-)
-from napari_lazy_zarr.core._grid import grid_from_sizes
-from napari_lazy_zarr.core._zarr_compat import (  # per chunk read: bound once here
-    chunk_spec,
-    inner_chunk_spec,
-    inner_chunks_per_shard,
-    shard_chunk_range,
-)
 from napari_lazy_zarr.core.buffers import CHUNK_MEMORY
 from napari_lazy_zarr.core.errors import (
     ChunkReadError,
@@ -55,7 +40,22 @@ from napari_lazy_zarr.core.errors import (
 from napari_lazy_zarr.core.executors import DaemonExecutor
 from napari_lazy_zarr.core.keys import chunk_bounds
 from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS, Timeouts
-from napari_lazy_zarr.core.source import SourceFields, fill_value_of
+from napari_lazy_zarr.core.sources import _zarr_compat as compat
+from napari_lazy_zarr.core.sources._decode import (
+    DECODABLE_CODECS,
+    INTO_CODECS,
+    ExpansionError,
+    bounded_decode,
+    decode_into,
+)
+from napari_lazy_zarr.core.sources._grid import grid_from_sizes
+from napari_lazy_zarr.core.sources._zarr_compat import (  # per chunk read: bound once here
+    chunk_spec,
+    inner_chunk_spec,
+    inner_chunks_per_shard,
+    shard_chunk_range,
+)
+from napari_lazy_zarr.core.sources.protocol import SourceFields, fill_value_of
 from napari_lazy_zarr.core.storage.files import (
     TORN_READ_ATTEMPTS,
     FileChangedError,

@@ -44,13 +44,13 @@ from zarr_indexing import (
 )
 
 from napari_lazy_zarr.core.keys import ChunkKey, ChunkRef
-from napari_lazy_zarr.core.reader import CacheReader
+from napari_lazy_zarr.core.reading.cache_reader import CacheReader
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
 
     from napari_lazy_zarr.core.cache import ChunkCache
-    from napari_lazy_zarr.core.source import ChunkSource
+    from napari_lazy_zarr.core.sources.protocol import ChunkSource
 
 __all__ = ["Fallback", "PartsPlan", "PointPlan", "ReadPlan", "StridedPlan", "plan_read"]
 

@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Final, Literal, NoReturn
 
 import zarr
 
-from napari_lazy_zarr.core.composite import ConcatSource, StackSource
 from napari_lazy_zarr.core.errors import (
     MetadataError,
     NotAZarrStoreError,
@@ -52,6 +51,14 @@ from napari_lazy_zarr.core.settings import (
     SETTINGS_VARIABLE,
     Timeouts,
     settings_path,
+)
+from napari_lazy_zarr.core.sources.composite import ConcatSource, StackSource
+from napari_lazy_zarr.core.sources.zarr import (
+    DEFAULT_RETRY,
+    ZarrChunkSource,
+    ZarrIdentity,
+    open_node,
+    open_zarr_source,
 )
 from napari_lazy_zarr.core.storage.files import (
     read_regular_file,
@@ -66,13 +73,6 @@ from napari_lazy_zarr.core.storage.vetting import (
     MAX_METADATA_BYTES,
     group_arrays,
     is_url,
-)
-from napari_lazy_zarr.core.zarr_source import (
-    DEFAULT_RETRY,
-    ZarrChunkSource,
-    ZarrIdentity,
-    open_node,
-    open_zarr_source,
 )
 
 if TYPE_CHECKING:

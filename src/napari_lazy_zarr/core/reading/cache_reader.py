@@ -12,7 +12,7 @@ from napari_lazy_zarr.core.keys import ChunkKey
 
 if TYPE_CHECKING:
     from napari_lazy_zarr.core.cache import ChunkCache
-    from napari_lazy_zarr.core.source import ChunkSource
+    from napari_lazy_zarr.core.sources.protocol import ChunkSource
 
 __all__ = ["CacheReader", "apply_transform"]
 
@@ -91,7 +91,7 @@ class CacheReader:
     >>> import numpy as np
     >>> from zarr_indexing import LazyArray
     >>> from napari_lazy_zarr.core.cache import ChunkCache
-    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> from napari_lazy_zarr.core.sources.protocol import ArraySource
     >>> cache = ChunkCache(1 << 20)
     >>> source = ArraySource(np.arange(8), chunks=(4,), name="x")
     >>> reader = CacheReader(cache, source, blocking=False, placeholder=-1)
@@ -155,8 +155,8 @@ class CacheReader:
         box is not one of the source's chunks) is re-planned on the source's
         grid; that is the only place the reader plans.
         """
-        from napari_lazy_zarr.core.array import ChunkedArray
         from napari_lazy_zarr.core.keys import ChunkRef
+        from napari_lazy_zarr.core.reading.array import ChunkedArray
 
         projection = context.projection
         assert projection is not None
