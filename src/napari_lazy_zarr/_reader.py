@@ -40,9 +40,9 @@ from napari_lazy_zarr.core.formats.ome import (
     open_level_sources,
 )
 from napari_lazy_zarr.core.formats.plate import describe_plate, field_opener, plate_level_sources
+from napari_lazy_zarr.core.formats.stack import reference_file_kind
 from napari_lazy_zarr.core.settings import Settings, current_settings
 from napari_lazy_zarr.core.sources.decimated import DecimatedSource, virtual_levels
-from napari_lazy_zarr.core.sources.manifest import reference_file_kind
 from napari_lazy_zarr.core.storage.vetting import is_remote
 from napari_lazy_zarr.core.view import AxisMap, ViewController
 

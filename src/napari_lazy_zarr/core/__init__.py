@@ -28,8 +28,10 @@ from napari_lazy_zarr.core.errors import (
     UnsupportedDataError,
 )
 from napari_lazy_zarr.core.executors import DaemonExecutor, InlineExecutor, ManualExecutor
+from napari_lazy_zarr.core.formats.stack import StackFile, open_stack
 from napari_lazy_zarr.core.keys import ChunkKey, ChunkRef, CompositeIdentity
-from napari_lazy_zarr.core.reading.array import ChunkedArray, PartialRead, open_array
+from napari_lazy_zarr.core.open import open_array
+from napari_lazy_zarr.core.reading.array import ChunkedArray, PartialRead
 from napari_lazy_zarr.core.reading.cache_reader import CacheReader
 from napari_lazy_zarr.core.schedule import LoadClass
 from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS, Timeouts
@@ -54,7 +56,7 @@ from napari_lazy_zarr.core.sources.dask import (
     DaskSource,
     coarsened_levels,
 )
-from napari_lazy_zarr.core.sources.manifest import ManifestSource, StackFile, open_stack
+from napari_lazy_zarr.core.sources.manifest import ManifestSource
 from napari_lazy_zarr.core.sources.protocol import (
     ArraySource,
     BatchSource,

@@ -27,8 +27,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from napari_lazy_zarr.core.keys import chunk_coords
-from napari_lazy_zarr.core.sources._grid import box_text
+from napari_lazy_zarr.core.keys import box_text, chunk_coords
 from napari_lazy_zarr.core.states import ChunkState
 
 if TYPE_CHECKING:

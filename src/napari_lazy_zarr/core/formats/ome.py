@@ -41,15 +41,15 @@ from napari_lazy_zarr.core.errors import (
     UnsupportedDataError,
 )
 from napari_lazy_zarr.core.formats.ngff import parse_image, parse_label_colors, parse_labels
-from napari_lazy_zarr.core.settings import Timeouts, backend_from_settings
-from napari_lazy_zarr.core.sources.backends import choose_backend, open_backend_source
-from napari_lazy_zarr.core.sources.manifest import (
+from napari_lazy_zarr.core.formats.stack import (
     STACK_SUFFIX,
-    ManifestSource,
     open_stack,
     read_stack_file,
     reference_file_kind,
 )
+from napari_lazy_zarr.core.settings import Timeouts, backend_from_settings
+from napari_lazy_zarr.core.sources.backends import choose_backend, open_backend_source
+from napari_lazy_zarr.core.sources.manifest import ManifestSource
 from napari_lazy_zarr.core.sources.zarr import ZarrChunkSource, open_node, open_zarr_source
 from napari_lazy_zarr.core.storage.http import HttpStore
 from napari_lazy_zarr.core.storage.local import store_for
@@ -770,7 +770,7 @@ def store_name(location: str) -> str:
     return base
 
 
-# -- reference and stack files (core/sources/manifest.py) ------------------------------
+# -- reference and stack files (core/sources/manifest.py, core/formats/stack.py) -------
 
 
 def open_source(location: str | os.PathLike[str], *, path: str = "") -> ChunkSource:

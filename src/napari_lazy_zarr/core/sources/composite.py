@@ -43,10 +43,11 @@ from napari_lazy_zarr.core.errors import (
 from napari_lazy_zarr.core.keys import (
     SHOWN_MEMBERS,
     CompositeIdentity,
+    box_text,
     chunk_bounds,
     label_of,
 )
-from napari_lazy_zarr.core.sources._grid import boundaries, box_text, grid_from_boundaries
+from napari_lazy_zarr.core.sources._grid import boundaries, grid_from_boundaries
 from napari_lazy_zarr.core.sources.protocol import SourceFields, fill_value_of
 
 if TYPE_CHECKING:

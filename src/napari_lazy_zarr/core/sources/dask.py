@@ -56,8 +56,8 @@ from napari_lazy_zarr.core.errors import (
     LoadTimeoutError,
     UnsupportedDataError,
 )
-from napari_lazy_zarr.core.keys import CompositeIdentity, chunk_bounds
-from napari_lazy_zarr.core.sources._grid import box_text, grid_from_boundaries
+from napari_lazy_zarr.core.keys import CompositeIdentity, box_text, chunk_bounds
+from napari_lazy_zarr.core.sources._grid import grid_from_boundaries
 from napari_lazy_zarr.core.sources.protocol import SourceFields, fill_value_of
 
 if TYPE_CHECKING:
