@@ -60,7 +60,8 @@ from zarr_indexing import ConstantMap, DimensionMap
 
 from napari_lazy_zarr.core.failures import FailureLog
 from napari_lazy_zarr.core.keys import ChunkRef, grid_shape
-from napari_lazy_zarr.core.reading.array import ChunkedArray, lazy_for
+from napari_lazy_zarr.core.reading.array import ChunkedArray
+from napari_lazy_zarr.core.reading.cache_reader import lazy_for
 from napari_lazy_zarr.core.reading.plans import ReadPlan, plan_read
 from napari_lazy_zarr.core.schedule import LoadClass
 from napari_lazy_zarr.core.sources.protocol import is_derived

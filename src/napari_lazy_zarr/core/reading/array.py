@@ -14,6 +14,7 @@ from zarr_indexing import FixedDimension, LazyArray
 from napari_lazy_zarr.core.errors import CacheClosedError, ChunkReadError
 from napari_lazy_zarr.core.executors import DaemonExecutor
 from napari_lazy_zarr.core.keys import ChunkRef, grid_shape
+from napari_lazy_zarr.core.reading.cache_reader import lazy_for
 from napari_lazy_zarr.core.reading.plans import Fallback, ReadPlan, plan_read
 
 if TYPE_CHECKING:
@@ -25,38 +26,10 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.keys import ChunkKey
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
 
-__all__ = ["ChunkedArray", "PartialRead", "lazy_for"]
+__all__ = ["ChunkedArray", "PartialRead"]
 
 PLANS_KEPT: Final = 16
 """Plans of basic selections an array and the views derived from it keep, most recent first."""
-
-
-class _GridAdapter:
-    """The array-like `LazyArray` wraps: shape and dtype only; reads go through `CacheReader`."""
-
-    __slots__ = ("dtype", "shape")
-
-    def __init__(self, source: ChunkSource) -> None:
-        self.shape = source.shape
-        self.dtype = source.dtype
-
-    def __getitem__(self, key: Any) -> Any:
-        raise TypeError("chunked arrays are read through the chunk cache, not by slicing")
-
-
-def lazy_for(source: ChunkSource) -> LazyArray:
-    """A `LazyArray` over `source` partitioned exactly on its read grid."""
-    lazy = LazyArray(_GridAdapter(source))
-    grid = source.grid
-    if all(isinstance(g, FixedDimension) for g in grid):
-        return lazy.with_parts(tuple(int(g.size) for g in grid if isinstance(g, FixedDimension)))
-    # Per-axis sizes must tile the extent exactly: clip each axis's last chunk (a
-    # FixedDimension declares its full size even where the array ends).
-    sizes = [
-        [min(int(g.chunk_size(i)), extent - int(g.chunk_offset(i))) for i in range(n)]
-        for g, n, extent in zip(grid, grid_shape(source), source.shape, strict=True)
-    ]
-    return lazy.with_parts_per_axis(sizes)
 
 
 class _PlanMemo:
