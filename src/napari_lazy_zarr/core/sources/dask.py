@@ -61,7 +61,7 @@ from napari_lazy_zarr.core.sources._grid import grid_from_boundaries
 from napari_lazy_zarr.core.sources.protocol import SourceFields, fill_value_of
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Hashable, Mapping, Sequence
 
     import dask.array as da
     from dask.typing import Key
@@ -667,8 +667,3 @@ def coarsened_levels(
         level = halved.rechunk({axis: target[axis] for axis in reduced})
         levels.append(level)
     return levels
-
-
-def iter_block_coords(array: da.Array) -> Iterator[tuple[int, ...]]:
-    """Every block's coords, in C order (for tests and benchmarks)."""
-    return itertools.product(*(range(len(c)) for c in array.chunks))
