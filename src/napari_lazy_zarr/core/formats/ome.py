@@ -74,6 +74,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ImageSpec",
     "LevelSpec",
+    "PlateStoreError",
     "describe_store",
     "looks_like_zarr",
     "open_level_sources",

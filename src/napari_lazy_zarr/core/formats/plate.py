@@ -28,7 +28,7 @@ import numpy as np
 
 from napari_lazy_zarr.core.errors import LazyZarrError, MetadataError
 from napari_lazy_zarr.core.formats.ome import store_name
-from napari_lazy_zarr.core.sources._grid import boundaries
+from napari_lazy_zarr.core.sources import boundaries
 from napari_lazy_zarr.core.sources.composite import ConcatSource, ConstantSource
 from napari_lazy_zarr.core.sources.protocol import SourceFields
 from napari_lazy_zarr.core.sources.zarr import open_node

@@ -19,7 +19,11 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 
-__all__ = []
+__all__ = [
+    "boundaries",
+    "grid_from_boundaries",
+    "grid_from_sizes",
+]
 
 
 def grid_from_sizes(sizes: Sequence[int], extent: int) -> DimensionGridLike:

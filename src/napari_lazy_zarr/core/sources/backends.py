@@ -73,6 +73,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BACKENDS",
+    "ZARRS_PIPELINE_CONFIG",
     "Backend",
     "TensorStoreChunkSource",
     "ZarrsChunkSource",

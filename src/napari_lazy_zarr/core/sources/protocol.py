@@ -22,6 +22,7 @@ __all__ = [
     "CancellableSource",
     "ChunkSource",
     "DerivedSource",
+    "KeepingSource",
     "SourceFields",
     "fill_value_of",
     "is_derived",

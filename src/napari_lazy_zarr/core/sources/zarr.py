@@ -70,8 +70,10 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.sources._sharding import Fetched
 
 __all__ = [
+    "DEFAULT_RETRY",
     "ZarrChunkSource",
     "ZarrIdentity",
+    "open_node",
     "open_zarr_source",
 ]
 
