@@ -40,19 +40,19 @@ from bench import (
 )
 from bench.engine import DATASETS, Config, _clock, ensure_store, viewport_windows
 from napari_lazy_zarr.core import ChunkCache, ChunkedArray, open_array
-from napari_lazy_zarr.core.backends import (
+from napari_lazy_zarr.core.keys import grid_shape
+from napari_lazy_zarr.core.sample import synthetic_region
+from napari_lazy_zarr.core.sources.backends import (
     ZARRS_PIPELINE_CONFIG,
     available_backends,
     open_backend_source,
 )
-from napari_lazy_zarr.core.keys import grid_shape
-from napari_lazy_zarr.core.sample import synthetic_region
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from pathlib import Path
 
-    from napari_lazy_zarr.core.source import ChunkSource
+    from napari_lazy_zarr.core.sources.protocol import ChunkSource
 
 __all__ = ["FULL", "QUICK", "main", "run"]
 

@@ -111,10 +111,10 @@ def run(quick: bool = False) -> str:
     import zarr
 
     from napari_lazy_zarr import open_array
-    from napari_lazy_zarr.core.array import ChunkedArray
     from napari_lazy_zarr.core.cache import ChunkCache
+    from napari_lazy_zarr.core.reading.array import ChunkedArray
     from napari_lazy_zarr.core.sample import synthetic_region
-    from napari_lazy_zarr.core.zarr_source import open_zarr_source
+    from napari_lazy_zarr.core.sources.zarr import open_zarr_source
 
     size, shard, count, rounds = (4096, 2048, 3, 1) if quick else (16384, 4096, 8, 3)
     store = ensure_store(size, shard)

@@ -30,7 +30,7 @@ from napari_lazy_zarr._reader import configure, watch_viewer
 from napari_lazy_zarr._sample_data import sample_path
 from napari_lazy_zarr.cli import _fit_canvas
 from napari_lazy_zarr.core.sample import default_cache_dir, write_sample_ome_zarr
-from napari_lazy_zarr.core.zarr_source import ZarrChunkSource
+from napari_lazy_zarr.core.sources.zarr import ZarrChunkSource
 from napari_lazy_zarr.widgets import ChunkInspector
 
 IMAGES = Path(__file__).parent / "images"

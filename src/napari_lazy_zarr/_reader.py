@@ -32,25 +32,25 @@ from napari_lazy_zarr._preferences import watch_preferences
 from napari_lazy_zarr.core import ChunkCache
 from napari_lazy_zarr.core.cache import default_concurrency
 from napari_lazy_zarr.core.errors import LazyZarrError, UnsupportedDataError
-from napari_lazy_zarr.core.layout import (
+from napari_lazy_zarr.core.formats.ome import (
     ImageSpec,
     PlateStoreError,
     describe_store,
     looks_like_zarr,
     open_level_sources,
 )
-from napari_lazy_zarr.core.manifest import reference_file_kind
-from napari_lazy_zarr.core.plate import describe_plate, field_opener, plate_level_sources
-from napari_lazy_zarr.core.pyramid import DecimatedSource, virtual_levels
+from napari_lazy_zarr.core.formats.plate import describe_plate, field_opener, plate_level_sources
+from napari_lazy_zarr.core.formats.stack import reference_file_kind
 from napari_lazy_zarr.core.settings import Settings, current_settings
+from napari_lazy_zarr.core.sources.decimated import DecimatedSource, virtual_levels
 from napari_lazy_zarr.core.storage.vetting import is_remote
 from napari_lazy_zarr.core.view import AxisMap, ViewController
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from napari_lazy_zarr.core.array import ChunkedArray
-    from napari_lazy_zarr.core.source import ChunkSource
+    from napari_lazy_zarr.core.reading.array import ChunkedArray
+    from napari_lazy_zarr.core.sources.protocol import ChunkSource
 
 __all__ = [
     "apply_settings",

@@ -20,15 +20,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from napari_lazy_zarr.core.array import ChunkedArray
 from napari_lazy_zarr.core.cache import DEFAULT_TOTAL_BYTES_LIMIT, ChunkCache
-from napari_lazy_zarr.core.dask_source import (
+from napari_lazy_zarr.core.reading.array import ChunkedArray
+from napari_lazy_zarr.core.sources.dask import (
     DEFAULT_COMPUTE_TIMEOUT,
     DaskRunner,
     DaskSource,
     coarsened_levels,
 )
-from napari_lazy_zarr.core.pyramid import virtual_levels
+from napari_lazy_zarr.core.sources.decimated import virtual_levels
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     import dask.array as da
     from distributed import Client
 
-    from napari_lazy_zarr.core.source import ChunkSource
+    from napari_lazy_zarr.core.sources.protocol import ChunkSource
 
 __all__ = ["add_image", "dask_levels", "from_dask", "layer_data"]
 
@@ -169,7 +169,7 @@ def layer_data(
     """
     from napari_lazy_zarr._reader import layer_data as reader_layer_data
     from napari_lazy_zarr._reader import shared_cache
-    from napari_lazy_zarr.core.layout import ImageSpec, LevelSpec
+    from napari_lazy_zarr.core.formats.ome import ImageSpec, LevelSpec
 
     runner = _runner(client, timeout)
     sources = dask_levels(array, client=runner, levels=levels, prefetch_ring=prefetch_ring)

@@ -17,7 +17,7 @@ from napari_lazy_zarr.core import (
     ChunkReadError,
     InlineExecutor,
 )
-from napari_lazy_zarr.core.plans import PointPlan
+from napari_lazy_zarr.core.reading.plans import PointPlan
 from tests.sources import FaultySource
 
 if TYPE_CHECKING:

@@ -43,7 +43,7 @@ from napari_lazy_zarr.core import (
     ManualExecutor,
     open_zarr_source,
 )
-from napari_lazy_zarr.core.array import PLANS_KEPT
+from napari_lazy_zarr.core.reading.array import PLANS_KEPT
 from tests.sources import FaultySource
 
 # Caches shared by a machine class's examples: inline executors start no threads.

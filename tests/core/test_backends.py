@@ -39,7 +39,9 @@ from napari_lazy_zarr.core import (
     ZarrChunkSource,
     open_zarr_source,
 )
-from napari_lazy_zarr.core.backends import (
+from napari_lazy_zarr.core.keys import ChunkRef, chunk_bounds, grid_shape
+from napari_lazy_zarr.core.settings import Timeouts
+from napari_lazy_zarr.core.sources.backends import (
     BACKENDS,
     TensorStoreChunkSource,
     ZarrsChunkSource,
@@ -47,8 +49,6 @@ from napari_lazy_zarr.core.backends import (
     choose_backend,
     open_backend_source,
 )
-from napari_lazy_zarr.core.keys import ChunkRef, chunk_bounds, grid_shape
-from napari_lazy_zarr.core.settings import Timeouts
 from napari_lazy_zarr.core.storage.retry import NO_RETRY
 from tests.remote.server import Faults, FaultyServer
 

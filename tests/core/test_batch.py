@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from napari_lazy_zarr.core import ChunkCache, ChunkReadError, ChunkRef, ChunkState
-from napari_lazy_zarr.core.array import ChunkedArray
 from napari_lazy_zarr.core.executors import ManualExecutor
-from napari_lazy_zarr.core.source import ArraySource, BatchSource
-from napari_lazy_zarr.core.zarr_source import open_zarr_source
+from napari_lazy_zarr.core.reading.array import ChunkedArray
+from napari_lazy_zarr.core.sources.protocol import ArraySource, BatchSource
+from napari_lazy_zarr.core.sources.zarr import open_zarr_source
 
 if TYPE_CHECKING:
     from collections.abc import Hashable, Sequence

@@ -34,11 +34,11 @@ from napari_lazy_zarr.core import (
     open_array,
     open_zarr_source,
 )
-from napari_lazy_zarr.core._decode import ExpansionError, bounded_decode
+from napari_lazy_zarr.core.sources._decode import ExpansionError, bounded_decode
+from napari_lazy_zarr.core.sources.zarr import ZarrChunkSource
 from napari_lazy_zarr.core.storage.files import FileChangedError, load_json, read_regular_file
 from napari_lazy_zarr.core.storage.local import BoundedZipStore
 from napari_lazy_zarr.core.storage.retry import NO_RETRY
-from napari_lazy_zarr.core.zarr_source import ZarrChunkSource
 
 if TYPE_CHECKING:
     from collections.abc import Callable

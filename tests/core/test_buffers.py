@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numcodecs import blosc
 
-from napari_lazy_zarr.core._decode import ExpansionError, decode_into
 from napari_lazy_zarr.core.buffers import BlockPool
-from napari_lazy_zarr.core.zarr_source import open_zarr_source
+from napari_lazy_zarr.core.sources._decode import ExpansionError, decode_into
+from napari_lazy_zarr.core.sources.zarr import open_zarr_source
 
 if TYPE_CHECKING:
     from pathlib import Path

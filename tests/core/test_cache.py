@@ -290,7 +290,7 @@ def test_statistics_count_hits_misses_and_latency(
 def test_reads_of_a_chunked_array_count_hits_and_misses(
     inline_cache: ChunkCache, source: ArraySource
 ) -> None:
-    from napari_lazy_zarr.core.array import ChunkedArray
+    from napari_lazy_zarr.core.reading.array import ChunkedArray
 
     array = ChunkedArray(source, inline_cache)
     view = array[:, : source.shape[1] // 2]
@@ -375,8 +375,8 @@ def test_pinned_chunks_leave_the_lru_and_return_as_most_recent(source: ArraySour
 
 
 def test_a_large_resident_view_is_copied_on_two_threads_and_equals_numpy() -> None:
-    from napari_lazy_zarr.core import array as array_module
-    from napari_lazy_zarr.core.array import ChunkedArray
+    from napari_lazy_zarr.core.reading import array as array_module
+    from napari_lazy_zarr.core.reading.array import ChunkedArray
 
     data = np.random.default_rng(5).integers(0, 2**31, size=(1100, 1100), dtype=np.uint32)
     assert data[3:1097, 1:].nbytes >= array_module._SPLIT_COPY_BYTES  # the split path runs

@@ -35,13 +35,6 @@ from napari_lazy_zarr.core import (
     ChunkedArray,
     ChunkState,
 )
-from napari_lazy_zarr.core.composite import (
-    CastSource,
-    ConcatSource,
-    ConstantSource,
-    FunctionSource,
-    StackSource,
-)
 from napari_lazy_zarr.core.errors import (
     ChunkReadError,
     IncompatibleSourcesError,
@@ -49,8 +42,15 @@ from napari_lazy_zarr.core.errors import (
     UnsupportedDataError,
 )
 from napari_lazy_zarr.core.keys import CompositeIdentity, chunk_key
-from napari_lazy_zarr.core.manifest import ManifestSource
-from napari_lazy_zarr.core.pyramid import virtual_levels
+from napari_lazy_zarr.core.sources.composite import (
+    CastSource,
+    ConcatSource,
+    ConstantSource,
+    FunctionSource,
+    StackSource,
+)
+from napari_lazy_zarr.core.sources.decimated import virtual_levels
+from napari_lazy_zarr.core.sources.manifest import ManifestSource
 from tests.core.test_array_properties import _CACHE, ChunkedArrayIndexing
 from tests.core.test_manifest import pack_store
 from tests.sources import FaultySource

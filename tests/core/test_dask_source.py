@@ -26,15 +26,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from napari_lazy_zarr.core.array import ChunkedArray
 from napari_lazy_zarr.core.cache import ChunkCache
-from napari_lazy_zarr.core.composite import FunctionSource
-from napari_lazy_zarr.core.dask_source import (
-    DaskRunner,
-    DaskSource,
-    coarsened_levels,
-    resolve_client,
-)
 from napari_lazy_zarr.core.errors import (
     ChunkReadError,
     LoadCancelledError,
@@ -42,7 +34,15 @@ from napari_lazy_zarr.core.errors import (
     UnsupportedDataError,
 )
 from napari_lazy_zarr.core.keys import ChunkRef
-from napari_lazy_zarr.core.source import CancellableSource
+from napari_lazy_zarr.core.reading.array import ChunkedArray
+from napari_lazy_zarr.core.sources.composite import FunctionSource
+from napari_lazy_zarr.core.sources.dask import (
+    DaskRunner,
+    DaskSource,
+    coarsened_levels,
+    resolve_client,
+)
+from napari_lazy_zarr.core.sources.protocol import CancellableSource
 from napari_lazy_zarr.core.states import ChunkState
 
 if TYPE_CHECKING:

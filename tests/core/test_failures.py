@@ -12,7 +12,7 @@ import numpy as np
 
 from napari_lazy_zarr.core import ArraySource, ChunkCache, ChunkRef, InlineExecutor
 from napari_lazy_zarr.core.failures import FailureLog
-from napari_lazy_zarr.core.pyramid import virtual_levels
+from napari_lazy_zarr.core.sources.decimated import virtual_levels
 from napari_lazy_zarr.core.view import ViewController
 from tests.sources import FaultySource, InjectedFaultError
 

@@ -246,7 +246,7 @@ def _check_store(store: str, array: str | None) -> dict[str, Any]:
     from napari_lazy_zarr import _reader
     from napari_lazy_zarr._reader import napari_get_reader, read_zarr
     from napari_lazy_zarr.core import ChunkCache, open_array
-    from napari_lazy_zarr.core.layout import describe_store
+    from napari_lazy_zarr.core.formats.ome import describe_store
 
     report: dict[str, Any] = {"calls": [], "problems": [], "layers": []}
     calls: list[dict[str, Any]] = report["calls"]

@@ -21,7 +21,7 @@ from napari_lazy_zarr.core import (
     UnsafeDataError,
     UnsupportedDataError,
 )
-from napari_lazy_zarr.core.layout import ImageSpec, LevelSpec, describe_store, looks_like_zarr
+from napari_lazy_zarr.core.formats.ome import ImageSpec, LevelSpec, describe_store, looks_like_zarr
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -20,7 +20,6 @@ import tifffile
 import zarr
 
 from napari_lazy_zarr.core import ChunkCache, ChunkedArray, ChunkState
-from napari_lazy_zarr.core.composite import ConcatSource, StackSource
 from napari_lazy_zarr.core.errors import (
     ChunkReadError,
     IncompatibleSourcesError,
@@ -31,16 +30,16 @@ from napari_lazy_zarr.core.errors import (
     UnsafeDataError,
     UnsupportedDataError,
 )
-from napari_lazy_zarr.core.layout import describe_store, open_source
-from napari_lazy_zarr.core.manifest import (
-    SETTINGS_VARIABLE,
-    ManifestSource,
+from napari_lazy_zarr.core.formats.ome import describe_store, open_source
+from napari_lazy_zarr.core.formats.stack import (
     StackMember,
     open_stack,
     read_stack_file,
     reference_file_kind,
-    settings_path,
 )
+from napari_lazy_zarr.core.settings import SETTINGS_VARIABLE, settings_path
+from napari_lazy_zarr.core.sources.composite import ConcatSource, StackSource
+from napari_lazy_zarr.core.sources.manifest import ManifestSource
 from napari_lazy_zarr.core.storage.policy import (
     ALLOWED_REMOTES_VARIABLE,
     ALLOWED_ROOTS_VARIABLE,

@@ -30,13 +30,9 @@ from napari_lazy_zarr.core.errors import (
     MetadataError,
     UnsafeDataError,
 )
-from napari_lazy_zarr.core.manifest import (
-    ManifestSource,
-    open_stack,
-    read_stack_file,
-    reference_file_kind,
-)
+from napari_lazy_zarr.core.formats.stack import open_stack, read_stack_file, reference_file_kind
 from napari_lazy_zarr.core.settings import Timeouts
+from napari_lazy_zarr.core.sources.manifest import ManifestSource
 from napari_lazy_zarr.core.storage.references import MAX_MANIFEST_BYTES, ManifestStore
 from napari_lazy_zarr.core.storage.retry import NO_RETRY
 from napari_lazy_zarr.core.storage.vetting import MAX_METADATA_BYTES

@@ -50,7 +50,7 @@ from ome_zarr_models.v05.image import ImageAttrs as OracleImage05
 from ome_zarr_models.v05.labels import LabelsAttrs as OracleLabels05
 
 from napari_lazy_zarr.core import MetadataError, UnsupportedDataError
-from napari_lazy_zarr.core.ngff import (
+from napari_lazy_zarr.core.formats.ngff import (
     Image,
     NgffVersion,
     parse_image,
@@ -801,7 +801,7 @@ def test_describing_an_ome_zarr_store_imports_no_pydantic(tmp_path: Path) -> Non
     for level in range(2):
         group.create_array(str(level), shape=(1, 8 >> level, 8 >> level), dtype="u1")
     code = (
-        "import json, sys; from napari_lazy_zarr.core.layout import describe_store;"
+        "import json, sys; from napari_lazy_zarr.core.formats.ome import describe_store;"
         f"(image,) = describe_store({json.dumps(str(path))});"
         "bad = sorted({m.split('.')[0] for m in sys.modules} & {'pydantic', 'ome_zarr_models'});"
         "print(image.axis_names, bad); sys.exit(1 if bad else 0)"

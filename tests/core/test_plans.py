@@ -13,7 +13,7 @@ from zarr_indexing import plan_chunks
 
 from napari_lazy_zarr.core import ArraySource, ChunkCache, ChunkedArray, ConcatSource
 from napari_lazy_zarr.core.executors import InlineExecutor
-from napari_lazy_zarr.core.plans import PointPlan
+from napari_lazy_zarr.core.reading.plans import PointPlan
 
 
 def _pieces(plan: PointPlan) -> list[tuple[Any, ...]]:

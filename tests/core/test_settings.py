@@ -73,7 +73,7 @@ def test_the_reader_opens_urls_within_the_users_timeouts(
 
     import zarr
 
-    from napari_lazy_zarr.core.layout import describe_store
+    from napari_lazy_zarr.core.formats.ome import describe_store
     from tests.remote.server import FaultyServer
 
     zarr.create_array(str(tmp_path / "a.zarr"), shape=(4, 4), chunks=(2, 2), dtype="u1")
@@ -114,9 +114,9 @@ def test_the_readers_levels_open_with_the_chosen_backend(
     import numpy as np
     import zarr
 
-    from napari_lazy_zarr.core.backends import TensorStoreChunkSource
-    from napari_lazy_zarr.core.layout import describe_store, open_level_sources
-    from napari_lazy_zarr.core.zarr_source import ZarrChunkSource
+    from napari_lazy_zarr.core.formats.ome import describe_store, open_level_sources
+    from napari_lazy_zarr.core.sources.backends import TensorStoreChunkSource
+    from napari_lazy_zarr.core.sources.zarr import ZarrChunkSource
 
     path = tmp_path / "a.zarr"
     data = np.arange(64 * 48, dtype="u2").reshape(64, 48)
@@ -177,8 +177,8 @@ def test_every_field_is_documented() -> None:
 
 
 def test_the_backend_choices_are_the_backends() -> None:
-    from napari_lazy_zarr.core.backends import BACKENDS
     from napari_lazy_zarr.core.settings import Settings
+    from napari_lazy_zarr.core.sources.backends import BACKENDS
 
     assert Settings.setting("backend").choices == ("auto", *BACKENDS)
 

@@ -16,8 +16,8 @@ from napari_lazy_zarr.core import (
     open_zarr_source,
 )
 from napari_lazy_zarr.core.errors import LoadCancelledError
-from napari_lazy_zarr.core.pyramid import virtual_levels
 from napari_lazy_zarr.core.schedule import LoadClass
+from napari_lazy_zarr.core.sources.decimated import virtual_levels
 from tests.sources import FaultySource
 
 if TYPE_CHECKING:

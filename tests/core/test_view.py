@@ -498,7 +498,7 @@ def test_requests_are_issued_off_the_reading_thread() -> None:
 def test_chunks_are_copied_as_they_land_and_never_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """A landing chunk is copied once, by the thread that landed it, into the buffer the viewer
     already holds; reading the view again copies nothing (a volume is not re-copied)."""
-    from napari_lazy_zarr.core.plans import StridedPlan
+    from napari_lazy_zarr.core.reading.plans import StridedPlan
 
     copies: list[Any] = []
     original = StridedPlan.copy_chunk

@@ -21,7 +21,7 @@ from zarr.buffer import default_buffer_prototype
 from zarr.codecs import ShardingCodec
 from zarr.storage import LocalStore, LoggingStore, MemoryStore, WrapperStore, ZipStore
 
-from napari_lazy_zarr.core import _zarr_compat as compat
+from napari_lazy_zarr.core.sources import _zarr_compat as compat
 from napari_lazy_zarr.core.storage.local import BoundedLocalStore, BoundedZipStore
 from napari_lazy_zarr.core.storage.memo import MetadataMemoStore
 

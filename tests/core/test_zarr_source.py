@@ -368,7 +368,7 @@ def test_zarr_python_v3_sharded_fill_values(tmp_path: Path, fill_value: float) -
 
 
 def test_composites_over_a_null_fill_value_hold_a_value(tmp_path: Path) -> None:
-    from napari_lazy_zarr.core.composite import (
+    from napari_lazy_zarr.core.sources.composite import (
         CastSource,
         ConcatSource,
         FunctionSource,
@@ -396,8 +396,8 @@ def test_composites_over_a_null_fill_value_hold_a_value(tmp_path: Path) -> None:
 
 def test_local_stores_are_read_through_bounded_stores(make_store: MakeStore) -> None:
     from napari_lazy_zarr.core import Timeouts
+    from napari_lazy_zarr.core.sources.zarr import ZarrIdentity
     from napari_lazy_zarr.core.storage.local import BoundedLocalStore
-    from napari_lazy_zarr.core.zarr_source import ZarrIdentity
 
     path, data = make_store()
     source = open_zarr_source(path, timeouts=Timeouts(total=5.0))

@@ -107,7 +107,7 @@ def ome_store(tmp_path: Path) -> Callable[..., tuple[Path, list[np.ndarray[Any, 
 @pytest.fixture
 def recorded_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[Any, tuple[int, ...]]]]:
     """Every `ZarrChunkSource.read_chunk` call, as (source identity, coords), in order."""
-    from napari_lazy_zarr.core.zarr_source import ZarrChunkSource
+    from napari_lazy_zarr.core.sources.zarr import ZarrChunkSource
 
     reads: list[tuple[Any, tuple[int, ...]]] = []
     original = ZarrChunkSource.read_chunk

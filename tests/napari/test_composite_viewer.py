@@ -12,8 +12,8 @@ import tifffile
 import zarr
 
 from napari_lazy_zarr._reader import napari_get_reader, read_zarr
-from napari_lazy_zarr.core.composite import StackSource
-from napari_lazy_zarr.core.manifest import ManifestSource
+from napari_lazy_zarr.core.sources.composite import StackSource
+from napari_lazy_zarr.core.sources.manifest import ManifestSource
 from tests.conftest import smooth_data
 from tests.napari.test_viewer import _open, _settle
 

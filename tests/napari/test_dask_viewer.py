@@ -16,7 +16,7 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from napari_lazy_zarr.core.dask_source import DaskSource
+from napari_lazy_zarr.core.sources.dask import DaskSource
 from napari_lazy_zarr.dask import add_image
 from tests.napari.test_composite_viewer import _shown
 from tests.napari.test_viewer import _settle

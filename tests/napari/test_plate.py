@@ -17,8 +17,8 @@ import pytest
 
 from napari_lazy_zarr._layer_data import loader_of
 from napari_lazy_zarr._reader import read_zarr, watch_viewer
-from napari_lazy_zarr.core.plate import describe_plate, plate_level_sources
-from napari_lazy_zarr.core.zarr_source import open_zarr_source
+from napari_lazy_zarr.core.formats.plate import describe_plate, plate_level_sources
+from napari_lazy_zarr.core.sources.zarr import open_zarr_source
 from tests.conformance.cases import write_plate
 from tests.remote.server import FaultyServer
 
@@ -130,10 +130,10 @@ def test_plate_mosaic_matches_the_writer_and_fails_a_different_field_clearly(
     import zarr
 
     from napari_lazy_zarr.core import ChunkCache
-    from napari_lazy_zarr.core.array import ChunkedArray
     from napari_lazy_zarr.core.errors import ChunkReadError
     from napari_lazy_zarr.core.executors import InlineExecutor
-    from napari_lazy_zarr.core.layout import open_level_sources
+    from napari_lazy_zarr.core.formats.ome import open_level_sources
+    from napari_lazy_zarr.core.reading.array import ChunkedArray
 
     written = write_plate(tmp_path, 2, 3, 2)
     # Field B/3/1 rewritten with another shape: its chunks fail, naming it; the rest shows.

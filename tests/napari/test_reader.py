@@ -293,7 +293,7 @@ def test_the_hook_claims_urls_by_their_metadata(
 
 @pytest.fixture
 def hermetic_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    from napari_lazy_zarr.core.manifest import SETTINGS_VARIABLE
+    from napari_lazy_zarr.core.settings import SETTINGS_VARIABLE
     from napari_lazy_zarr.core.storage.policy import (
         ALLOWED_REMOTES_VARIABLE,
         ALLOWED_ROOTS_VARIABLE,

@@ -13,7 +13,7 @@ import zarr
 from napari_lazy_zarr._layer_data import loader_of
 from napari_lazy_zarr._sample_data import sample_layers, sample_location, sample_path
 from napari_lazy_zarr.core import FunctionSource, ZarrChunkSource
-from napari_lazy_zarr.core.layout import describe_store
+from napari_lazy_zarr.core.formats.ome import describe_store
 from napari_lazy_zarr.core.sample import (
     COMPLETE_MARKER,
     SAMPLE_SIZE,

@@ -13,7 +13,7 @@ from napari_lazy_zarr._layer_data import loader_of
 from napari_lazy_zarr._reader import shared_cache, watch_viewer
 from napari_lazy_zarr.core import ChunkRef, ChunkState
 from napari_lazy_zarr.core.sample import synthetic_cells, write_sample_ome_zarr
-from napari_lazy_zarr.core.zarr_source import ZarrChunkSource
+from napari_lazy_zarr.core.sources.zarr import ZarrChunkSource
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -11,9 +11,9 @@ import pytest
 
 from napari_lazy_zarr import open_array
 from napari_lazy_zarr.core import ChunkRef, ChunkState
-from napari_lazy_zarr.core.array import ChunkedArray
 from napari_lazy_zarr.core.cache import ChunkCache
-from napari_lazy_zarr.core.zarr_source import open_zarr_source
+from napari_lazy_zarr.core.reading.array import ChunkedArray
+from napari_lazy_zarr.core.sources.zarr import open_zarr_source
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -141,11 +141,11 @@ def test_a_failed_inner_chunk_fails_alone_and_a_failed_shard_names_it(
 def test_shard_indexes_are_kept_within_their_byte_bound(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from napari_lazy_zarr.core import zarr_source
+    from napari_lazy_zarr.core.sources import _sharding
 
     server, data = served
     # Room for two indexes of 4 x 5 inner chunks (16 bytes each).
-    monkeypatch.setattr(zarr_source, "SHARD_INDEX_BYTES", 2 * 20 * 16)
+    monkeypatch.setattr(_sharding, "SHARD_INDEX_BYTES", 2 * 20 * 16)
     source = open_zarr_source(f"{server.url}/s.zarr")
 
     def requests(shard: str) -> int:

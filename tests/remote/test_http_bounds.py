@@ -33,6 +33,7 @@ from napari_lazy_zarr.core.errors import (
     MetadataError,
 )
 from napari_lazy_zarr.core.settings import Timeouts
+from napari_lazy_zarr.core.sources.zarr import ZarrChunkSource, open_node
 from napari_lazy_zarr.core.storage.http import (
     HttpAccessDeniedError,
     HttpError,
@@ -43,7 +44,6 @@ from napari_lazy_zarr.core.storage.http import (
 from napari_lazy_zarr.core.storage.local import store_for
 from napari_lazy_zarr.core.storage.memo import forget_metadata
 from napari_lazy_zarr.core.storage.retry import RetryPolicy, classify
-from napari_lazy_zarr.core.zarr_source import ZarrChunkSource, open_node
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

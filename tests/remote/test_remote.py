@@ -10,7 +10,7 @@ import pytest
 
 from napari_lazy_zarr import open_array
 from napari_lazy_zarr.core import ChunkReadError, ChunkState, MetadataError, NotAZarrStoreError
-from napari_lazy_zarr.core.array import REMOTE_CONCURRENCY
+from napari_lazy_zarr.core.open import REMOTE_CONCURRENCY
 from napari_lazy_zarr.core.storage.retry import RetryPolicy, classify
 
 if TYPE_CHECKING:

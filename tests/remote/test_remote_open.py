@@ -14,10 +14,10 @@ import pytest
 import zarr
 
 from napari_lazy_zarr._reader import configure, read_zarr, shared_cache
-from napari_lazy_zarr.core.array import REMOTE_CONCURRENCY
 from napari_lazy_zarr.core.cache import default_concurrency
+from napari_lazy_zarr.core.formats.ome import describe_store, open_level_sources, open_source
 from napari_lazy_zarr.core.keys import chunk_bounds, grid_shape
-from napari_lazy_zarr.core.layout import describe_store, open_level_sources, open_source
+from napari_lazy_zarr.core.open import REMOTE_CONCURRENCY
 from napari_lazy_zarr.core.sample import write_sample_ome_zarr
 from tests.napari.conftest import write_ome_pyramid
 from tests.remote.server import FaultyServer

@@ -144,7 +144,7 @@ def test_a_volume_in_3d_copies_each_landed_chunk_once(
     into the array napari displays (no whole-volume re-copies), and the volume is exact."""
     import zarr
 
-    from napari_lazy_zarr.core.plans import StridedPlan
+    from napari_lazy_zarr.core.reading.plans import StridedPlan
 
     shape = (96, 128, 128)
     volume = (np.indices(shape).sum(axis=0) % 251).astype(np.uint8)

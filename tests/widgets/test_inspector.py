@@ -21,7 +21,7 @@ from napari_lazy_zarr._layer_data import loader_of
 from napari_lazy_zarr._reader import watch_viewer
 from napari_lazy_zarr.core import ArraySource, ChunkRef, ChunkState
 from napari_lazy_zarr.core.sample import write_sample_ome_zarr
-from napari_lazy_zarr.core.zarr_source import ZarrChunkSource
+from napari_lazy_zarr.core.sources.zarr import ZarrChunkSource
 from napari_lazy_zarr.widgets import ChunkInspector
 from napari_lazy_zarr.widgets._chunk_map import BACKGROUND
 from napari_lazy_zarr.widgets._grid_state import MARKER_COLORS, STATE_COLORS, Shown

@@ -3,15 +3,6 @@
 Nothing here imports Qt or napari.
 """
 
-from napari_lazy_zarr.core.array import ChunkedArray, PartialRead, open_array
-from napari_lazy_zarr.core.backends import (
-    BACKENDS,
-    TensorStoreChunkSource,
-    ZarrsChunkSource,
-    available_backends,
-    choose_backend,
-    open_backend_source,
-)
 from napari_lazy_zarr.core.cache import (
     DEFAULT_STALLED_AFTER,
     DEFAULT_TOTAL_BYTES_LIMIT,
@@ -21,19 +12,6 @@ from napari_lazy_zarr.core.cache import (
     check_concurrency,
     check_total_bytes_limit,
     default_concurrency,
-)
-from napari_lazy_zarr.core.composite import (
-    CastSource,
-    ConcatSource,
-    ConstantSource,
-    FunctionSource,
-    StackSource,
-)
-from napari_lazy_zarr.core.dask_source import (
-    DEFAULT_COMPUTE_TIMEOUT,
-    DaskRunner,
-    DaskSource,
-    coarsened_levels,
 )
 from napari_lazy_zarr.core.errors import (
     CacheClosedError,
@@ -50,12 +28,36 @@ from napari_lazy_zarr.core.errors import (
     UnsupportedDataError,
 )
 from napari_lazy_zarr.core.executors import DaemonExecutor, InlineExecutor, ManualExecutor
+from napari_lazy_zarr.core.formats.stack import StackFile, open_stack
 from napari_lazy_zarr.core.keys import ChunkKey, ChunkRef, CompositeIdentity
-from napari_lazy_zarr.core.manifest import ManifestSource, StackFile, open_stack
-from napari_lazy_zarr.core.reader import CacheReader
+from napari_lazy_zarr.core.open import open_array
+from napari_lazy_zarr.core.reading.array import ChunkedArray, PartialRead
+from napari_lazy_zarr.core.reading.cache_reader import CacheReader
 from napari_lazy_zarr.core.schedule import LoadClass
 from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS, Timeouts
-from napari_lazy_zarr.core.source import (
+from napari_lazy_zarr.core.sources.backends import (
+    BACKENDS,
+    TensorStoreChunkSource,
+    ZarrsChunkSource,
+    available_backends,
+    choose_backend,
+    open_backend_source,
+)
+from napari_lazy_zarr.core.sources.composite import (
+    CastSource,
+    ConcatSource,
+    ConstantSource,
+    FunctionSource,
+    StackSource,
+)
+from napari_lazy_zarr.core.sources.dask import (
+    DEFAULT_COMPUTE_TIMEOUT,
+    DaskRunner,
+    DaskSource,
+    coarsened_levels,
+)
+from napari_lazy_zarr.core.sources.manifest import ManifestSource
+from napari_lazy_zarr.core.sources.protocol import (
     ArraySource,
     BatchSource,
     CancellableSource,
@@ -63,6 +65,7 @@ from napari_lazy_zarr.core.source import (
     DerivedSource,
     KeepingSource,
 )
+from napari_lazy_zarr.core.sources.zarr import ZarrChunkSource, open_zarr_source
 from napari_lazy_zarr.core.states import (
     LEGAL_MOVES,
     ChunkEvent,
@@ -73,7 +76,6 @@ from napari_lazy_zarr.core.storage.http import HttpStore
 from napari_lazy_zarr.core.storage.references import ManifestStore
 from napari_lazy_zarr.core.storage.retry import RetryPolicy
 from napari_lazy_zarr.core.view import AxisMap, ViewController, ViewRequest, ViewResult
-from napari_lazy_zarr.core.zarr_source import ZarrChunkSource, open_zarr_source
 
 __all__ = [
     "BACKENDS",

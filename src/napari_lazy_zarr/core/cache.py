@@ -84,7 +84,7 @@ from psygnal import Signal
 from napari_lazy_zarr.core.errors import CacheClosedError, ChunkReadError, LoadCancelledError
 from napari_lazy_zarr.core.executors import DaemonExecutor, Executor
 from napari_lazy_zarr.core.schedule import LoadClass, PriorityQueue, QueueItem
-from napari_lazy_zarr.core.source import CancellableSource, KeepingSource, is_derived
+from napari_lazy_zarr.core.sources.protocol import CancellableSource, KeepingSource, is_derived
 from napari_lazy_zarr.core.states import (
     LEGAL_MOVES,
     ChunkEvent,
@@ -96,7 +96,7 @@ if TYPE_CHECKING:
     from collections.abc import Hashable, Iterable, Iterator, Sequence
 
     from napari_lazy_zarr.core.keys import ChunkKey, ChunkRef
-    from napari_lazy_zarr.core.source import BatchSource, DerivedSource
+    from napari_lazy_zarr.core.sources.protocol import BatchSource, DerivedSource
 
 __all__ = [
     "DEFAULT_STALLED_AFTER",
@@ -174,7 +174,7 @@ class ChunkStatus:
     >>> import numpy as np
     >>> from napari_lazy_zarr.core.executors import ManualExecutor
     >>> from napari_lazy_zarr.core.keys import ChunkRef
-    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> from napari_lazy_zarr.core.sources.protocol import ArraySource
     >>> source = ArraySource(np.zeros((8,)), chunks=(2,), name="s")
     >>> cache = ChunkCache(1 << 20, concurrency=1, executor=ManualExecutor())
     >>> request = cache.request([ChunkRef.of(source, (i,)) for i in range(4)])
@@ -469,7 +469,7 @@ class ChunkCache:
     >>> import numpy as np
     >>> from napari_lazy_zarr.core.executors import InlineExecutor
     >>> from napari_lazy_zarr.core.keys import ChunkRef
-    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> from napari_lazy_zarr.core.sources.protocol import ArraySource
     >>> source = ArraySource(np.arange(10), chunks=(4,), name="x")
     >>> cache = ChunkCache(1 << 20, executor=InlineExecutor())
     >>> with cache.request([ChunkRef.of(source, (0,))]) as request:

@@ -27,8 +27,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from napari_lazy_zarr.core._grid import box_text
-from napari_lazy_zarr.core.keys import chunk_coords
+from napari_lazy_zarr.core.keys import box_text, chunk_coords
 from napari_lazy_zarr.core.states import ChunkState
 
 if TYPE_CHECKING:
@@ -36,7 +35,7 @@ if TYPE_CHECKING:
 
     from napari_lazy_zarr.core.cache import ChunkCache
     from napari_lazy_zarr.core.keys import ChunkKey
-    from napari_lazy_zarr.core.source import ChunkSource
+    from napari_lazy_zarr.core.sources.protocol import ChunkSource
     from napari_lazy_zarr.core.states import ChunkEvent
 
 __all__ = ["ChunkFailure", "FailureLog", "root_cause"]

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import numpy as np
     from zarr_indexing import DimensionGridLike
 
-    from napari_lazy_zarr.core.source import ChunkSource
+    from napari_lazy_zarr.core.sources.protocol import ChunkSource
 
 __all__ = [
     "SHOWN_MEMBERS",
@@ -26,6 +26,7 @@ __all__ = [
     "ChunkLookup",
     "ChunkRef",
     "CompositeIdentity",
+    "box_text",
     "chunk_bounds",
     "chunk_coords",
     "chunk_key",
@@ -62,10 +63,7 @@ class ChunkKey:
         )
 
     def __str__(self) -> str:
-        box = ", ".join(
-            f"{lo}:{hi}" for lo, hi in zip(self.inclusive_min, self.exclusive_max, strict=True)
-        )
-        return f"{self.source}[{box}]"
+        return f"{self.source}{box_text(self.inclusive_min, self.exclusive_max)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +73,7 @@ class ChunkRef:
     Examples
     --------
     >>> import numpy as np
-    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> from napari_lazy_zarr.core.sources.protocol import ArraySource
     >>> ref = ChunkRef.of(ArraySource(np.zeros((6,)), chunks=(4,), name="z"), (1,))
     >>> str(ref.key)
     'z[4:6]'
@@ -127,6 +125,15 @@ def chunk_bounds(
         for g, c, start, extent in zip(grid, coords, lo, shape, strict=True)
     )
     return lo, hi
+
+
+def box_text(lo: Sequence[int], hi: Sequence[int]) -> str:
+    """A box ``[lo, hi)`` as slices, the way keys and error messages print it.
+
+    >>> box_text((0, 512), (512, 1024))
+    '[0:512, 512:1024]'
+    """
+    return "[" + ", ".join(f"{a}:{b}" for a, b in zip(lo, hi, strict=True)) + "]"
 
 
 def chunk_key(source: ChunkSource, coords: Sequence[int]) -> ChunkKey:

@@ -19,8 +19,8 @@ import zarr
 from psygnal import Signal
 from zarr.codecs import BloscCodec, ZstdCodec
 
-from napari_lazy_zarr.core.composite import FunctionSource
-from napari_lazy_zarr.core.layout import ImageSpec, LevelSpec
+from napari_lazy_zarr.core.formats.ome import ImageSpec, LevelSpec
+from napari_lazy_zarr.core.sources.composite import FunctionSource
 
 if TYPE_CHECKING:
     from collections.abc import Callable

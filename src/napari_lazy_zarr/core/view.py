@@ -58,12 +58,13 @@ import numpy as np
 from psygnal import Signal
 from zarr_indexing import ConstantMap, DimensionMap
 
-from napari_lazy_zarr.core.array import ChunkedArray, lazy_for
 from napari_lazy_zarr.core.failures import FailureLog
 from napari_lazy_zarr.core.keys import ChunkRef, grid_shape
-from napari_lazy_zarr.core.plans import ReadPlan, plan_read
+from napari_lazy_zarr.core.reading.array import ChunkedArray
+from napari_lazy_zarr.core.reading.cache_reader import lazy_for
+from napari_lazy_zarr.core.reading.plans import ReadPlan, plan_read
 from napari_lazy_zarr.core.schedule import LoadClass
-from napari_lazy_zarr.core.source import is_derived
+from napari_lazy_zarr.core.sources.protocol import is_derived
 from napari_lazy_zarr.core.states import ChunkState
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.executors import Executor
     from napari_lazy_zarr.core.failures import ChunkFailure
     from napari_lazy_zarr.core.keys import ChunkKey
-    from napari_lazy_zarr.core.source import ChunkSource
+    from napari_lazy_zarr.core.sources.protocol import ChunkSource
     from napari_lazy_zarr.core.states import ChunkEvent
 
 __all__ = [
@@ -359,7 +360,7 @@ def coarser_fill(
     Examples
     --------
     >>> import numpy as np
-    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> from napari_lazy_zarr.core.sources.protocol import ArraySource
     >>> coarse = ArraySource(np.arange(16).reshape(4, 4), chunks=(2, 2), name="c")
     >>> resident = {}
     >>> from napari_lazy_zarr.core.keys import ChunkRef
@@ -428,7 +429,7 @@ def prefetch_ring(source: ChunkSource) -> int:
     Examples
     --------
     >>> import numpy as np
-    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> from napari_lazy_zarr.core.sources.protocol import ArraySource
     >>> source = ArraySource(np.zeros((8, 8)), chunks=(4, 4), name="r")
     >>> prefetch_ring(source)
     1
@@ -458,7 +459,7 @@ def prefetch_chunks(
     Examples
     --------
     >>> import numpy as np
-    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> from napari_lazy_zarr.core.sources.protocol import ArraySource
     >>> source = ArraySource(np.zeros((4, 8, 8)), chunks=(1, 4, 4), name="v")
     >>> sorted(prefetch_chunks(((1, 2), (0, 4), (0, 4)), (1, 2), (0,), source))
     [(0, 0, 0), (1, 0, 1), (1, 1, 0), (1, 1, 1), (2, 0, 0)]
@@ -497,7 +498,7 @@ def chunk_ranges(box: Box, source: ChunkSource) -> list[range]:
     Examples
     --------
     >>> import numpy as np
-    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> from napari_lazy_zarr.core.sources.protocol import ArraySource
     >>> chunk_ranges(((1, 2), (3, 9)), ArraySource(np.zeros((4, 16)), chunks=(1, 4), name="c"))
     [range(1, 2), range(0, 3)]
     """

@@ -1,7 +1,7 @@
 """Bounded file reads: regular files only, read whole or not at all.
 
 Every byte the engine reads from storage is bounded twice, whatever the bytes
-say; this module holds the first bound, `napari_lazy_zarr.core._decode` the
+say; this module holds the first bound, `napari_lazy_zarr.core.sources._decode` the
 second (decoding within the expected size).
 
 - **Files** (`read_regular_file`): symlinks are resolved, the target is opened

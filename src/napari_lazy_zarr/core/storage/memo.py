@@ -56,7 +56,7 @@ class MetadataMemoStore(WrapperStore[Store]):
     --------
     >>> import zarr
     >>> from zarr.storage import LoggingStore, MemoryStore
-    >>> from napari_lazy_zarr.core.zarr_source import open_node
+    >>> from napari_lazy_zarr.core.sources.zarr import open_node
     >>> inner = MemoryStore()
     >>> _ = zarr.create_group(inner).create_array("a", shape=(4,), dtype="u1")
     >>> counted = LoggingStore(inner.with_read_only(True), log_level="CRITICAL")

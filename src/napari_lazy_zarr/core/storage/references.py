@@ -4,7 +4,7 @@ A kerchunk reference file (version 0, and version 1 with ``templates``) maps
 zarr keys to inline data, ``[url]`` (a whole file) or ``[url, offset, length]``
 (a byte range of a file); the array's zarr metadata is itself one of the
 references. `ManifestStore` serves them so that zarr-python's own codec
-pipeline decodes the chunks (`napari_lazy_zarr.core.manifest.ManifestSource` is
+pipeline decodes the chunks (`napari_lazy_zarr.core.sources.manifest.ManifestSource` is
 the chunk source over it).
 
 Relative paths resolve against the reference file's folder; a reference that

@@ -26,20 +26,20 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from napari_lazy_zarr.core._grid import boundaries
-from napari_lazy_zarr.core.composite import ConcatSource, ConstantSource
 from napari_lazy_zarr.core.errors import LazyZarrError, MetadataError
-from napari_lazy_zarr.core.layout import store_name
-from napari_lazy_zarr.core.source import SourceFields
+from napari_lazy_zarr.core.formats.ome import store_name
+from napari_lazy_zarr.core.sources import boundaries
+from napari_lazy_zarr.core.sources.composite import ConcatSource, ConstantSource
+from napari_lazy_zarr.core.sources.protocol import SourceFields
+from napari_lazy_zarr.core.sources.zarr import open_node
 from napari_lazy_zarr.core.storage.local import store_for
 from napari_lazy_zarr.core.storage.memo import forget_metadata
-from napari_lazy_zarr.core.zarr_source import open_node
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from napari_lazy_zarr.core.layout import ImageSpec
-    from napari_lazy_zarr.core.source import ChunkSource
+    from napari_lazy_zarr.core.formats.ome import ImageSpec
+    from napari_lazy_zarr.core.sources.protocol import ChunkSource
 
 __all__ = [
     "FieldSource",
@@ -130,7 +130,7 @@ def describe_plate(
     LazyZarrError
         As `core.layout.describe_store` for the template field.
     """
-    from napari_lazy_zarr.core.layout import describe_store
+    from napari_lazy_zarr.core.formats.ome import describe_store
 
     location = os.fspath(location).rstrip("/")
     store, _ = store_for(location)
@@ -320,8 +320,8 @@ def field_opener(layout: PlateLayout) -> Callable[[str], ChunkSource]:
     import zarr
 
     from napari_lazy_zarr.core.errors import NotAZarrStoreError
+    from napari_lazy_zarr.core.sources.zarr import ZarrChunkSource
     from napari_lazy_zarr.core.storage.vetting import check_local
-    from napari_lazy_zarr.core.zarr_source import ZarrChunkSource
 
     def open_field(path: str) -> ChunkSource:
         full = f"{layout.location}/{path}"

@@ -1,20 +1,73 @@
-"""`CacheReader`: a zarr-indexing `Reader` that serves `LazyArray` parts from the chunk cache."""
+"""`CacheReader`: a zarr-indexing `Reader` that serves `LazyArray` parts from the chunk cache.
+
+Also `lazy_for`, the `LazyArray` over a source partitioned on its read grid
+that every read starts from. The reader needs of a cache only lookups and,
+when it must load a chunk itself, requests (`ChunkLoader`): it imports
+neither the cache nor the plans above it.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-from zarr_indexing import ConstantMap, DimensionMap, IndexTransform, ReadContext, numpy_reader
+from zarr_indexing import (
+    ConstantMap,
+    DimensionMap,
+    FixedDimension,
+    IndexTransform,
+    LazyArray,
+    ReadContext,
+    numpy_reader,
+)
 
 from napari_lazy_zarr.core.errors import ChunkReadError
-from napari_lazy_zarr.core.keys import ChunkKey
+from napari_lazy_zarr.core.keys import ChunkKey, ChunkLookup, ChunkRef, grid_shape
 
 if TYPE_CHECKING:
-    from napari_lazy_zarr.core.cache import ChunkCache
-    from napari_lazy_zarr.core.source import ChunkSource
+    from collections.abc import Iterable
 
-__all__ = ["CacheReader", "apply_transform"]
+    from napari_lazy_zarr.core.cache import Request
+    from napari_lazy_zarr.core.sources.protocol import ChunkSource
+
+__all__ = ["CacheReader", "ChunkLoader", "apply_transform", "lazy_for"]
+
+
+class ChunkLoader(ChunkLookup, Protocol):
+    """What a `CacheReader` needs of a cache: lookups, and a request to load and pin
+    chunks when a part's chunk was not requested first. `ChunkCache` is one."""
+
+    def request(self, chunks: Iterable[ChunkRef], /) -> Request:
+        """Pin `chunks` and queue the missing ones (a context manager releasing them)."""
+        ...
+
+
+class _GridAdapter:
+    """The array-like `LazyArray` wraps: shape and dtype only; reads go through `CacheReader`."""
+
+    __slots__ = ("dtype", "shape")
+
+    def __init__(self, source: ChunkSource) -> None:
+        self.shape = source.shape
+        self.dtype = source.dtype
+
+    def __getitem__(self, key: Any) -> Any:
+        raise TypeError("chunked arrays are read through the chunk cache, not by slicing")
+
+
+def lazy_for(source: ChunkSource) -> LazyArray:
+    """A `LazyArray` over `source` partitioned exactly on its read grid."""
+    lazy = LazyArray(_GridAdapter(source))
+    grid = source.grid
+    if all(isinstance(g, FixedDimension) for g in grid):
+        return lazy.with_parts(tuple(int(g.size) for g in grid if isinstance(g, FixedDimension)))
+    # Per-axis sizes must tile the extent exactly: clip each axis's last chunk (a
+    # FixedDimension declares its full size even where the array ends).
+    sizes = [
+        [min(int(g.chunk_size(i)), extent - int(g.chunk_offset(i))) for i in range(n)]
+        for g, n, extent in zip(grid, grid_shape(source), source.shape, strict=True)
+    ]
+    return lazy.with_parts_per_axis(sizes)
 
 
 def _box_selection(transform: IndexTransform) -> tuple[int | slice, ...] | None:
@@ -71,7 +124,8 @@ class CacheReader:
     Parameters
     ----------
     cache, source
-        Where the chunks live and which source they belong to.
+        Where the chunks live (a `ChunkCache`, or any `ChunkLoader`) and which
+        source they belong to.
     blocking
         If True, a missing chunk is an error (the caller waited for it).
         If False, a missing chunk's cells get the placeholder and its key is
@@ -91,7 +145,7 @@ class CacheReader:
     >>> import numpy as np
     >>> from zarr_indexing import LazyArray
     >>> from napari_lazy_zarr.core.cache import ChunkCache
-    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> from napari_lazy_zarr.core.sources.protocol import ArraySource
     >>> cache = ChunkCache(1 << 20)
     >>> source = ArraySource(np.arange(8), chunks=(4,), name="x")
     >>> reader = CacheReader(cache, source, blocking=False, placeholder=-1)
@@ -107,7 +161,7 @@ class CacheReader:
 
     def __init__(
         self,
-        cache: ChunkCache,
+        cache: ChunkLoader,
         source: ChunkSource,
         *,
         blocking: bool,
@@ -152,12 +206,10 @@ class CacheReader:
         `ChunkedArray` always requests (and pins) a view's chunks before
         resolving its parts, so this serves other callers: a `LazyArray`
         carrying this reader directly. A part on a foreign partitioning (its
-        box is not one of the source's chunks) is re-planned on the source's
-        grid; that is the only place the reader plans.
+        box is not one of the source's chunks) is re-partitioned on the
+        source's grid (`lazy_for`), its chunks requested together, and read
+        through this reader; that is the only place the reader plans.
         """
-        from napari_lazy_zarr.core.array import ChunkedArray
-        from napari_lazy_zarr.core.keys import ChunkRef
-
         projection = context.projection
         assert projection is not None
         ref = ChunkRef.of(self._source, projection.chunk_coords)
@@ -173,5 +225,15 @@ class CacheReader:
                 assert data is not None  # pinned READY
                 apply_transform(data, projection.chunk_transform, out)
             return
-        part = ChunkedArray(self._source, self._cache)[context.transform]
-        out[...] = part.result()
+        view = lazy_for(self._source).with_reader(self)[context.transform]
+        parts = list(view.parts())
+        refs = {ChunkRef.of(self._source, p.projection.chunk_coords): None for p in parts}
+        with self._cache.request(list(refs)) as request:
+            request.done.result()  # every chunk at once, as a view's read loads them
+            failed = request.failed()
+            for ref in refs:
+                if ref.key in failed:
+                    error = failed[ref.key]
+                    raise ChunkReadError(f"chunk {ref.key} failed: {error}") from error
+            # Pinned READY: each part is now served from the cache by this reader.
+            out[...] = view.result(parts=parts)

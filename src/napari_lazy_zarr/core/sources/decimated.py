@@ -33,19 +33,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from zarr_indexing import FixedDimension
 
-from napari_lazy_zarr.core.array import lazy_for
 from napari_lazy_zarr.core.errors import ChunkReadError
 from napari_lazy_zarr.core.keys import ChunkRef, chunk_bounds
-from napari_lazy_zarr.core.plans import plan_read
-from napari_lazy_zarr.core.source import SourceFields
+from napari_lazy_zarr.core.sources.protocol import SourceFields
 
 if TYPE_CHECKING:
-    from collections.abc import Hashable, Mapping
+    from collections.abc import Callable, Hashable, Mapping
 
     from zarr_indexing import DimensionGridLike
 
     from napari_lazy_zarr.core.keys import ChunkKey
-    from napari_lazy_zarr.core.source import ChunkSource
+    from napari_lazy_zarr.core.sources.protocol import ChunkSource
 
 __all__ = ["DecimatedSource", "virtual_levels"]
 
@@ -79,7 +77,7 @@ class DecimatedSource(SourceFields):
     Examples
     --------
     >>> import numpy as np
-    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> from napari_lazy_zarr.core.sources.protocol import ArraySource
     >>> base = ArraySource(np.arange(64).reshape(8, 8), chunks=(4, 4), name="b")
     >>> level = DecimatedSource(base, 2)
     >>> level.shape
@@ -153,7 +151,6 @@ class DecimatedSource(SourceFields):
             else:
                 grid.append(g)
         self._grid = tuple(grid)
-        self._base_view = lazy_for(base)
 
     @property
     def identity(self) -> Hashable:
@@ -179,21 +176,17 @@ class DecimatedSource(SourceFields):
     def read_chunk(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any]:
         """Read chunk `coords` straight from the base (without a cache)."""
         lo, hi = chunk_bounds(self._grid, coords, self._shape)
-        selection = tuple(
-            slice(a * self._factor, b * self._factor, self._factor)
-            if axis in self._decimated
-            else slice(a, b)
-            for axis, (a, b) in enumerate(zip(lo, hi, strict=True))
-        )
-        # The strided plan over the base grid names the base chunks this level chunk
-        # samples and where each lands; they are read directly, not cached.
-        plan = plan_read(self._base_view[selection], self._base)
-        if len(plan.refs) > MAX_BASE_CHUNKS:
-            raise self._too_many(coords, len(plan.refs))
-        out = plan.new_buffer()
-        for ref in plan.refs:
-            plan.copy_chunk(out, ref.key, self._base.read_chunk(ref.coords))
-        return plan.finish(out)
+        if any(b <= a for a, b in zip(lo, hi, strict=True)):  # an empty chunk samples nothing
+            return np.empty(tuple(b - a for a, b in zip(lo, hi, strict=True)), dtype=self.dtype)
+        # The base chunks this level chunk samples (every `factor`-th cell), each read
+        # directly (not cached) and its samples copied as `combine` copies a level's.
+        base = self._base
+        per_axis = self._spans(coords, base.grid, self._factor)
+        count = math.prod(len(span) for span in per_axis)
+        if count > MAX_BASE_CHUNKS:
+            raise self._too_many(coords, count)
+        refs = [ChunkRef.of(base, c) for c in itertools.product(*per_axis)]
+        return self._sampled(coords, refs, self._factor, lambda ref: base.read_chunk(ref.coords))
 
     # -- DerivedSource ------------------------------------------------------
 
@@ -221,11 +214,23 @@ class DecimatedSource(SourceFields):
         self, coords: tuple[int, ...], inputs: Mapping[ChunkKey, np.ndarray[Any, Any]]
     ) -> np.ndarray[Any, Any]:
         """Chunk `coords` from the finer chunks it samples (keyed as `chunk_inputs` names them)."""
+        return self._sampled(
+            coords, self.chunk_inputs(coords), self._step, lambda ref: inputs[ref.key]
+        )
+
+    def _sampled(
+        self,
+        coords: tuple[int, ...],
+        refs: list[ChunkRef],
+        step: int,
+        data_of: Callable[[ChunkRef], np.ndarray[Any, Any]],
+    ) -> np.ndarray[Any, Any]:
+        """Chunk `coords` from the chunks `refs` of a finer grid sampled every `step`
+        cells along the decimated axes (the same grid along the others)."""
         lo, hi = chunk_bounds(self._grid, coords, self._shape)
         out = np.empty(tuple(b - a for a, b in zip(lo, hi, strict=True)), dtype=self.dtype)
-        step = self._step
-        for ref in self.chunk_inputs(coords):
-            data = inputs[ref.key]
+        for ref in refs:
+            data = data_of(ref)
             source_selection: list[slice] = []
             out_selection: list[slice] = []
             for axis, (a, b, start, stop) in enumerate(
@@ -305,7 +310,7 @@ def virtual_levels(
     Examples
     --------
     >>> import numpy as np
-    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> from napari_lazy_zarr.core.sources.protocol import ArraySource
     >>> base = ArraySource(np.zeros((2000, 1500)), chunks=(512, 512), name="b")
     >>> [level.shape for level in virtual_levels(base)]
     [(2000, 1500), (1000, 750), (500, 375)]

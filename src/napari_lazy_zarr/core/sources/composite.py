@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn
 import numpy as np
 from zarr_indexing import DimensionGridLike, FixedDimension, IndexDomain
 
-from napari_lazy_zarr.core._grid import boundaries, box_text, grid_from_boundaries
 from napari_lazy_zarr.core.errors import (
     ChunkReadError,
     IncompatibleSourcesError,
@@ -44,17 +43,19 @@ from napari_lazy_zarr.core.errors import (
 from napari_lazy_zarr.core.keys import (
     SHOWN_MEMBERS,
     CompositeIdentity,
+    box_text,
     chunk_bounds,
     label_of,
 )
-from napari_lazy_zarr.core.source import SourceFields, fill_value_of
+from napari_lazy_zarr.core.sources._grid import boundaries, grid_from_boundaries
+from napari_lazy_zarr.core.sources.protocol import SourceFields, fill_value_of
 
 if TYPE_CHECKING:
     from distributed import Client
     from numpy.typing import ArrayLike, DTypeLike
 
-    from napari_lazy_zarr.core.dask_source import DaskRunner
-    from napari_lazy_zarr.core.source import ChunkSource
+    from napari_lazy_zarr.core.sources.dask import DaskRunner
+    from napari_lazy_zarr.core.sources.protocol import ChunkSource
 
 __all__ = [
     "CastSource",
@@ -157,7 +158,7 @@ class ConcatSource(SourceFields, _ReadOnly):
     Examples
     --------
     >>> import numpy as np
-    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> from napari_lazy_zarr.core.sources.protocol import ArraySource
     >>> a = ArraySource(np.zeros((2, 3), "u1"), chunks=(2, 2), name="a")
     >>> b = ArraySource(np.ones((3, 3), "u1"), chunks=(3, 3), name="b")
     >>> both = ConcatSource([a, b], axis=0)
@@ -285,7 +286,7 @@ class StackSource(ConcatSource):
     Examples
     --------
     >>> import numpy as np
-    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> from napari_lazy_zarr.core.sources.protocol import ArraySource
     >>> planes = [ArraySource(np.full((2, 2), i, "u1"), chunks=(2, 2), name=i) for i in range(3)]
     >>> stack = StackSource(planes, axis=-1)
     >>> stack.shape, stack.read_chunk((0, 0, 2))[..., 0]
@@ -513,7 +514,7 @@ class FunctionSource(SourceFields, _ReadOnly):
         self._runner: DaskRunner | None = None
         self._owns_runner = False
         if client is not None:
-            from napari_lazy_zarr.core.dask_source import (
+            from napari_lazy_zarr.core.sources.dask import (
                 DEFAULT_COMPUTE_TIMEOUT,
                 DaskRunner,
                 Tickets,
@@ -629,7 +630,7 @@ class CastSource(SourceFields, _ReadOnly):
     Examples
     --------
     >>> import numpy as np
-    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> from napari_lazy_zarr.core.sources.protocol import ArraySource
     >>> base = ArraySource(np.array([0, 1000, 65535], "u2"), chunks=(2,), name="b")
     >>> wide = CastSource(base, "float32")
     >>> wide.read_chunk((1,)), wide.lossless

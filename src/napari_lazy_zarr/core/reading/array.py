@@ -11,72 +11,25 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 from zarr_indexing import FixedDimension, LazyArray
 
-from napari_lazy_zarr.core.backends import choose_backend, open_backend_source
-from napari_lazy_zarr.core.cache import (
-    DEFAULT_TOTAL_BYTES_LIMIT,
-    ChunkCache,
-    Request,
-    check_concurrency,
-    check_total_bytes_limit,
-)
-from napari_lazy_zarr.core.errors import (
-    CacheClosedError,
-    ChunkReadError,
-    LazyZarrError,
-    MetadataError,
-)
+from napari_lazy_zarr.core.errors import CacheClosedError, ChunkReadError
 from napari_lazy_zarr.core.executors import DaemonExecutor
 from napari_lazy_zarr.core.keys import ChunkRef, grid_shape
-from napari_lazy_zarr.core.plans import Fallback, ReadPlan, plan_read
-from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS, Timeouts
-from napari_lazy_zarr.core.storage.retry import RetryPolicy
-from napari_lazy_zarr.core.storage.vetting import is_remote
-from napari_lazy_zarr.core.zarr_source import DEFAULT_RETRY
+from napari_lazy_zarr.core.reading.cache_reader import lazy_for
+from napari_lazy_zarr.core.reading.plans import Fallback, ReadPlan, plan_read
 
 if TYPE_CHECKING:
-    import os
     from collections.abc import Hashable, Iterable
 
     from zarr_indexing import IndexTransform
 
+    from napari_lazy_zarr.core.cache import ChunkCache, Request
     from napari_lazy_zarr.core.keys import ChunkKey
-    from napari_lazy_zarr.core.source import ChunkSource
+    from napari_lazy_zarr.core.sources.protocol import ChunkSource
 
-__all__ = ["REMOTE_CONCURRENCY", "ChunkedArray", "PartialRead", "lazy_for", "open_array"]
-
-REMOTE_CONCURRENCY: Final = 32
-"""Default chunk loads in flight for remote stores (TensorStore's HTTP concurrency)."""
+__all__ = ["ChunkedArray", "PartialRead"]
 
 PLANS_KEPT: Final = 16
 """Plans of basic selections an array and the views derived from it keep, most recent first."""
-
-
-class _GridAdapter:
-    """The array-like `LazyArray` wraps: shape and dtype only; reads go through `CacheReader`."""
-
-    __slots__ = ("dtype", "shape")
-
-    def __init__(self, source: ChunkSource) -> None:
-        self.shape = source.shape
-        self.dtype = source.dtype
-
-    def __getitem__(self, key: Any) -> Any:
-        raise TypeError("chunked arrays are read through the chunk cache, not by slicing")
-
-
-def lazy_for(source: ChunkSource) -> LazyArray:
-    """A `LazyArray` over `source` partitioned exactly on its read grid."""
-    lazy = LazyArray(_GridAdapter(source))
-    grid = source.grid
-    if all(isinstance(g, FixedDimension) for g in grid):
-        return lazy.with_parts(tuple(int(g.size) for g in grid if isinstance(g, FixedDimension)))
-    # Per-axis sizes must tile the extent exactly: clip each axis's last chunk (a
-    # FixedDimension declares its full size even where the array ends).
-    sizes = [
-        [min(int(g.chunk_size(i)), extent - int(g.chunk_offset(i))) for i in range(n)]
-        for g, n, extent in zip(grid, grid_shape(source), source.shape, strict=True)
-    ]
-    return lazy.with_parts_per_axis(sizes)
 
 
 class _PlanMemo:
@@ -186,7 +139,7 @@ class ChunkedArray:
     --------
     >>> import numpy as np
     >>> from napari_lazy_zarr.core.cache import ChunkCache
-    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> from napari_lazy_zarr.core.sources.protocol import ArraySource
     >>> data = np.arange(48).reshape(6, 8)
     >>> with ChunkCache(1 << 20) as cache:
     ...     array = ChunkedArray(ArraySource(data, chunks=(4, 4)), cache)
@@ -417,95 +370,3 @@ class _Indexer:
         lazy = self._array._lazy
         indexed = lazy.oindex[selection] if self._mode == "oindex" else lazy.vindex[selection]
         return self._array._derive(indexed)
-
-
-def open_array(
-    path_or_url: str | os.PathLike[str],
-    *,
-    total_bytes_limit: int = DEFAULT_TOTAL_BYTES_LIMIT,
-    concurrency: int | None = None,
-    path: str = "",
-    cache: ChunkCache | None = None,
-    timeouts: Timeouts = DEFAULT_TIMEOUTS,
-    retry: RetryPolicy = DEFAULT_RETRY,
-    backend: str = "auto",
-) -> ChunkedArray:
-    """Open a zarr array as a lazy `ChunkedArray` served by a chunk cache.
-
-    Parameters
-    ----------
-    path_or_url
-        A local `.zarr` directory (Zarr v2 or v3) or a URL zarr-python can open.
-    total_bytes_limit
-        Capacity of the chunk cache in bytes of decoded data (an int >= 0;
-        default 1 GiB).
-    concurrency
-        Chunks loaded at once by worker threads (an int >= 1; default: one per
-        core, at least 2, for local stores; 32 for URLs, as TensorStore keeps 32
-        HTTP requests in flight).
-    path
-        The array's path inside the store, for arrays inside a group.
-    cache
-        Share an existing cache between arrays instead of creating one
-        (`total_bytes_limit` and `concurrency` are then checked but unused).
-    timeouts
-        Time caps of every storage request, metadata and chunks (connect, idle
-        read, total); a read over a cap fails with `LoadTimeoutError` and is retried.
-    retry
-        How transient failures (timeouts, resets, HTTP 429/5xx) are retried;
-        a server's ``Retry-After`` is honoured within the policy's bounds.
-    backend
-        What reads and decodes the chunks (`napari_lazy_zarr.core.backends`):
-        ``"auto"`` (zarr-python through this project's bounded reads), ``"zarr"``,
-        ``"tensorstore"`` or ``"zarrs"`` (opt-in, for trusted data).
-
-    Raises
-    ------
-    LazyZarrError
-        A specific subclass naming the path and the problem (not found, not a
-        zarr store, malformed or unreadable metadata, unsafe or unsupported
-        dtype); any other failure to open is a `MetadataError` chaining its cause.
-    TypeError, ValueError
-        A bad argument, e.g. ``concurrency=2.5`` (programming errors: Python's
-        builtin types, naming the argument), or an unknown `backend`.
-
-    Examples
-    --------
-    >>> import tempfile, numpy as np, zarr
-    >>> store = tempfile.mkdtemp() + "/image.zarr"
-    >>> zarr.create_array(store, shape=(100, 100), chunks=(32, 32), dtype="u2")[:] = 7
-    >>> image = open_array(store, total_bytes_limit=64 << 20)
-    >>> image.shape, image.chunks
-    ((100, 100), (32, 32))
-    >>> int(image[10:20, 90:].result().sum())
-    700
-    >>> image.cache.statistics.loads
-    2
-    >>> image.cache.close()
-    """
-    # Arguments first: a mistake is reported before any I/O.
-    check_total_bytes_limit(total_bytes_limit)
-    if concurrency is not None:
-        check_concurrency(concurrency)
-    if not isinstance(timeouts, Timeouts):
-        raise TypeError(f"timeouts must be a Timeouts, got {timeouts!r}")
-    if not isinstance(retry, RetryPolicy):
-        raise TypeError(f"retry must be a RetryPolicy, got {retry!r}")
-    choose_backend(backend, path_or_url)  # an unknown name is a ValueError, before any I/O
-    try:
-        source = open_backend_source(
-            path_or_url, path=path, backend=backend, retry=retry, timeouts=timeouts
-        )
-    except LazyZarrError:
-        raise
-    except Exception as error:  # the contract: nothing raw escapes to the user
-        where = f"{path_or_url}{'/' + path if path else ''}"
-        raise MetadataError(
-            f"{where}: could not open the array: {type(error).__name__}: {error}"
-        ) from error
-    if cache is None:
-        if concurrency is None and is_remote(path_or_url):
-            # Remote chunks are latency-bound: keep many requests in flight.
-            concurrency = REMOTE_CONCURRENCY
-        cache = ChunkCache(total_bytes_limit, concurrency=concurrency)
-    return ChunkedArray(source, cache)

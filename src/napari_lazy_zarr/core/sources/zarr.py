@@ -1,4 +1,9 @@
-"""`ZarrChunkSource`: chunks of a zarr-python array, decoded by zarr's own codec pipeline."""
+"""`ZarrChunkSource`: chunks of a zarr-python array, decoded by zarr's own codec pipeline.
+
+Also where a zarr node is opened (`open_node`, `open_zarr_source`) and what a
+zarr array's identity is (`ZarrIdentity`). The bounded codec chain lives in
+`_decode` (`BoundedDecode`), the shard reads in `_sharding` (`ShardReader`).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +13,7 @@ import itertools
 import json
 import math
 import os
-import sys
 import threading
-from collections import OrderedDict
 from concurrent.futures import Future
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -18,33 +21,12 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import numpy as np
 import zarr
-from zarr.abc.codec import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec
-from zarr.abc.store import (
-    RangeByteRequest,
-)
 from zarr.buffer import default_buffer_prototype
-from zarr.codecs import BytesCodec
 from zarr_indexing import (
     DimensionGridLike,
     FixedDimension,
 )
 
-from napari_lazy_zarr.core import _zarr_compat as compat
-from napari_lazy_zarr.core._decode import (
-    DECODABLE_CODECS,
-    INTO_CODECS,
-    ExpansionError,
-    bounded_decode,
-    decode_into,
-)
-from napari_lazy_zarr.core._grid import grid_from_sizes
-from napari_lazy_zarr.core._zarr_compat import (  # per chunk read: bound once here
-    chunk_spec,
-    inner_chunk_spec,
-    inner_chunks_per_shard,
-    shard_chunk_range,
-)
-from napari_lazy_zarr.core.buffers import CHUNK_MEMORY
 from napari_lazy_zarr.core.errors import (
     ChunkReadError,
     LoadCancelledError,
@@ -55,11 +37,15 @@ from napari_lazy_zarr.core.errors import (
 from napari_lazy_zarr.core.executors import DaemonExecutor
 from napari_lazy_zarr.core.keys import chunk_bounds
 from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS, Timeouts
-from napari_lazy_zarr.core.source import SourceFields, fill_value_of
+from napari_lazy_zarr.core.sources import _zarr_compat as compat
+from napari_lazy_zarr.core.sources._decode import BoundedDecode
+from napari_lazy_zarr.core.sources._grid import grid_from_sizes
+from napari_lazy_zarr.core.sources._sharding import ShardReader
+from napari_lazy_zarr.core.sources._zarr_compat import (  # per chunk read: bound once here
+    chunk_spec,
+)
+from napari_lazy_zarr.core.sources.protocol import SourceFields, fill_value_of
 from napari_lazy_zarr.core.storage.files import (
-    TORN_READ_ATTEMPTS,
-    FileChangedError,
-    FileStamp,
     read_stamped,
 )
 from napari_lazy_zarr.core.storage.http import http_store_of
@@ -78,34 +64,18 @@ from napari_lazy_zarr.core.storage.vetting import check_local, check_safe, group
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Iterator, Sequence
 
-    from zarr.abc.buffer import Buffer, BufferPrototype
+    from zarr.abc.buffer import Buffer
     from zarr.abc.store import ByteRequest
-    from zarr.codecs import ShardingCodec
+
+    from napari_lazy_zarr.core.sources._sharding import Fetched
 
 __all__ = [
+    "DEFAULT_RETRY",
     "ZarrChunkSource",
     "ZarrIdentity",
+    "open_node",
     "open_zarr_source",
 ]
-
-# Decoded shard indexes kept per array, in bytes (16 per inner chunk): 16 MiB holds the
-# indexes of 16,384 shards of 8 x 8 inner chunks, or 1,024 of 32 x 32.
-SHARD_INDEX_BYTES: Final = 16 << 20
-_INDEX_ENTRY_BYTES: Final = 16  # an inner chunk's (offset, length) as two uint64
-# A batch of inner chunks is read as one span of its shard when the chunks fill at least
-# this much of the span: one request instead of several, at most a third more bytes.
-_SPAN_FILL: Final = 0.75
-
-type Spread = Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]]
-"""Runs a job on each item (maybe on several threads at once); the results, in order."""
-
-# A batched shard read decodes its chunks in at most this many groups at once.
-_DECODE_GROUPS: Final = 4
-
-
-def _one_by_one(job: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
-    """`Spread` on the calling thread."""
-    return [job(item) for item in items]
 
 
 # The threads that fetch and decode the second and later runs of a batched shard read
@@ -196,153 +166,13 @@ def _metadata_version(array: zarr.Array[Any]) -> str:
     return digest.hexdigest()
 
 
-def _codec_id(codec: Any) -> tuple[str, dict[str, Any]]:
-    """A codec's name and configuration, for zarr v3 codecs and numcodecs objects alike."""
-    if hasattr(codec, "get_config"):  # numcodecs (a Zarr v2 compressor)
-        config = dict(codec.get_config())
-        return str(config.pop("id", "")), config
-    document = codec.to_dict()
-    return str(document.get("name", "")), dict(document.get("configuration") or {})
-
-
-def _filters_ratio(filters: Sequence[Any] | None) -> int:
-    """How much larger than the chunk Zarr v2 filters can make the compressor's output.
-
-    Only filters that encode to a wider dtype (``astype``/``encode_dtype``) grow it.
-    """
-    ratio = 1.0
-    for codec in filters or ():
-        encoded = getattr(codec, "astype", None) or getattr(codec, "encode_dtype", None)
-        decoded = getattr(codec, "dtype", None) or getattr(codec, "decode_dtype", None)
-        if encoded is not None and decoded is not None:
-            ratio *= max(1.0, np.dtype(encoded).itemsize / np.dtype(decoded).itemsize)
-    return math.ceil(ratio)
-
-
-class _BoundedDecode:
-    """zarr's synchronous codec chain, with its compressors decoded within the chunk's size.
-
-    The bytes-to-bytes codecs (and a Zarr v2 compressor) that `bounded_decode`
-    knows are run here in decode order, each refusing output beyond the
-    chunk's decoded size (`decode_limit`); the rest of the chain (array-bytes
-    and array-array codecs, any codec after an unknown one) is zarr's own
-    transform, handed the decoded bytes. Stream codecs are decoded once, here,
-    not twice. Thread-safe (no state after construction).
-    """
-
-    unbounded: tuple[str, ...] = ()
-    """Compressors left to zarr after a filter this cannot decode (their output unbounded)."""
-
-    def __init__(self, transform: Any) -> None:
-        codecs = compat.transform_codecs(transform)
-        array_array = [c for c in codecs if isinstance(c, ArrayArrayCodec)]
-        array_bytes: Any = next(c for c in codecs if isinstance(c, ArrayBytesCodec))
-        bytes_bytes = [c for c in codecs if isinstance(c, BytesBytesCodec)]
-        stages: list[tuple[str, dict[str, Any]]] = []
-        for codec in reversed(bytes_bytes):
-            name, config = _codec_id(codec)
-            if name.removeprefix("numcodecs.") not in DECODABLE_CODECS:
-                break  # its output feeds the ones after it: zarr decodes the rest
-            stages.append((name, config))
-        rest = bytes_bytes[: len(bytes_bytes) - len(stages)]
-        ratio = 1
-        if not rest and hasattr(array_bytes, "filters"):
-            # A Zarr v2 chunk decodes its compressor, then its filters last to first; a
-            # compressor may also be a filter (numcodecs allows it): bound those too.
-            compressor = array_bytes.compressor
-            filters = list(array_bytes.filters or ())
-            if compressor is not None and _codec_id(compressor)[0] in DECODABLE_CODECS:
-                stages.append(_codec_id(compressor))
-                compressor = None
-            while compressor is None and filters and _codec_id(filters[-1])[0] in DECODABLE_CODECS:
-                stages.append(_codec_id(filters.pop()))
-            if len(filters) != len(array_bytes.filters or ()) or compressor is None:
-                array_bytes = compat.v2_codec_with(
-                    array_bytes, compressor=compressor, filters=tuple(filters) or None
-                )
-            ratio = _filters_ratio(filters)
-            self.unbounded = tuple(
-                _codec_id(codec)[0]
-                for codec in filters
-                if _codec_id(codec)[0] in DECODABLE_CODECS - {"crc32c"}
-            )
-        self.stages = tuple(stages)
-        # The common chains (bytes + zstd or blosc; a Zarr v2 zstd or blosc compressor
-        # without filters) decode straight into recycled memory (`decode_pooled`).
-        self._into: str | None = None
-        self._v2 = hasattr(array_bytes, "filters")
-        if (
-            len(stages) == 1
-            and stages[0][0].removeprefix("numcodecs.") in INTO_CODECS
-            and not array_array
-            and not rest
-            and (
-                (self._v2 and not array_bytes.filters and array_bytes.compressor is None)
-                or (
-                    isinstance(array_bytes, BytesCodec)
-                    and array_bytes.endian in (None, sys.byteorder)
-                )
-            )
-        ):
-            self._into = stages[0][0]
-        self._tail = (
-            compat.transform_with_codecs(transform, (*array_array, array_bytes, *rest))
-            if stages
-            else transform
-        )
-        self._array_array = tuple(array_array)
-        self._ratio = ratio
-        self._itemsize: int | None = None
-
-    def _bytes_per_element(self, spec: Any) -> int:
-        """Bytes per element the array-bytes codec decodes (after casts, if any)."""
-        if self._itemsize is None:
-            for codec in self._array_array:  # e.g. a cast: the bytes codec sees another dtype
-                spec = codec.resolve_metadata(spec)
-            self._itemsize = int(spec.dtype.to_native_dtype().itemsize) * self._ratio
-        return self._itemsize
-
-    def decode_pooled(self, raw: Buffer, spec: Any) -> np.ndarray[Any, Any] | None:
-        """`raw` decoded into a block of `CHUNK_MEMORY` (pages already mapped), as
-        zarr's chain would decode it; None when this chain cannot (then `decode_chunk`).
-        """
-        if self._into is None:
-            return None
-        dtype = spec.dtype.to_native_dtype()
-        if not self._v2 and not dtype.isnative:
-            return None
-        if dtype.hasobject:
-            return None
-        shape = tuple(int(n) for n in spec.shape)
-        block = CHUNK_MEMORY.lease(math.prod(shape) * dtype.itemsize)
-        decode_into(self._into, raw.as_numpy_array(), block)
-        # As zarr's V2Codec: a view in the stored dtype, in the array's order.
-        order = spec.config.order if self._v2 else "C"
-        decoded: np.ndarray[Any, Any] = block.view(dtype).reshape(shape, order=order)
-        return decoded
-
-    def decode_chunk(self, raw: Buffer, spec: Any) -> Any:
-        """`raw`, the bytes of a chunk described by `spec`, decoded (an NDBuffer)."""
-        if not self.stages:
-            return self._tail.decode_chunk(raw, spec)
-        expected = math.prod(spec.shape) * self._bytes_per_element(spec)
-        data: Any = raw.as_numpy_array()
-        for name, config in self.stages:
-            data = bounded_decode(name, data, expected, config)
-        return self._tail.decode_chunk(spec.prototype.buffer.from_bytes(data), spec)
-
-
-type Fetched = tuple[Buffer, FileStamp | None] | None
-"""Bytes read for a key and the stamp of the file version they came from (None: not a file)."""
-
-
 class ZarrChunkSource(SourceFields):
     """A `ChunkSource` over a zarr-python array (Zarr v2 or v3).
 
     Chunks are read on the *read* grid: the inner chunks of a sharded array
     (zarr's `read_chunk_sizes`), so a shard is never decoded whole. Decoding
     uses zarr-python's codec pipeline, synchronously on the worker thread,
-    with its compressors bounded (`_BoundedDecode`): no chunk decodes to more
+    with its compressors bounded (`BoundedDecode`): no chunk decodes to more
     than its size, whatever its bytes declare. A chunk absent from the store is
     filled with the array's fill value (for a Zarr v2 ``"fill_value": null``,
     the dtype's zero, as zarr-python reads it).
@@ -434,14 +264,14 @@ class ZarrChunkSource(SourceFields):
         # The synchronous decode path: zarr's FusedCodecPipeline transform, bounded.
         # Codecs without a synchronous form leave None: zarr's async pipeline reads them.
         transform = compat.sync_transform(self._pipeline)
-        self._decoder = None if transform is None else _BoundedDecode(transform)
+        self._decoder = None if transform is None else BoundedDecode(transform)
         if self._decoder is not None and self._decoder.unbounded:
             raise UnsupportedDataError(
                 f"{self._location}: the filter {self._decoder.unbounded[0]!r} follows a "
                 "filter whose output size cannot be checked, so it could decompress "
                 "without bound; such arrays are not read"
             )
-        self._shards = _ShardReader.for_pipeline(
+        self._shards = ShardReader.for_pipeline(
             self._pipeline, _max_encoded_bytes(array.chunks, self._dtype)
         )
         # Inner chunks of one shard are read together (one request per run of adjacent
@@ -776,315 +606,6 @@ def _max_encoded_bytes(shape: Sequence[int], dtype: np.dtype[Any]) -> int:
     range) for a 16 KiB chunk.
     """
     return 2 * math.prod(int(s) for s in shape) * dtype.itemsize + (1 << 20)
-
-
-class _IndexGetter:
-    """What zarr's sharding codec reads a shard index through: our bounded `fetch`."""
-
-    def __init__(self, fetch: Callable[[str, ByteRequest | None], Fetched], key: str) -> None:
-        self._fetch = fetch
-        self._key = key
-        self.stamp: FileStamp | None = None
-
-    def get_sync(
-        self, prototype: BufferPrototype | None = None, byte_range: ByteRequest | None = None
-    ) -> Buffer | None:
-        found = self._fetch(self._key, byte_range)
-        if found is None:
-            return None
-        self.stamp = found[1]
-        return found[0]
-
-
-class _ShardReader:
-    """Reads one inner chunk of a shard: a byte-range read and the inner codecs, nothing more.
-
-    zarr-python's pipeline re-reads and re-decodes a shard's index for every
-    partial read (two requests and ~0.6 ms extra per 512² inner chunk here);
-    this keeps decoded indexes (a few KiB each, bounded LRU), so each inner
-    chunk costs one ranged read and one decode, by zarr's own sharding codec
-    and inner codec chain, bounded (`_BoundedDecode`). An index range longer
-    than any encoding of an inner chunk is refused before it is read. A local
-    shard rewritten since its index was read (another file version) has its
-    index read again, so a stale index never serves another file's bytes.
-    Thread-safe.
-    """
-
-    def __init__(self, codec: ShardingCodec, max_inner_bytes: int) -> None:
-        self._codec = codec
-        self._max_inner_bytes = max_inner_bytes
-        self._indexes: OrderedDict[str, tuple[Any, FileStamp | None]] = OrderedDict()
-        self._index_bytes = 0  # of the kept indexes: at most SHARD_INDEX_BYTES
-        self._index_size = 0  # bytes of one (every shard of an array has as many chunks)
-        self._chunks_per_shard: tuple[int, ...] | None = None
-        self._inner_specs: dict[Any, Any] = {}  # shard spec -> inner chunk spec
-        self._decoders: dict[Any, _BoundedDecode] = {}
-        self._loading: dict[str, threading.Lock] = {}  # indexes being read, held by the reader
-        self._lock = threading.Lock()
-
-    @classmethod
-    def for_pipeline(cls, pipeline: Any, max_inner_bytes: int) -> _ShardReader | None:
-        """A reader when the pipeline is exactly one sharding codec, else None."""
-        codec = compat.sole_sharding_codec(pipeline)
-        return None if codec is None else cls(codec, max_inner_bytes)
-
-    def _index(
-        self, key: str, chunks_per_shard: tuple[int, ...], fetch: Callable[..., Fetched]
-    ) -> tuple[Any, FileStamp | None]:
-        # One read per index: workers wanting the same shard's index meanwhile wait for
-        # it (one request instead of one each), then read it themselves if it failed.
-        while True:
-            with self._lock:
-                entry = self._indexes.get(key)
-                if entry is not None:
-                    self._indexes.move_to_end(key)
-                    return entry
-                loading = self._loading.get(key)
-                if loading is None:
-                    loading = self._loading[key] = threading.Lock()
-                    loading.acquire()
-                    break
-            with loading:  # the reader releases it when done, whatever happened
-                pass
-        try:
-            getter = _IndexGetter(fetch, key)
-            index = compat.load_shard_index(self._codec, getter, chunks_per_shard)
-            entry = (index, getter.stamp)
-            if index is not None:
-                with self._lock:
-                    self._index_size = _INDEX_ENTRY_BYTES * math.prod(chunks_per_shard)
-                    if key not in self._indexes:
-                        self._index_bytes += self._index_size
-                    self._indexes[key] = entry
-                    while self._index_bytes > SHARD_INDEX_BYTES and len(self._indexes) > 1:
-                        self._indexes.popitem(last=False)
-                        self._index_bytes -= self._index_size
-            return entry
-        finally:
-            with self._lock:
-                del self._loading[key]
-            loading.release()
-
-    @property
-    def kept_bytes(self) -> int:
-        return self._index_bytes
-
-    def _forget(self, key: str) -> None:
-        with self._lock:
-            if self._indexes.pop(key, None) is not None:
-                self._index_bytes -= self._index_size
-
-    def _per_shard(self, shard_spec: Any) -> tuple[int, ...]:
-        """Inner chunks per shard along each axis (one shard shape per array: kept)."""
-        found = self._chunks_per_shard
-        if found is None:
-            found = self._chunks_per_shard = inner_chunks_per_shard(self._codec, shard_spec)
-        return found
-
-    def _decoder(self, shard_spec: Any) -> _BoundedDecode:
-        decoder = self._decoders.get(shard_spec)
-        if decoder is None:
-            decoder = _BoundedDecode(compat.inner_chunk_transform(self._codec, shard_spec))
-            with self._lock:
-                self._decoders[shard_spec] = decoder
-        return decoder
-
-    def _inner(
-        self, selection: tuple[slice, ...]
-    ) -> tuple[tuple[int, ...], tuple[slice, ...], tuple[int, ...]]:
-        """The inner chunk a shard-local `selection` lies in: its coordinates, the
-        selection within it, and the selection's shape."""
-        inner = tuple(int(c) for c in self._codec.chunk_shape)
-        coords = tuple(sel.start // size for sel, size in zip(selection, inner, strict=True))
-        local = tuple(
-            slice(sel.start - c * size, sel.stop - c * size)
-            for sel, c, size in zip(selection, coords, inner, strict=True)
-        )
-        return coords, local, tuple(sel.stop - sel.start for sel in selection)
-
-    def _decode(
-        self, raw: Buffer, shard_spec: Any, local: tuple[slice, ...], shape: tuple[int, ...]
-    ) -> np.ndarray[Any, Any]:
-        decoder = self._decoder(shard_spec)
-        spec = self._inner_specs.get(shard_spec)
-        if spec is None:
-            spec = self._inner_specs[shard_spec] = inner_chunk_spec(self._codec, shard_spec)
-        decoded = decoder.decode_pooled(raw, spec)
-        if decoded is None:
-            decoded = np.asarray(decoder.decode_chunk(raw, spec).as_ndarray_like())
-        if decoded.shape == shape:
-            return decoded
-        return np.array(decoded[local], copy=True)
-
-    def read_many(
-        self,
-        key: str,
-        shard_spec: Any,
-        selections: Sequence[tuple[slice, ...]],
-        fetch: Callable[[str, ByteRequest | None], Fetched],
-        *,
-        gap: int = 0,
-        spread: Spread | None = None,
-    ) -> list[np.ndarray[Any, Any] | BaseException]:
-        """Inner chunks of shard `key` (shard-local `selections`), read with one request
-        per run of byte ranges at most `gap` bytes apart, or one request for their whole
-        span when they fill `_SPAN_FILL` of it. The index is read once (and kept).
-
-        Each run is fetched and its chunks decoded as one job; `spread` runs the
-        jobs (e.g. at once, on several threads; default: one after another). A chunk
-        that does not decode is returned as its error; a failed read raises.
-        """
-        dtype = shard_spec.dtype.to_native_dtype()
-        fill_value = fill_value_of(shard_spec.fill_value, dtype)
-        located = [self._inner(selection) for selection in selections]
-        chunks_per_shard = self._per_shard(shard_spec)
-        for _ in range(TORN_READ_ATTEMPTS):
-            index, stamp = self._index(key, chunks_per_shard, fetch)
-            ranges: list[tuple[int, int, int]] = []  # (start, stop, member)
-            results: dict[int, np.ndarray[Any, Any] | BaseException] = {}
-            for member, (coords, _, _) in enumerate(located):
-                found = None if index is None else shard_chunk_range(index, coords)
-                if found is None:
-                    continue
-                start, stop = found
-                if stop - start > self._max_inner_bytes:
-                    results[member] = ExpansionError(
-                        f"shard index gives inner chunk {coords} {stop - start:,} bytes, more "
-                        f"than any encoding of it takes ({self._max_inner_bytes:,})"
-                    )
-                    continue
-                ranges.append((start, stop, member))
-            ranges.sort()
-            runs = _runs(ranges, gap)
-            if len(runs) > 1:
-                span = (runs[0][0], max(stop for _, stop, _ in runs))
-                if sum(b - a for a, b, _ in ranges) >= _SPAN_FILL * (span[1] - span[0]):
-                    runs = [(*span, ranges)]
-
-            def fetch_run(
-                run: tuple[int, int, list[tuple[int, int, int]]], stamp: FileStamp | None = stamp
-            ) -> dict[int, Buffer] | None:
-                return self._fetch_run(key, run, stamp, fetch)
-
-            def decode(members: list[tuple[int, Buffer]]) -> list[Any]:
-                return [self._decode_member(part, shard_spec, located[m]) for m, part in members]
-
-            run_all = spread if spread is not None else _one_by_one
-            fetched = run_all(fetch_run, runs)
-            if any(parts is None for parts in fetched):
-                self._forget(key)  # rewritten since its index was read: read it again
-                continue
-            parts = [item for found in fetched for item in found.items()]
-            # Decoded in up to `_DECODE_GROUPS` groups at once: one run may hold them all.
-            size = max(1, math.ceil(len(parts) / _DECODE_GROUPS))
-            groups = [parts[i : i + size] for i in range(0, len(parts), size)]
-            for group, decoded in zip(groups, run_all(decode, groups), strict=True):
-                results.update(zip((m for m, _ in group), decoded, strict=True))
-            return [
-                results.get(member, np.full(shape, fill_value, dtype=dtype))
-                for member, (_, _, shape) in enumerate(located)
-            ]
-        raise FileChangedError(f"{key}: the shard kept changing while it was read; retry later")
-
-    def _fetch_run(
-        self,
-        key: str,
-        run: tuple[int, int, list[tuple[int, int, int]]],
-        stamp: FileStamp | None,
-        fetch: Callable[[str, ByteRequest | None], Fetched],
-    ) -> dict[int, Buffer] | None:
-        """One run's bytes, split per member chunk; ``{}`` when the shard is gone (its
-        chunks read as fill), None when it was rewritten since the index (of version
-        `stamp`) was read."""
-        start, stop, members = run
-        found = fetch(key, RangeByteRequest(start, stop))
-        if found is None:  # the shard vanished since its index was read
-            self._forget(key)
-            return {}
-        raw, raw_stamp = found
-        if raw_stamp != stamp:
-            return None
-        if len(raw) != stop - start:
-            raise ChunkReadError(
-                f"{key}: bytes {start}-{stop} of the shard came back {len(raw):,} bytes long"
-            )
-        return {
-            member: raw[chunk_start - start : chunk_stop - start]
-            for chunk_start, chunk_stop, member in members
-        }
-
-    def _decode_member(
-        self,
-        part: Buffer,
-        shard_spec: Any,
-        located: tuple[tuple[int, ...], tuple[slice, ...], tuple[int, ...]],
-    ) -> np.ndarray[Any, Any] | BaseException:
-        """One inner chunk decoded, or the error that fails it alone."""
-        _, local, shape = located
-        try:
-            return self._decode(part, shard_spec, local, shape)
-        except Exception as error:
-            return error
-
-    def read_inner(
-        self,
-        key: str,
-        shard_spec: Any,
-        selection: tuple[slice, ...],
-        fetch: Callable[[str, ByteRequest | None], Fetched],
-    ) -> np.ndarray[Any, Any]:
-        """Exactly one inner chunk of shard `key`, `selection` (shard-local), clipped."""
-        coords, local, shape = self._inner(selection)
-        chunks_per_shard = self._per_shard(shard_spec)
-        for _ in range(TORN_READ_ATTEMPTS):
-            index, stamp = self._index(key, chunks_per_shard, fetch)
-            chunk_range = None if index is None else shard_chunk_range(index, coords)
-            if chunk_range is None:  # absent shard or absent inner chunk
-                return _fill(shard_spec, shape)
-            start, stop = chunk_range
-            if stop - start > self._max_inner_bytes:
-                raise ExpansionError(
-                    f"shard index gives inner chunk {coords} {stop - start:,} bytes, more "
-                    f"than any encoding of it takes ({self._max_inner_bytes:,})"
-                )
-            found = fetch(key, RangeByteRequest(start, stop))
-            if found is None:  # the shard vanished since its index was read
-                self._forget(key)
-                return _fill(shard_spec, shape)
-            raw, raw_stamp = found
-            if raw_stamp != stamp:  # the shard was rewritten since: read its index again
-                self._forget(key)
-                continue
-            return self._decode(raw, shard_spec, local, shape)
-        raise FileChangedError(f"{key}: the shard kept changing while it was read; retry later")
-
-
-def _fill(shard_spec: Any, shape: tuple[int, ...]) -> np.ndarray[Any, Any]:
-    """An absent inner chunk: the array's fill value."""
-    dtype = shard_spec.dtype.to_native_dtype()
-    return np.full(shape, fill_value_of(shard_spec.fill_value, dtype), dtype=dtype)
-
-
-def _runs(
-    ranges: Sequence[tuple[int, int, int]], gap: int
-) -> list[tuple[int, int, list[tuple[int, int, int]]]]:
-    """Sorted byte ranges ``(start, stop, member)`` joined into runs ``(start, stop,
-    members)``: a range starting at most `gap` bytes after the run's end joins it.
-
-    >>> [(a, b, len(m)) for a, b, m in _runs([(0, 10, 0), (10, 20, 1), (25, 30, 2)], 0)]
-    [(0, 20, 2), (25, 30, 1)]
-    >>> [(a, b, len(m)) for a, b, m in _runs([(0, 10, 0), (10, 20, 1), (25, 30, 2)], 5)]
-    [(0, 30, 3)]
-    """
-    runs: list[tuple[int, int, list[tuple[int, int, int]]]] = []
-    for start, stop, member in ranges:
-        if runs and start - runs[-1][1] <= gap:
-            run_start, run_stop, members = runs[-1]
-            members.append((start, stop, member))
-            runs[-1] = (run_start, max(run_stop, stop), members)
-        else:
-            runs.append((start, stop, [(start, stop, member)]))
-    return runs
 
 
 def open_node(

@@ -50,18 +50,18 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 import numpy as np
 
-from napari_lazy_zarr.core._grid import box_text, grid_from_boundaries
 from napari_lazy_zarr.core.errors import (
     ChunkReadError,
     LoadCancelledError,
     LoadTimeoutError,
     UnsupportedDataError,
 )
-from napari_lazy_zarr.core.keys import CompositeIdentity, chunk_bounds
-from napari_lazy_zarr.core.source import SourceFields, fill_value_of
+from napari_lazy_zarr.core.keys import CompositeIdentity, box_text, chunk_bounds
+from napari_lazy_zarr.core.sources._grid import grid_from_boundaries
+from napari_lazy_zarr.core.sources.protocol import SourceFields, fill_value_of
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Hashable, Mapping, Sequence
 
     import dask.array as da
     from dask.typing import Key
@@ -667,8 +667,3 @@ def coarsened_levels(
         level = halved.rechunk({axis: target[axis] for axis in reduced})
         levels.append(level)
     return levels
-
-
-def iter_block_coords(array: da.Array) -> Iterator[tuple[int, ...]]:
-    """Every block's coords, in C order (for tests and benchmarks)."""
-    return itertools.product(*(range(len(c)) for c in array.chunks))

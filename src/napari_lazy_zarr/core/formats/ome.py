@@ -33,7 +33,6 @@ import zarr.errors
 import zarr.storage
 from zarr.abc.store import RangeByteRequest
 
-from napari_lazy_zarr.core.backends import choose_backend, open_backend_source
 from napari_lazy_zarr.core.errors import (
     LazyZarrError,
     MetadataError,
@@ -41,15 +40,17 @@ from napari_lazy_zarr.core.errors import (
     StoreNotFoundError,
     UnsupportedDataError,
 )
-from napari_lazy_zarr.core.manifest import (
+from napari_lazy_zarr.core.formats.ngff import parse_image, parse_label_colors, parse_labels
+from napari_lazy_zarr.core.formats.stack import (
     STACK_SUFFIX,
-    ManifestSource,
     open_stack,
     read_stack_file,
     reference_file_kind,
 )
-from napari_lazy_zarr.core.ngff import parse_image, parse_label_colors, parse_labels
 from napari_lazy_zarr.core.settings import Timeouts, backend_from_settings
+from napari_lazy_zarr.core.sources.backends import choose_backend, open_backend_source
+from napari_lazy_zarr.core.sources.manifest import ManifestSource
+from napari_lazy_zarr.core.sources.zarr import ZarrChunkSource, open_node, open_zarr_source
 from napari_lazy_zarr.core.storage.http import HttpStore
 from napari_lazy_zarr.core.storage.local import store_for
 from napari_lazy_zarr.core.storage.memo import forget_metadata
@@ -63,17 +64,17 @@ from napari_lazy_zarr.core.storage.vetting import (
     is_url,
     metadata_files,
 )
-from napari_lazy_zarr.core.zarr_source import ZarrChunkSource, open_node, open_zarr_source
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from napari_lazy_zarr.core.ngff import Multiscale, NgffVersion, Omero
-    from napari_lazy_zarr.core.source import ChunkSource
+    from napari_lazy_zarr.core.formats.ngff import Multiscale, NgffVersion, Omero
+    from napari_lazy_zarr.core.sources.protocol import ChunkSource
 
 __all__ = [
     "ImageSpec",
     "LevelSpec",
+    "PlateStoreError",
     "describe_store",
     "looks_like_zarr",
     "open_level_sources",
@@ -336,7 +337,7 @@ def describe_store(path_or_url: str | os.PathLike[str]) -> tuple[ImageSpec, ...]
         if "plate" in attributes or (isinstance(ome, dict) and "plate" in ome):
             error = PlateStoreError(
                 f"{location}: an OME-Zarr HCS plate: its wells are not images "
-                "(napari_lazy_zarr.core.plate lays them out as one mosaic)"
+                "(napari_lazy_zarr.core.formats.plate lays them out as one mosaic)"
             )
             error.attributes, error.zarr_format = attributes, root.metadata.zarr_format
             raise error
@@ -770,7 +771,7 @@ def store_name(location: str) -> str:
     return base
 
 
-# -- reference and stack files (core/manifest.py) ------------------------------
+# -- reference and stack files (core/sources/manifest.py, core/formats/stack.py) -------
 
 
 def open_source(location: str | os.PathLike[str], *, path: str = "") -> ChunkSource:

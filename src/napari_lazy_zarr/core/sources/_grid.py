@@ -1,7 +1,7 @@
 """Read-grid helpers shared by the sources: grids from chunk sizes or cell boundaries.
 
-Pure functions over zarr-indexing grids (issue 21: `sources/_grid.py` once the
-sources have their package); they import nothing of the engine.
+Pure functions over zarr-indexing grids, shared by the sources (and by the plate
+mosaic of `formats.plate`); they import nothing of the engine.
 """
 
 from __future__ import annotations
@@ -19,7 +19,11 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 
-__all__ = []
+__all__ = [
+    "boundaries",
+    "grid_from_boundaries",
+    "grid_from_sizes",
+]
 
 
 def grid_from_sizes(sizes: Sequence[int], extent: int) -> DimensionGridLike:
@@ -56,7 +60,3 @@ def grid_from_boundaries(per_axis: Sequence[Sequence[int]]) -> tuple[DimensionGr
         VaryingDimension(edges=s, extent=cuts[-1]) if s else g
         for s, cuts, g in zip(sizes, per_axis, grid, strict=True)
     )
-
-
-def box_text(lo: Sequence[int], hi: Sequence[int]) -> str:
-    return "[" + ", ".join(f"{a}:{b}" for a, b in zip(lo, hi, strict=True)) + "]"

@@ -61,18 +61,19 @@ from napari_lazy_zarr.core.errors import (
 )
 from napari_lazy_zarr.core.keys import chunk_bounds
 from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS, Timeouts
-from napari_lazy_zarr.core.source import SourceFields
+from napari_lazy_zarr.core.sources.protocol import SourceFields
+from napari_lazy_zarr.core.sources.zarr import DEFAULT_RETRY, open_zarr_source
 from napari_lazy_zarr.core.storage.retry import RetryPolicy, attempts_note
 from napari_lazy_zarr.core.storage.vetting import is_remote
-from napari_lazy_zarr.core.zarr_source import DEFAULT_RETRY, open_zarr_source
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from napari_lazy_zarr.core.source import ChunkSource
+    from napari_lazy_zarr.core.sources.protocol import ChunkSource
 
 __all__ = [
     "BACKENDS",
+    "ZARRS_PIPELINE_CONFIG",
     "Backend",
     "TensorStoreChunkSource",
     "ZarrsChunkSource",

@@ -44,13 +44,14 @@ from zarr_indexing import (
 )
 
 from napari_lazy_zarr.core.keys import ChunkKey, ChunkRef
-from napari_lazy_zarr.core.reader import CacheReader
+from napari_lazy_zarr.core.reading.cache_reader import CacheReader
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
 
-    from napari_lazy_zarr.core.cache import ChunkCache
-    from napari_lazy_zarr.core.source import ChunkSource
+    from napari_lazy_zarr.core.keys import ChunkLookup
+    from napari_lazy_zarr.core.reading.cache_reader import ChunkLoader
+    from napari_lazy_zarr.core.sources.protocol import ChunkSource
 
 __all__ = ["Fallback", "PartsPlan", "PointPlan", "ReadPlan", "StridedPlan", "plan_read"]
 
@@ -102,7 +103,7 @@ class ReadPlan:
 
     def assemble(
         self,
-        cache: ChunkCache,
+        cache: ChunkLookup,
         *,
         placeholder: Any = None,
         fallback: Fallback = None,
@@ -145,11 +146,12 @@ class ReadPlan:
         return self.finish(out), missing
 
 
-def plan_read(lazy: LazyArray, source: ChunkSource, cache: ChunkCache | None = None) -> ReadPlan:
+def plan_read(lazy: LazyArray, source: ChunkSource, cache: ChunkLoader | None = None) -> ReadPlan:
     """Plan `lazy` (a view over `source`'s grid) with the cheapest plan that fits it.
 
-    `cache` serves the parts of a `PartsPlan` (selections that are neither
-    basic nor pure point gathers); planning such a view without one is refused.
+    `cache` (a `ChunkCache`, or any `ChunkLoader`: plans never import the cache)
+    serves the parts of a `PartsPlan` (selections that are neither basic nor
+    pure point gathers); planning such a view without one is refused.
     """
     transform = lazy.transform
     if math.prod(transform.domain.shape) == 0:
@@ -399,7 +401,7 @@ class PointPlan(ReadPlan):
 class PartsPlan(ReadPlan):
     """Any other view: `LazyArray.parts()`, each part resolved through `CacheReader`."""
 
-    def __init__(self, lazy: LazyArray, source: ChunkSource, cache: ChunkCache) -> None:
+    def __init__(self, lazy: LazyArray, source: ChunkSource, cache: ChunkLoader) -> None:
         super().__init__(source, lazy.shape)
         self._lazy = lazy
         self._cache = cache

@@ -22,8 +22,9 @@ __all__ = [
     "CancellableSource",
     "ChunkSource",
     "DerivedSource",
+    "KeepingSource",
     "SourceFields",
-    "fill_chunk",
+    "fill_value_of",
     "is_derived",
 ]
 
@@ -209,11 +210,6 @@ def fill_value_of(value: Any, dtype: DTypeLike) -> Any:
     if value is None:
         return np.zeros((), dtype=dtype)[()]
     return np.asarray(value, dtype=dtype)[()]
-
-
-def fill_chunk(source: ChunkSource, shape: tuple[int, ...]) -> np.ndarray[Any, Any]:
-    """A chunk of `shape` holding the source's fill value."""
-    return np.full(shape, source.fill_value, dtype=source.dtype)
 
 
 class SourceFields:

@@ -6,21 +6,35 @@ plus a small slack (`decode_limit`). Codecs whose frames declare their decoded
 size (zstd, blosc, lz4) are checked from the header before any allocation;
 stream codecs (gzip, zlib, bz2, lzma) are decompressed here with a cap, and
 the decoded bytes are passed on.
+
+`BoundedDecode` runs zarr's synchronous codec chain with its compressors
+decoded here, bounded, and the common chains (zstd or blosc alone) decoded
+straight into recycled memory (`decode_into`); `ZarrChunkSource` and the shard
+reader (`_sharding`) decode every chunk through it.
 """
 
 from __future__ import annotations
 
 import bz2
 import lzma
+import math
 import struct
+import sys
 import threading
 import zlib
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-if TYPE_CHECKING:
-    from collections.abc import Buffer, Callable, Mapping
+import numpy as np
+from zarr.abc.codec import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec
+from zarr.codecs import BytesCodec
 
-    import numpy as np
+from napari_lazy_zarr.core.buffers import CHUNK_MEMORY
+from napari_lazy_zarr.core.sources import _zarr_compat as compat
+
+if TYPE_CHECKING:
+    from collections.abc import Buffer, Callable, Mapping, Sequence
+
+    from zarr.abc.buffer import Buffer as ZarrBuffer
 
 
 DECODE_SLACK: Final = 64 << 10
@@ -30,6 +44,7 @@ __all__ = [
     "DECODABLE_CODECS",
     "DECODE_SLACK",
     "INTO_CODECS",
+    "BoundedDecode",
     "Codec",
     "ExpansionError",
     "bounded_decode",
@@ -195,8 +210,8 @@ def decode_into(codec: str, data: Buffer, out: np.ndarray[Any, Any]) -> None:
     >>> decode_into("zstd", zstandard.compress(bytes(2000)), out)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    napari_lazy_zarr.core._decode.ExpansionError: zstd data expands beyond its expected 1,000 ...
-    """
+    napari_lazy_zarr.core.sources._decode.ExpansionError: zstd data expands beyond its expected 1,000 ...
+    """  # noqa: E501 (the doctest's exception line)
     name = codec.removeprefix("numcodecs.")
     expected = out.nbytes
     view = memoryview(data).cast("B")
@@ -267,8 +282,8 @@ def bounded_decode(
     >>> bounded_decode("zlib", zlib.compress(bytes(10**7)), expected=1000)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    napari_lazy_zarr.core._decode.ExpansionError: zlib data expands beyond its expected 1,000 ...
-    """
+    napari_lazy_zarr.core.sources._decode.ExpansionError: zlib data expands beyond its expected 1,000 ...
+    """  # noqa: E501 (the doctest's exception line)
     name = codec.removeprefix("numcodecs.")
     limit = decode_limit(expected)
     if name == "zstd":
@@ -295,3 +310,142 @@ def bounded_decode(
 
         return _streams(make, data, limit, name, expected, multi=form != lzma.FORMAT_RAW)
     raise ValueError(f"no bounded decoder for codec {codec!r}")
+
+
+# -- zarr's codec chain, bounded -------------------------------------------------
+
+
+def _codec_id(codec: Any) -> tuple[str, dict[str, Any]]:
+    """A codec's name and configuration, for zarr v3 codecs and numcodecs objects alike."""
+    if hasattr(codec, "get_config"):  # numcodecs (a Zarr v2 compressor)
+        config = dict(codec.get_config())
+        return str(config.pop("id", "")), config
+    document = codec.to_dict()
+    return str(document.get("name", "")), dict(document.get("configuration") or {})
+
+
+def _filters_ratio(filters: Sequence[Any] | None) -> int:
+    """How much larger than the chunk Zarr v2 filters can make the compressor's output.
+
+    Only filters that encode to a wider dtype (``astype``/``encode_dtype``) grow it.
+    """
+    ratio = 1.0
+    for codec in filters or ():
+        encoded = getattr(codec, "astype", None) or getattr(codec, "encode_dtype", None)
+        decoded = getattr(codec, "dtype", None) or getattr(codec, "decode_dtype", None)
+        if encoded is not None and decoded is not None:
+            ratio *= max(1.0, np.dtype(encoded).itemsize / np.dtype(decoded).itemsize)
+    return math.ceil(ratio)
+
+
+class BoundedDecode:
+    """zarr's synchronous codec chain, with its compressors decoded within the chunk's size.
+
+    The bytes-to-bytes codecs (and a Zarr v2 compressor) that `bounded_decode`
+    knows are run here in decode order, each refusing output beyond the
+    chunk's decoded size (`decode_limit`); the rest of the chain (array-bytes
+    and array-array codecs, any codec after an unknown one) is zarr's own
+    transform, handed the decoded bytes. Stream codecs are decoded once, here,
+    not twice. Thread-safe (no state after construction).
+    """
+
+    unbounded: tuple[str, ...] = ()
+    """Compressors left to zarr after a filter this cannot decode (their output unbounded)."""
+
+    def __init__(self, transform: Any) -> None:
+        codecs = compat.transform_codecs(transform)
+        array_array = [c for c in codecs if isinstance(c, ArrayArrayCodec)]
+        array_bytes: Any = next(c for c in codecs if isinstance(c, ArrayBytesCodec))
+        bytes_bytes = [c for c in codecs if isinstance(c, BytesBytesCodec)]
+        stages: list[tuple[str, dict[str, Any]]] = []
+        for codec in reversed(bytes_bytes):
+            name, config = _codec_id(codec)
+            if name.removeprefix("numcodecs.") not in DECODABLE_CODECS:
+                break  # its output feeds the ones after it: zarr decodes the rest
+            stages.append((name, config))
+        rest = bytes_bytes[: len(bytes_bytes) - len(stages)]
+        ratio = 1
+        if not rest and hasattr(array_bytes, "filters"):
+            # A Zarr v2 chunk decodes its compressor, then its filters last to first; a
+            # compressor may also be a filter (numcodecs allows it): bound those too.
+            compressor = array_bytes.compressor
+            filters = list(array_bytes.filters or ())
+            if compressor is not None and _codec_id(compressor)[0] in DECODABLE_CODECS:
+                stages.append(_codec_id(compressor))
+                compressor = None
+            while compressor is None and filters and _codec_id(filters[-1])[0] in DECODABLE_CODECS:
+                stages.append(_codec_id(filters.pop()))
+            if len(filters) != len(array_bytes.filters or ()) or compressor is None:
+                array_bytes = compat.v2_codec_with(
+                    array_bytes, compressor=compressor, filters=tuple(filters) or None
+                )
+            ratio = _filters_ratio(filters)
+            self.unbounded = tuple(
+                _codec_id(codec)[0]
+                for codec in filters
+                if _codec_id(codec)[0] in DECODABLE_CODECS - {"crc32c"}
+            )
+        self.stages = tuple(stages)
+        # The common chains (bytes + zstd or blosc; a Zarr v2 zstd or blosc compressor
+        # without filters) decode straight into recycled memory (`decode_pooled`).
+        self._into: str | None = None
+        self._v2 = hasattr(array_bytes, "filters")
+        if (
+            len(stages) == 1
+            and stages[0][0].removeprefix("numcodecs.") in INTO_CODECS
+            and not array_array
+            and not rest
+            and (
+                (self._v2 and not array_bytes.filters and array_bytes.compressor is None)
+                or (
+                    isinstance(array_bytes, BytesCodec)
+                    and array_bytes.endian in (None, sys.byteorder)
+                )
+            )
+        ):
+            self._into = stages[0][0]
+        self._tail = (
+            compat.transform_with_codecs(transform, (*array_array, array_bytes, *rest))
+            if stages
+            else transform
+        )
+        self._array_array = tuple(array_array)
+        self._ratio = ratio
+        self._itemsize: int | None = None
+
+    def _bytes_per_element(self, spec: Any) -> int:
+        """Bytes per element the array-bytes codec decodes (after casts, if any)."""
+        if self._itemsize is None:
+            for codec in self._array_array:  # e.g. a cast: the bytes codec sees another dtype
+                spec = codec.resolve_metadata(spec)
+            self._itemsize = int(spec.dtype.to_native_dtype().itemsize) * self._ratio
+        return self._itemsize
+
+    def decode_pooled(self, raw: ZarrBuffer, spec: Any) -> np.ndarray[Any, Any] | None:
+        """`raw` decoded into a block of `CHUNK_MEMORY` (pages already mapped), as
+        zarr's chain would decode it; None when this chain cannot (then `decode_chunk`).
+        """
+        if self._into is None:
+            return None
+        dtype = spec.dtype.to_native_dtype()
+        if not self._v2 and not dtype.isnative:
+            return None
+        if dtype.hasobject:
+            return None
+        shape = tuple(int(n) for n in spec.shape)
+        block = CHUNK_MEMORY.lease(math.prod(shape) * dtype.itemsize)
+        decode_into(self._into, raw.as_numpy_array(), block)
+        # As zarr's V2Codec: a view in the stored dtype, in the array's order.
+        order = spec.config.order if self._v2 else "C"
+        decoded: np.ndarray[Any, Any] = block.view(dtype).reshape(shape, order=order)
+        return decoded
+
+    def decode_chunk(self, raw: ZarrBuffer, spec: Any) -> Any:
+        """`raw`, the bytes of a chunk described by `spec`, decoded (an NDBuffer)."""
+        if not self.stages:
+            return self._tail.decode_chunk(raw, spec)
+        expected = math.prod(spec.shape) * self._bytes_per_element(spec)
+        data: Any = raw.as_numpy_array()
+        for name, config in self.stages:
+            data = bounded_decode(name, data, expected, config)
+        return self._tail.decode_chunk(spec.prototype.buffer.from_bytes(data), spec)

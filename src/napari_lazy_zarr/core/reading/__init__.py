@@ -1,0 +1,42 @@
+"""Reading: one view's cells assembled from resident chunks.
+
+`plans` says which chunks a selection needs and how they land in the output,
+`cache_reader` serves zarr-indexing parts from a cache (and holds `lazy_for`, the
+grid-partitioned `LazyArray` every read starts from), `array` holds `ChunkedArray`,
+the lazy array over a source and a cache. Plans and the reader need of a cache only
+the `ChunkLookup` / `ChunkLoader` protocols; `array` alone talks to `ChunkCache`.
+"""
+
+from napari_lazy_zarr.core.reading.array import (
+    ChunkedArray,
+    PartialRead,
+)
+from napari_lazy_zarr.core.reading.cache_reader import (
+    CacheReader,
+    ChunkLoader,
+    apply_transform,
+    lazy_for,
+)
+from napari_lazy_zarr.core.reading.plans import (
+    Fallback,
+    PartsPlan,
+    PointPlan,
+    ReadPlan,
+    StridedPlan,
+    plan_read,
+)
+
+__all__ = [
+    "CacheReader",
+    "ChunkLoader",
+    "ChunkedArray",
+    "Fallback",
+    "PartialRead",
+    "PartsPlan",
+    "PointPlan",
+    "ReadPlan",
+    "StridedPlan",
+    "apply_transform",
+    "lazy_for",
+    "plan_read",
+]
