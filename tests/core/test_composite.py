@@ -51,9 +51,9 @@ from napari_lazy_zarr.core.errors import (
 from napari_lazy_zarr.core.keys import CompositeIdentity, chunk_key
 from napari_lazy_zarr.core.manifest import ManifestSource
 from napari_lazy_zarr.core.pyramid import virtual_levels
+from napari_lazy_zarr.core.testing import FaultySource
 from tests.core.test_array_properties import _CACHE, ChunkedArrayIndexing
 from tests.core.test_manifest import pack_store
-from tests.sources import FaultySource
 
 if TYPE_CHECKING:
     from napari_lazy_zarr.core import ChunkSource

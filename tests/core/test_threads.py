@@ -18,7 +18,7 @@ from napari_lazy_zarr.core import (
 from napari_lazy_zarr.core.errors import LoadCancelledError
 from napari_lazy_zarr.core.pyramid import virtual_levels
 from napari_lazy_zarr.core.schedule import LoadClass
-from tests.sources import FaultySource
+from napari_lazy_zarr.core.testing import FaultySource
 
 if TYPE_CHECKING:
     from collections.abc import Callable
