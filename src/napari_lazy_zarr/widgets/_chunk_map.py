@@ -11,11 +11,11 @@ from qtpy.QtGui import QColor, QImage, QMouseEvent, QPainter, QPen
 from qtpy.QtWidgets import QMenu, QToolTip, QWidget
 
 from napari_lazy_zarr.core import ChunkState
-from napari_lazy_zarr.widgets._grid_state import ChunkGridState, Shown, cell_image
+from napari_lazy_zarr.widgets._grid_state import ChunkGridState, cell_image
 from napari_lazy_zarr.widgets._guarded import logged_once, painting
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
 
     from qtpy.QtGui import QPaintEvent, QResizeEvent
 
@@ -106,15 +106,6 @@ class QChunkMap(QWidget):
             )
         self.refresh()
 
-    def set_plane(self, index: Sequence[int | None]) -> None:
-        """Which plane of an nD grid to show: chunk indices, None for the two axes kept."""
-        self._index = tuple(index)
-        self.refresh()
-
-    @property
-    def plane_index(self) -> tuple[int | None, ...]:
-        return self._index
-
     def _plane_shown(self) -> np.ndarray[Any, np.dtype[np.uint8]] | None:
         """The view's `Shown` codes over the plane (OUTSIDE elsewhere), or None."""
         grid, cells = self._grid, self._cells
@@ -144,11 +135,6 @@ class QChunkMap(QWidget):
             return set()
         rows, cols = np.nonzero(shown)
         return {(int(r), int(c)) for r, c in zip(rows, cols, strict=True)}
-
-    def shown_at(self, row: int, column: int) -> Shown:
-        """What the view shows for a cell of the plane (OUTSIDE if not in the view)."""
-        shown = self._plane_shown()
-        return Shown.OUTSIDE if shown is None else Shown(int(shown[row, column]))
 
     def cell_color(self, row: int, column: int) -> tuple[int, int, int]:
         """The colour drawn for a cell (or its block when aggregated), outside its mark."""
@@ -236,12 +222,6 @@ class QChunkMap(QWidget):
         row_axis, col_axis = self._plane_axes()
         coords[row_axis], coords[col_axis] = row, col
         return tuple(coords)
-
-    def cell_center(self, row: int, column: int) -> QPoint:
-        """The widget position of a cell's centre (for tests and tools)."""
-        side = self._side()
-        top, left = self._origin()
-        return QPoint(int(left + (column + 0.5) * side), int(top + (row + 0.5) * side))
 
     # -- painting and interaction ---------------------------------------------
 

@@ -461,7 +461,11 @@ class ChunkInspector(QWidget):
             self.log.model.flush()
 
     def pin(self, layer_name: str | None, level: int | None = None) -> None:
-        """Show `layer_name` (None: the active layer) at `level` (None: the displayed one)."""
+        """Show `layer_name` (None: the active layer) at `level` (None: the displayed one).
+
+        What choosing in the header's two boxes does, in one call: a hook for
+        tests, scripts and benchmarks (part of the API, as superqt's `flush()` is).
+        """
         self.layer_choice.setCurrentText(_FOLLOW if layer_name is None else layer_name)
         self._refresh_level_choices()
         self.level_choice.setCurrentText(_DISPLAYED if level is None else str(level))
