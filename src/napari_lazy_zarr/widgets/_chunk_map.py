@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
-import weakref
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 from qtpy.QtCore import QLineF, QPoint, QRectF, QSize, Qt
 from qtpy.QtGui import QColor, QImage, QMouseEvent, QPainter, QPen
-from qtpy.QtWidgets import QMenu, QToolTip, QWidget
+from qtpy.QtWidgets import QGridLayout, QLabel, QMenu, QToolTip, QWidget
 
 from napari_lazy_zarr.core import ChunkState
-from napari_lazy_zarr.widgets._grid_state import ChunkGridState, cell_image
+from napari_lazy_zarr.widgets._grid_state import (
+    MARKER_COLORS,
+    STATE_COLORS,
+    ChunkGridState,
+    Shown,
+    cell_image,
+)
 from napari_lazy_zarr.widgets._guarded import logged_once, painting
+from napari_lazy_zarr.widgets._lifecycle import weakly
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -22,7 +28,7 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core import ChunkCache
     from napari_lazy_zarr.widgets._view_cells import ViewCells
 
-__all__ = ["BACKGROUND", "QChunkMap"]
+__all__ = ["BACKGROUND", "QChunkMap", "marks_legend", "state_legend"]
 
 BACKGROUND: Final = QColor(16, 17, 20)
 _GRID_LINE: Final = QColor(16, 17, 20)
@@ -300,10 +306,7 @@ class QChunkMap(QWidget):
 
         A bound method is held weakly: the map never keeps its owner alive.
         """
-        if hasattr(explain, "__self__"):
-            self._explain = weakref.WeakMethod(explain)
-        else:
-            self._explain = lambda: explain
+        self._explain = weakly(explain)
 
     def describe(self, coords: tuple[int, ...]) -> str:
         """The hover text of a chunk."""
@@ -346,3 +349,41 @@ class QChunkMap(QWidget):
         """Re-queue the FAILED chunk at `coords`; False if it is not FAILED."""
         grid, cache = self._grid, self._cache
         return grid is not None and cache is not None and cache.retry(grid.key_at(coords))
+
+
+def state_legend() -> QGridLayout:
+    """The map's legend: a swatch of each state's colour, three to a row."""
+    legend = QGridLayout()
+    legend.setSpacing(3)
+    for i, state in enumerate(ChunkState):
+        swatch = QLabel(state.name)
+        r, g, b = STATE_COLORS[state]
+        swatch.setStyleSheet(
+            f"background: rgb({r},{g},{b}); color: black; padding: 1px 4px; border-radius: 3px"
+        )
+        legend.addWidget(swatch, i // 3, i % 3)
+    return legend
+
+
+def marks_legend() -> QLabel:
+    """The legend of the marks on the view's chunks and of the two rectangles."""
+    marks = QLabel(
+        "In the view: "
+        + " · ".join(
+            f"<span style='background:#5a6478;color:{_hex(MARKER_COLORS[shown])}'>&nbsp;■"
+            f"&nbsp;</span> {text}"
+            for shown, text in (
+                (Shown.PROVISIONAL, "provisional (a coarser level)"),
+                (Shown.FILL, "fill value"),
+            )
+        )
+        + " · no mark: final. <span style='color:#ffffff'>White</span>: the view's "
+        "chunks; <span style='color:#ff8c00'>orange</span>: the region napari asked for."
+    )
+    marks.setWordWrap(True)
+    return marks
+
+
+def _hex(color: tuple[int, int, int] | None) -> str:
+    r, g, b = color or (0, 0, 0)
+    return f"#{r:02x}{g:02x}{b:02x}"
