@@ -273,10 +273,6 @@ class ChunkInspector(QLiveWhileShown):
         self.header.set_levels(0 if loader is None else len(loader.levels))
 
     @property
-    def following_displayed(self) -> bool:
-        return self.header.following_displayed
-
-    @property
     def plane_bars(self) -> list[QResidencyBar]:
         """The bars of the axes the view does not display (hidden ones included)."""
         return self.planes.bars
@@ -305,7 +301,7 @@ class ChunkInspector(QLiveWhileShown):
         if level is None:
             level = (
                 displayed_level(self.viewer, loader)
-                if self.following_displayed
+                if self.header.following_displayed
                 else self.header.chosen_level
             )
         self._set_target(loader, min(level, len(loader.levels) - 1))
@@ -409,7 +405,7 @@ class ChunkInspector(QLiveWhileShown):
                 self.log.model.add(applied.events)
         arrived = self._reads.take()
         loader = self._loader
-        if loader is not None and self.following_displayed:
+        if loader is not None and self.header.following_displayed:
             level = displayed_level(self.viewer, loader)
             if level != self._level:
                 self._set_target(loader, level)

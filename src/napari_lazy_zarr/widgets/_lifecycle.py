@@ -48,6 +48,7 @@ class Subscriptions:
         self._pairs.append((signal, weakref.WeakMethod(slot)))
 
     def disconnect(self, signal: Any, slot: Callable[..., Any]) -> None:
+        """Undo the connections of `slot` to `signal` (none: nothing happens)."""
         kept = []
         for pair in self._pairs:
             if pair[0] is signal and pair[1]() == slot:
@@ -65,9 +66,6 @@ class Subscriptions:
             if slot is not None:
                 with contextlib.suppress(Exception):  # a signal already torn down by its owner
                     signal.disconnect(slot)
-
-    def __len__(self) -> int:
-        return len(self._pairs)
 
 
 def release_on_destroyed(links: Subscriptions, widget: weakref.ref[Any], *_: Any) -> None:
