@@ -18,7 +18,7 @@ from napari_lazy_zarr.core import (
     InlineExecutor,
 )
 from napari_lazy_zarr.core.reading.plans import PointPlan
-from tests.sources import FaultySource
+from napari_lazy_zarr.core.testing import FaultySource
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -44,7 +44,7 @@ from napari_lazy_zarr.core import (
     open_zarr_source,
 )
 from napari_lazy_zarr.core.reading.array import PLANS_KEPT
-from tests.sources import FaultySource
+from napari_lazy_zarr.core.testing import FaultySource
 
 # Caches shared by a machine class's examples: inline executors start no threads.
 _CACHE = ChunkCache(16 << 20, executor=InlineExecutor())

@@ -19,7 +19,7 @@ from napari_lazy_zarr.core import (
     InlineExecutor,
     ManualExecutor,
 )
-from tests.sources import FaultySource, InjectedFaultError
+from napari_lazy_zarr.core.testing import FaultySource, InjectedFaultError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -40,7 +40,7 @@ from napari_lazy_zarr.core.errors import LoadCancelledError
 from napari_lazy_zarr.core.keys import grid_shape
 from napari_lazy_zarr.core.schedule import LoadClass
 from napari_lazy_zarr.core.sources.decimated import DecimatedSource
-from tests.sources import FaultySource
+from napari_lazy_zarr.core.testing import FaultySource
 
 _DATA = np.arange(12 * 12, dtype=np.int32).reshape(12, 12)
 _COORDS = [(r, c) for r in range(3) for c in range(3)]  # 4 x 4 chunks of 64 bytes

@@ -51,9 +51,9 @@ from napari_lazy_zarr.core.sources.composite import (
 )
 from napari_lazy_zarr.core.sources.decimated import virtual_levels
 from napari_lazy_zarr.core.sources.manifest import ManifestSource
+from napari_lazy_zarr.core.testing import FaultySource
 from tests.core.test_array_properties import _CACHE, ChunkedArrayIndexing
 from tests.core.test_manifest import pack_store
-from tests.sources import FaultySource
 
 if TYPE_CHECKING:
     from napari_lazy_zarr.core import ChunkSource

@@ -13,8 +13,8 @@ import numpy as np
 from napari_lazy_zarr.core import ArraySource, ChunkCache, ChunkRef, InlineExecutor
 from napari_lazy_zarr.core.failures import FailureLog
 from napari_lazy_zarr.core.sources.decimated import virtual_levels
+from napari_lazy_zarr.core.testing import FaultySource, InjectedFaultError
 from napari_lazy_zarr.core.view import ViewController
-from tests.sources import FaultySource, InjectedFaultError
 
 
 def _base(failing: set[tuple[int, ...]]) -> FaultySource:

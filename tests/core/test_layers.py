@@ -47,6 +47,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "reading": frozenset({*LEAVES, "cache", "sources.protocol", "reading"}),
     # `open_array`: the one module tying reading, sources, formats and the cache together.
     "open": frozenset({*LEAVES, "settings", "storage", "sources", "formats", "cache", "reading"}),
+    # Test aids shipped with the engine: the leaves and the chunk source protocol only.
+    "testing": frozenset({*LEAVES, "sources.protocol"}),
 }
 
 # The protocol every source implements sits at the bottom of `sources`: keys and errors only

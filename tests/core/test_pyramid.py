@@ -26,7 +26,7 @@ from napari_lazy_zarr.core.keys import grid_shape
 from napari_lazy_zarr.core.schedule import LoadClass
 from napari_lazy_zarr.core.sources.decimated import DecimatedSource, virtual_levels
 from napari_lazy_zarr.core.sources.protocol import ChunkSource, is_derived
-from tests.sources import FaultySource
+from napari_lazy_zarr.core.testing import FaultySource
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence

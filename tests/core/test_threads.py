@@ -18,7 +18,7 @@ from napari_lazy_zarr.core import (
 from napari_lazy_zarr.core.errors import LoadCancelledError
 from napari_lazy_zarr.core.schedule import LoadClass
 from napari_lazy_zarr.core.sources.decimated import virtual_levels
-from tests.sources import FaultySource
+from napari_lazy_zarr.core.testing import FaultySource
 
 if TYPE_CHECKING:
     from collections.abc import Callable

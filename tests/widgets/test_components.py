@@ -17,6 +17,7 @@ from napari_lazy_zarr.core import (
     InlineExecutor,
     ManualExecutor,
 )
+from napari_lazy_zarr.core.testing import FaultySource
 from napari_lazy_zarr.core.view import ViewController
 from napari_lazy_zarr.widgets._chunk_map import QChunkMap
 from napari_lazy_zarr.widgets._event_log import QEventLog
@@ -32,7 +33,6 @@ from napari_lazy_zarr.widgets._names import ChunkNamer
 from napari_lazy_zarr.widgets._sparkline import polygon_of
 from napari_lazy_zarr.widgets._state_diagram import MOVES, QStateDiagram
 from napari_lazy_zarr.widgets._view_cells import ViewCells, level_coverage, stand_in_levels
-from tests.sources import FaultySource
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

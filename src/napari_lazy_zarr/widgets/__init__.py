@@ -5,7 +5,8 @@ displays, what the view shows (final, a coarser level standing in, the fill
 value), its state and why it is not final yet; the levels and planes resident
 under the view, rates over time, the state machine with live counts, the event
 log and the cache's controls. Qt-free models (`_grid_state`, `_mirror`,
-`_view_cells`, `_explain`, `_names`, `_rates`) sit beside thin Qt views.
+`_view_cells`, `_view_reads`, `_explain`, `_summary`, `_names`, `_rates`,
+`_displayed`) sit beside thin Qt views; `_inspector` wires them.
 """
 
 from napari_lazy_zarr.widgets._inspector import ChunkInspector

@@ -2,27 +2,33 @@
 
 from __future__ import annotations
 
-import weakref
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 from qtpy.QtCore import QLineF, QPoint, QRectF, QSize, Qt
 from qtpy.QtGui import QColor, QImage, QMouseEvent, QPainter, QPen
-from qtpy.QtWidgets import QMenu, QToolTip, QWidget
+from qtpy.QtWidgets import QGridLayout, QLabel, QMenu, QToolTip, QWidget
 
 from napari_lazy_zarr.core import ChunkState
-from napari_lazy_zarr.widgets._grid_state import ChunkGridState, Shown, cell_image
+from napari_lazy_zarr.widgets._grid_state import (
+    MARKER_COLORS,
+    STATE_COLORS,
+    ChunkGridState,
+    Shown,
+    cell_image,
+)
 from napari_lazy_zarr.widgets._guarded import logged_once, painting
+from napari_lazy_zarr.widgets._lifecycle import weakly
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
 
     from qtpy.QtGui import QPaintEvent, QResizeEvent
 
     from napari_lazy_zarr.core import ChunkCache
     from napari_lazy_zarr.widgets._view_cells import ViewCells
 
-__all__ = ["BACKGROUND", "QChunkMap"]
+__all__ = ["BACKGROUND", "QChunkMap", "marks_legend", "state_legend"]
 
 BACKGROUND: Final = QColor(16, 17, 20)
 _GRID_LINE: Final = QColor(16, 17, 20)
@@ -106,15 +112,6 @@ class QChunkMap(QWidget):
             )
         self.refresh()
 
-    def set_plane(self, index: Sequence[int | None]) -> None:
-        """Which plane of an nD grid to show: chunk indices, None for the two axes kept."""
-        self._index = tuple(index)
-        self.refresh()
-
-    @property
-    def plane_index(self) -> tuple[int | None, ...]:
-        return self._index
-
     def _plane_shown(self) -> np.ndarray[Any, np.dtype[np.uint8]] | None:
         """The view's `Shown` codes over the plane (OUTSIDE elsewhere), or None."""
         grid, cells = self._grid, self._cells
@@ -144,11 +141,6 @@ class QChunkMap(QWidget):
             return set()
         rows, cols = np.nonzero(shown)
         return {(int(r), int(c)) for r, c in zip(rows, cols, strict=True)}
-
-    def shown_at(self, row: int, column: int) -> Shown:
-        """What the view shows for a cell of the plane (OUTSIDE if not in the view)."""
-        shown = self._plane_shown()
-        return Shown.OUTSIDE if shown is None else Shown(int(shown[row, column]))
 
     def cell_color(self, row: int, column: int) -> tuple[int, int, int]:
         """The colour drawn for a cell (or its block when aggregated), outside its mark."""
@@ -237,12 +229,6 @@ class QChunkMap(QWidget):
         coords[row_axis], coords[col_axis] = row, col
         return tuple(coords)
 
-    def cell_center(self, row: int, column: int) -> QPoint:
-        """The widget position of a cell's centre (for tests and tools)."""
-        side = self._side()
-        top, left = self._origin()
-        return QPoint(int(left + (column + 0.5) * side), int(top + (row + 0.5) * side))
-
     # -- painting and interaction ---------------------------------------------
 
     @logged_once
@@ -320,10 +306,7 @@ class QChunkMap(QWidget):
 
         A bound method is held weakly: the map never keeps its owner alive.
         """
-        if hasattr(explain, "__self__"):
-            self._explain = weakref.WeakMethod(explain)
-        else:
-            self._explain = lambda: explain
+        self._explain = weakly(explain)
 
     def describe(self, coords: tuple[int, ...]) -> str:
         """The hover text of a chunk."""
@@ -366,3 +349,41 @@ class QChunkMap(QWidget):
         """Re-queue the FAILED chunk at `coords`; False if it is not FAILED."""
         grid, cache = self._grid, self._cache
         return grid is not None and cache is not None and cache.retry(grid.key_at(coords))
+
+
+def state_legend() -> QGridLayout:
+    """The map's legend: a swatch of each state's colour, three to a row."""
+    legend = QGridLayout()
+    legend.setSpacing(3)
+    for i, state in enumerate(ChunkState):
+        swatch = QLabel(state.name)
+        r, g, b = STATE_COLORS[state]
+        swatch.setStyleSheet(
+            f"background: rgb({r},{g},{b}); color: black; padding: 1px 4px; border-radius: 3px"
+        )
+        legend.addWidget(swatch, i // 3, i % 3)
+    return legend
+
+
+def marks_legend() -> QLabel:
+    """The legend of the marks on the view's chunks and of the two rectangles."""
+    marks = QLabel(
+        "In the view: "
+        + " · ".join(
+            f"<span style='background:#5a6478;color:{_hex(MARKER_COLORS[shown])}'>&nbsp;■"
+            f"&nbsp;</span> {text}"
+            for shown, text in (
+                (Shown.PROVISIONAL, "provisional (a coarser level)"),
+                (Shown.FILL, "fill value"),
+            )
+        )
+        + " · no mark: final. <span style='color:#ffffff'>White</span>: the view's "
+        "chunks; <span style='color:#ff8c00'>orange</span>: the region napari asked for."
+    )
+    marks.setWordWrap(True)
+    return marks
+
+
+def _hex(color: tuple[int, int, int] | None) -> str:
+    r, g, b = color or (0, 0, 0)
+    return f"#{r:02x}{g:02x}{b:02x}"

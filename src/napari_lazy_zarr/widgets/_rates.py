@@ -1,4 +1,4 @@
-"""`RateHistory`: load rates, hit rate, queue depth and resident bytes over time.
+"""`RateHistory`: load rates, hit rate, queue depth and resident bytes over time; its chart rows.
 
 Qt-free. Sampled by the inspector's refresh while something happens; a quiet
 cache adds one last sample and then none, so the sparklines hold still (and
@@ -16,11 +16,20 @@ if TYPE_CHECKING:
 
     from napari_lazy_zarr.core import CacheStatistics
     from napari_lazy_zarr.core.cache import CacheCounters
+    from napari_lazy_zarr.widgets._sparkline import Series
 
-__all__ = ["SERIES", "RateHistory"]
+__all__ = ["SERIES", "SPARK_COLORS", "RateHistory", "sparkline_rows"]
 
 SERIES: Final = ("loaded MiB/s", "chunks/s", "hit rate", "queue depth")
 """The cache-wide series, in display order; then one ``resident: LAYER`` per layer."""
+
+SPARK_COLORS: Final = {
+    "loaded MiB/s": (70, 190, 110),
+    "chunks/s": (86, 132, 230),
+    "hit rate": (245, 200, 50),
+    "queue depth": (230, 120, 60),
+}
+"""Each cache-wide series' colour (the resident series share one)."""
 
 
 class RateHistory:
@@ -94,3 +103,32 @@ class RateHistory:
             values = self.series.setdefault(f"resident: {layer}", deque(maxlen=self.length))
             values.append(nbytes / (1 << 20))
         return True
+
+
+def sparkline_rows(history: RateHistory) -> list[Series]:
+    """The rows the rates chart draws: name, values, the latest value in words, colour.
+
+    Examples
+    --------
+    >>> history = RateHistory(length=3)
+    >>> history.series["queue depth"].extend([4.0, 9.0, 2.0])
+    >>> [row for row in sparkline_rows(history) if row[0] == "queue depth"]
+    [('queue depth', (4.0, 9.0, 2.0), '2 (peak 9)', (230, 120, 60))]
+    """
+    rows: list[Series] = []
+    for name, values in history.series.items():
+        finite = [v for v in values if not math.isnan(v)]
+        latest, peak = (finite[-1], max(finite)) if finite else (math.nan, math.nan)
+        if not finite:
+            text = "—"
+        elif name == "hit rate":
+            text = f"{latest:.0%}"
+        elif name == "queue depth":
+            text = f"{latest:,.0f} (peak {peak:,.0f})"
+        elif name.startswith("resident"):
+            text = f"{latest:,.1f} MiB"
+        else:
+            text = f"{latest:,.1f} (peak {peak:,.1f})"
+        color = SPARK_COLORS.get(name, (160, 120, 200))
+        rows.append((name, tuple(values), text, color))
+    return rows

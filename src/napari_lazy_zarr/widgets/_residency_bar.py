@@ -14,19 +14,23 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 from qtpy.QtCore import QPoint, QRectF, QSize, Qt
 from qtpy.QtGui import QColor, QFontMetricsF, QHelpEvent, QImage, QPen
-from qtpy.QtWidgets import QSizePolicy, QToolTip, QWidget
+from qtpy.QtWidgets import QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
 from napari_lazy_zarr.core import ChunkState
 from napari_lazy_zarr.widgets._grid_state import STATE_COLORS
 from napari_lazy_zarr.widgets._guarded import logged_once, painting
+from napari_lazy_zarr.widgets._summary import plane_tooltips
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from qtpy.QtCore import QEvent
     from qtpy.QtGui import QPainter, QPaintEvent
 
-__all__ = ["QResidencyBar", "residency_color"]
+    from napari_lazy_zarr.widgets._grid_state import ChunkGridState
+    from napari_lazy_zarr.widgets._view_cells import PlaneResidency
+
+__all__ = ["PlaneBars", "QResidencyBar", "residency_color"]
 
 _EMPTY: Final = np.array(STATE_COLORS[ChunkState.NEW], dtype=np.float64)
 _FULL: Final = np.array(STATE_COLORS[ChunkState.READY], dtype=np.float64)
@@ -156,3 +160,40 @@ class QResidencyBar(QWidget):
                 QToolTip.hideText()
             return True
         return super().event(event)
+
+
+class PlaneBars:
+    """A column (`box`, a layout) of `QResidencyBar`s, one per store axis the view does not show.
+
+    Bars are made as axes appear and hidden, not deleted, when fewer are shown.
+    """
+
+    def __init__(self) -> None:
+        self.box = QVBoxLayout()
+        self.box.setSpacing(1)
+        self.bars: list[QResidencyBar] = []
+
+    def show(
+        self,
+        planes: Sequence[PlaneResidency],
+        grid: ChunkGridState | None,
+        axis_name: Callable[[int], str],
+    ) -> None:
+        """Show the residency of `planes` (of the level `grid`), each bar titled `axis_name`."""
+        while len(self.bars) < len(planes):
+            bar = QResidencyBar()
+            self.bars.append(bar)
+            self.box.addWidget(bar)
+        for bar, plane in zip(self.bars, planes, strict=False):
+            assert grid is not None
+            name = axis_name(plane.axis)
+            extent = grid.source.shape[plane.axis]
+            bar.set_fractions(
+                name,
+                plane.fractions.tolist(),
+                plane.current,
+                tooltips=plane_tooltips(name, plane, extent),
+            )
+            bar.setVisible(True)
+        for bar in self.bars[len(planes) :]:
+            bar.setVisible(False)
