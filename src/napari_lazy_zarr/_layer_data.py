@@ -1,18 +1,18 @@
 """napari glue: the arrays napari holds for a layer, and the refreshes that follow loading.
 
-Policy lives in `core.view.ViewController`; this module only adapts it to napari.
+Policy lives in `core.viewport.ViewController`; this module only adapts it to napari.
 `LayerLevel` is one level as napari indexes it (lazily); `numpy.asarray` asks the
 controller, which answers at once. When the controller says the view changed,
 the layer is refreshed on the main thread (throttled).
 
 In 3D napari shows a multiscale layer's coarsest level unless its public
 `locked_data_level` says otherwise. `LayerLoader` locks it to the finest level
-whose volume fits `volume_voxels` (`core.view.volume_level`), one level at a
+whose volume fits `volume_voxels` (`core.viewport.volume_level`), one level at a
 time and only once that level's volume is resident and assembled off the main
 thread (`ViewController.prepare_volumes`): napari then reads it without waiting.
 
 Failed chunks become napari notifications (warnings), each failure once
-(`core.failures.FailureLog` groups a chunk and the chunks that failed because
+(`core.viewport.FailureLog` groups a chunk and the chunks that failed because
 of it; `_FailureReporter` the layers of one cache that met the same failure):
 a few one by one, the rest of a storm as one summary per throttle period, the
 period doubling while the storm lasts.
@@ -34,7 +34,7 @@ from napari_lazy_zarr._napari_compat import (
     set_loading_indicator,
 )
 from napari_lazy_zarr.core.settings import Settings, current_settings
-from napari_lazy_zarr.core.view import volume_level
+from napari_lazy_zarr.core.viewport import volume_level
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -42,8 +42,7 @@ if TYPE_CHECKING:
     from napari.layers import Layer
 
     from napari_lazy_zarr.core import ChunkedArray
-    from napari_lazy_zarr.core.failures import ChunkFailure
-    from napari_lazy_zarr.core.view import ViewController, ViewKind
+    from napari_lazy_zarr.core.viewport import ChunkFailure, ViewController, ViewKind
 
 __all__ = [
     "DEFAULT_VOLUME_VOXELS",
@@ -407,7 +406,7 @@ def failure_message(layers: Sequence[str], failure: ChunkFailure) -> str:
     Examples
     --------
     >>> from napari_lazy_zarr.core import ChunkKey
-    >>> from napari_lazy_zarr.core.failures import ChunkFailure
+    >>> from napari_lazy_zarr.core.viewport import ChunkFailure
     >>> key = ChunkKey("a.zarr/0", (0, 256), (256, 512))
     >>> message = failure_message(["a"], ChunkFailure(key, 0, (0, 1), OSError("bad bytes")))
     >>> print(message.split(" It shows")[0])
@@ -428,7 +427,7 @@ def failure_summary(layers: Sequence[str], failures: Sequence[ChunkFailure]) -> 
     Examples
     --------
     >>> from napari_lazy_zarr.core import ChunkKey
-    >>> from napari_lazy_zarr.core.failures import ChunkFailure
+    >>> from napari_lazy_zarr.core.viewport import ChunkFailure
     >>> failures = [
     ...     ChunkFailure(ChunkKey("a", (i,), (i + 1,)), 0, (i,), OSError("bad")) for i in range(5)
     ... ]

@@ -44,7 +44,7 @@ from napari_lazy_zarr.core.plate import describe_plate, field_opener, plate_leve
 from napari_lazy_zarr.core.pyramid import DecimatedSource, virtual_levels
 from napari_lazy_zarr.core.settings import Settings, current_settings
 from napari_lazy_zarr.core.storage.vetting import is_remote
-from napari_lazy_zarr.core.view import AxisMap, ViewController
+from napari_lazy_zarr.core.viewport import AxisMap, ViewController
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -11,9 +11,8 @@ from typing import Any
 import numpy as np
 
 from napari_lazy_zarr.core import ArraySource, ChunkCache, ChunkRef, InlineExecutor
-from napari_lazy_zarr.core.failures import FailureLog
 from napari_lazy_zarr.core.pyramid import virtual_levels
-from napari_lazy_zarr.core.view import ViewController
+from napari_lazy_zarr.core.viewport import FailureLog, ViewController
 from tests.sources import FaultySource, InjectedFaultError
 
 

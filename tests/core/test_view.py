@@ -21,7 +21,7 @@ from napari_lazy_zarr.core import (
 )
 from napari_lazy_zarr.core.keys import grid_shape
 from napari_lazy_zarr.core.schedule import LoadClass
-from napari_lazy_zarr.core.view import (
+from napari_lazy_zarr.core.viewport import (
     AxisMap,
     MotionTracker,
     PlaneMotion,
@@ -767,7 +767,7 @@ def test_stand_ins_are_composed_off_the_reading_thread_into_the_shown_buffer(
     it already holds by the controller's compose thread, then `view_changed` asks for a read."""
     import threading
 
-    from napari_lazy_zarr.core import view as view_module
+    from napari_lazy_zarr.core.viewport import controller as view_module
 
     composers: list[str] = []
     original = view_module.coarser_fill

@@ -17,7 +17,7 @@ from napari_lazy_zarr.core import (
     InlineExecutor,
     ManualExecutor,
 )
-from napari_lazy_zarr.core.view import ViewController
+from napari_lazy_zarr.core.viewport import ViewController
 from napari_lazy_zarr.widgets._chunk_map import QChunkMap
 from napari_lazy_zarr.widgets._event_log import QEventLog
 from napari_lazy_zarr.widgets._grid_state import (
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from pytestqt.qtbot import QtBot
 
-    from napari_lazy_zarr.core.view import ViewResult
+    from napari_lazy_zarr.core.viewport import ViewResult
 
 
 @pytest.fixture

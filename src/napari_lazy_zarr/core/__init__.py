@@ -72,7 +72,7 @@ from napari_lazy_zarr.core.states import (
 from napari_lazy_zarr.core.storage.http import HttpStore
 from napari_lazy_zarr.core.storage.references import ManifestStore
 from napari_lazy_zarr.core.storage.retry import RetryPolicy
-from napari_lazy_zarr.core.view import AxisMap, ViewController, ViewRequest, ViewResult
+from napari_lazy_zarr.core.viewport import AxisMap, ViewController, ViewRequest, ViewResult
 from napari_lazy_zarr.core.zarr_source import ZarrChunkSource, open_zarr_source
 
 __all__ = [

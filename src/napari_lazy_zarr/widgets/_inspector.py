@@ -79,7 +79,7 @@ if TYPE_CHECKING:
 
     from napari_lazy_zarr.core import CacheStatistics, ChunkCache
     from napari_lazy_zarr.core.cache import CacheCounters
-    from napari_lazy_zarr.core.view import ViewController, ViewResult
+    from napari_lazy_zarr.core.viewport import ViewController, ViewResult
 
 __all__ = ["ChunkInspector"]
 

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from napari_lazy_zarr.core.view import ViewRequest, level_index
+from napari_lazy_zarr.core.viewport import ViewRequest, level_index
 from napari_lazy_zarr.widgets._grid_state import READY_CODE, STATE_CODES, Shown
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
 
     from napari_lazy_zarr.core import ChunkKey
-    from napari_lazy_zarr.core.view import ViewResult
+    from napari_lazy_zarr.core.viewport import ViewResult
     from napari_lazy_zarr.widgets._grid_state import ChunkGridState
 
 __all__ = ["PlaneResidency", "ViewCells", "level_coverage", "plane_residency", "stand_in_levels"]
@@ -83,7 +83,7 @@ class ViewCells:
         --------
         >>> import numpy as np
         >>> from napari_lazy_zarr.core import ArraySource, ChunkRef
-        >>> from napari_lazy_zarr.core.view import ViewRequest, ViewResult
+        >>> from napari_lazy_zarr.core.viewport import ViewRequest, ViewResult
         >>> from napari_lazy_zarr.widgets._grid_state import ChunkGridState
         >>> source = ArraySource(np.zeros((8, 8)), chunks=(4, 4), name="s")
         >>> grid = ChunkGridState(source)
@@ -251,7 +251,7 @@ def level_coverage(
     --------
     >>> import numpy as np
     >>> from napari_lazy_zarr.core import ArraySource
-    >>> from napari_lazy_zarr.core.view import ViewRequest
+    >>> from napari_lazy_zarr.core.viewport import ViewRequest
     >>> from napari_lazy_zarr.widgets._grid_state import ChunkGridState
     >>> fine = ChunkGridState(ArraySource(np.zeros((16, 16)), chunks=(4, 4), name="0"))
     >>> coarse = ChunkGridState(ArraySource(np.zeros((8, 8)), chunks=(4, 4), name="1"))
@@ -342,7 +342,7 @@ def plane_residency(
     --------
     >>> import numpy as np
     >>> from napari_lazy_zarr.core import ArraySource
-    >>> from napari_lazy_zarr.core.view import ViewRequest
+    >>> from napari_lazy_zarr.core.viewport import ViewRequest
     >>> from napari_lazy_zarr.widgets._grid_state import ChunkGridState
     >>> grid = ChunkGridState(ArraySource(np.zeros((3, 8, 8)), chunks=(1, 4, 4), name="v"))
     >>> grid.codes[2] = READY_CODE  # the whole plane z=2

@@ -38,7 +38,7 @@ emits cache events. Cache requests are issued from the dispatch executor
 threads; connect them with `thread="main"` (psygnal) to touch a GUI.
 
 Failures are followed for every chunk of the layer's levels, not only those
-on screen (`core.failures.FailureLog`): the reports wait in `failures` until
+on screen (`core.viewport.FailureLog`): the reports wait in `failures` until
 taken, so those made before anything listened are not lost.
 """
 
@@ -59,22 +59,22 @@ from psygnal import Signal
 from zarr_indexing import ConstantMap, DimensionMap
 
 from napari_lazy_zarr.core.array import ChunkedArray, lazy_for
-from napari_lazy_zarr.core.failures import FailureLog
 from napari_lazy_zarr.core.keys import ChunkRef, grid_shape
 from napari_lazy_zarr.core.plans import ReadPlan, plan_read
 from napari_lazy_zarr.core.schedule import LoadClass
 from napari_lazy_zarr.core.source import is_derived
 from napari_lazy_zarr.core.states import ChunkState
+from napari_lazy_zarr.core.viewport.failures import FailureLog
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Hashable, Sequence
 
     from napari_lazy_zarr.core.cache import ChunkCache, Request
     from napari_lazy_zarr.core.executors import Executor
-    from napari_lazy_zarr.core.failures import ChunkFailure
     from napari_lazy_zarr.core.keys import ChunkKey
     from napari_lazy_zarr.core.source import ChunkSource
     from napari_lazy_zarr.core.states import ChunkEvent
+    from napari_lazy_zarr.core.viewport.failures import ChunkFailure
 
 __all__ = [
     "AxisMap",
