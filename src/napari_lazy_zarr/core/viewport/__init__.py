@@ -8,29 +8,37 @@ layer's failed chunks for the user. Qt-free, as all of `core` is (ndv's
 `models/` vs `controllers/` split is the model).
 """
 
-from napari_lazy_zarr.core.viewport.controller import (
+from napari_lazy_zarr.core.viewport.axes import (
     AxisMap,
-    MotionTracker,
-    PlaneMotion,
-    ViewController,
+    Box,
+    box_bytes,
+    chunk_ranges,
+    level_box,
+    level_index,
+    view_box,
+)
+from napari_lazy_zarr.core.viewport.controller import ViewController
+from napari_lazy_zarr.core.viewport.failures import ChunkFailure, FailureLog, root_cause
+from napari_lazy_zarr.core.viewport.fallback import coarser_fill, covered, waiting_region
+from napari_lazy_zarr.core.viewport.frames import (
     ViewKind,
     ViewRequest,
     ViewResult,
-    chunk_ranges,
-    coarser_fill,
-    level_box,
-    level_index,
+    is_plane_step,
+)
+from napari_lazy_zarr.core.viewport.prefetch import (
+    MotionTracker,
+    PlaneMotion,
     lookahead_planes,
     playback_level,
     prefetch_chunks,
     prefetch_ring,
-    view_box,
     volume_level,
 )
-from napari_lazy_zarr.core.viewport.failures import ChunkFailure, FailureLog, root_cause
 
 __all__ = [
     "AxisMap",
+    "Box",
     "ChunkFailure",
     "FailureLog",
     "MotionTracker",
@@ -39,8 +47,11 @@ __all__ = [
     "ViewKind",
     "ViewRequest",
     "ViewResult",
+    "box_bytes",
     "chunk_ranges",
     "coarser_fill",
+    "covered",
+    "is_plane_step",
     "level_box",
     "level_index",
     "lookahead_planes",
@@ -50,4 +61,5 @@ __all__ = [
     "root_cause",
     "view_box",
     "volume_level",
+    "waiting_region",
 ]

@@ -46,721 +46,58 @@ from __future__ import annotations
 
 import functools
 import itertools
-import logging
 import math
 import threading
-import time
-from collections import deque
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 from psygnal import Signal
-from zarr_indexing import ConstantMap, DimensionMap
 
-from napari_lazy_zarr.core.array import ChunkedArray, lazy_for
-from napari_lazy_zarr.core.keys import ChunkRef, grid_shape
-from napari_lazy_zarr.core.plans import ReadPlan, plan_read
+from napari_lazy_zarr.core.array import ChunkedArray
+from napari_lazy_zarr.core.executors import SerialDispatch
+from napari_lazy_zarr.core.keys import ChunkRef
 from napari_lazy_zarr.core.schedule import LoadClass
 from napari_lazy_zarr.core.source import is_derived
 from napari_lazy_zarr.core.states import ChunkState
+from napari_lazy_zarr.core.viewport.axes import (
+    AxisMap,
+    Box,
+    box_bytes,
+    chunk_ranges,
+    level_box,
+    view_box,
+)
 from napari_lazy_zarr.core.viewport.failures import FailureLog
+from napari_lazy_zarr.core.viewport.fallback import coarser_fill, covered, waiting_region
+from napari_lazy_zarr.core.viewport.frames import (
+    ViewKind,
+    ViewRequest,
+    ViewResult,
+    is_plane_step,
+)
+from napari_lazy_zarr.core.viewport.prefetch import (
+    MotionTracker,
+    PlaneMotion,
+    lookahead_planes,
+    playback_level,
+    prefetch_chunks,
+    prefetch_ring,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Hashable, Sequence
+    from collections.abc import Collection, Hashable, Sequence
 
     from napari_lazy_zarr.core.cache import ChunkCache, Request
     from napari_lazy_zarr.core.executors import Executor
     from napari_lazy_zarr.core.keys import ChunkKey
+    from napari_lazy_zarr.core.plans import ReadPlan
     from napari_lazy_zarr.core.source import ChunkSource
     from napari_lazy_zarr.core.states import ChunkEvent
     from napari_lazy_zarr.core.viewport.failures import ChunkFailure
 
-__all__ = [
-    "AxisMap",
-    "MotionTracker",
-    "PlaneMotion",
-    "ViewController",
-    "ViewKind",
-    "ViewRequest",
-    "ViewResult",
-    "chunk_ranges",
-    "coarser_fill",
-    "level_box",
-    "lookahead_planes",
-    "playback_level",
-    "prefetch_chunks",
-    "prefetch_ring",
-    "volume_level",
-]
-
-type ViewKind = Literal["view", "thumbnail"]
-"""napari reads two views of a multiscale layer: the displayed region and, for its
-thumbnail, the whole plane of the coarsest level. Neither supersedes the other."""
-
-type Box = tuple[tuple[int, int], ...]
-"""A `[lo, hi)` interval per store axis."""
+__all__ = ["ViewController"]
 
 _PLAN_CACHE: Final = 8  # plans kept per controller (views revisited while panning back)
-
-
-@dataclass(frozen=True, slots=True)
-class AxisMap:
-    """How a layer's axes relate to its store's axes.
-
-    Attributes
-    ----------
-    store_rank
-        How many axes the store's arrays have.
-    fixed
-        ``(store axis, index)`` pairs the layer does not show: each is held at
-        that index (an OME-Zarr channel axis split into one layer per channel).
-        Every other store axis is a layer axis, in the store's order.
-
-    Examples
-    --------
-    >>> channels = AxisMap(4, fixed=((1, 2),))  # (t, c, y, x) showing channel 2
-    >>> channels.layer_axes
-    (0, 2, 3)
-    >>> channels.store_index()
-    (slice(None, None, None), 2)
-    >>> channels.layer_shape((5, 3, 64, 64))
-    (5, 64, 64)
-    >>> channels.layer_axis(1) is None, channels.layer_axis(3)
-    (True, 2)
-    """
-
-    store_rank: int
-    fixed: tuple[tuple[int, int], ...] = ()
-
-    def __post_init__(self) -> None:
-        axes = [axis for axis, _ in self.fixed]
-        if len(set(axes)) != len(axes) or not all(0 <= a < self.store_rank for a in axes):
-            raise ValueError(f"fixed axes {self.fixed} do not fit a rank-{self.store_rank} store")
-
-    @property
-    def layer_axes(self) -> tuple[int, ...]:
-        """The store axis behind each layer axis, in order."""
-        held = {axis for axis, _ in self.fixed}
-        return tuple(a for a in range(self.store_rank) if a not in held)
-
-    @property
-    def layer_rank(self) -> int:
-        return self.store_rank - len(self.fixed)
-
-    def store_index(self) -> tuple[int | slice, ...]:
-        """The index that turns a store-shaped array into the layer's array."""
-        held = dict(self.fixed)
-        if not held:
-            return ()
-        last = max(held)
-        return tuple(held.get(axis, slice(None)) for axis in range(last + 1))
-
-    def layer_shape(self, store_shape: Sequence[int]) -> tuple[int, ...]:
-        """The layer's shape for an array of `store_shape`."""
-        return tuple(int(store_shape[a]) for a in self.layer_axes)
-
-    def layer_axis(self, store_axis: int) -> int | None:
-        """The layer axis showing `store_axis`, or None if the layer holds it fixed."""
-        axes = self.layer_axes
-        return axes.index(store_axis) if store_axis in axes else None
-
-    def store_axis(self, layer_axis: int) -> int:
-        """The store axis behind `layer_axis`."""
-        return self.layer_axes[layer_axis]
-
-
-@dataclass(frozen=True, slots=True)
-class ViewRequest:
-    """One read of one view: what the viewer asked for, over the store's axes.
-
-    Attributes
-    ----------
-    level
-        The pyramid level, 0 the finest.
-    box
-        ``[lo, hi)`` per store axis at that level.
-    displayed
-        The store axes the result keeps (sliced, not held at one index), in order.
-    generation
-        Increases with every read of the controller; a result of an older
-        generation of the same view is stale.
-    kind
-        ``"view"`` (the displayed region) or ``"thumbnail"``.
-    """
-
-    level: int
-    box: Box
-    displayed: tuple[int, ...]
-    generation: int
-    kind: ViewKind = "view"
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """The result's shape (the box's extent on the displayed axes)."""
-        return tuple(self.box[a][1] - self.box[a][0] for a in self.displayed)
-
-    @property
-    def planes(self) -> tuple[int, ...]:
-        """The store axes the view shows one index of: held at an index, or sliced to one.
-
-        napari slices the axes it does not display (z, t) to one cell rather than
-        indexing them, so an axis of extent 1 counts as a plane.
-        """
-        return tuple(
-            a for a, (lo, hi) in enumerate(self.box) if a not in self.displayed or hi - lo == 1
-        )
-
-    @property
-    def spatial(self) -> tuple[int, ...]:
-        """The displayed store axes that are not planes: the view's image or volume axes.
-
-        Examples
-        --------
-        >>> request = ViewRequest(0, ((3, 4), (0, 64), (0, 64)), (0, 1, 2), 1)
-        >>> request.planes, request.spatial
-        ((0,), (1, 2))
-        """
-        planes = self.planes
-        return tuple(a for a in self.displayed if a not in planes)
-
-    def same_view(self, other: ViewRequest | None) -> bool:
-        """Whether `other` asks for exactly the same cells (any generation)."""
-        return (
-            other is not None
-            and other.level == self.level
-            and other.box == self.box
-            and other.displayed == self.displayed
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class ViewResult:
-    """What a read returned, at once.
-
-    Attributes
-    ----------
-    request
-        The read it answers.
-    data
-        The view's values in the layer's axes: final where chunks were
-        resident, a coarser level's values (upsampled) or the placeholder elsewhere.
-    keys
-        Every chunk the view touches.
-    missing
-        Chunks that were not resident (queued, loading, or FAILED).
-    provisional
-        Missing chunks whose cells show a coarser level's values.
-    failed
-        Missing chunks that FAILED (they show the placeholder until retried).
-    held
-        `data` is the last presentable frame of another plane, held while this
-        plane lacks a complete backdrop (a z/t step during playback).
-    """
-
-    request: ViewRequest
-    data: np.ndarray[Any, Any] = field(repr=False)
-    keys: tuple[ChunkKey, ...]
-    missing: frozenset[ChunkKey]
-    provisional: frozenset[ChunkKey]
-    failed: frozenset[ChunkKey]
-    held: bool = False
-
-    @property
-    def complete(self) -> bool:
-        """True when nothing was missing: `data` is exactly the stored values."""
-        return not self.missing
-
-
-def view_box(view: ChunkedArray) -> tuple[Box, tuple[int, ...]] | None:
-    """The store box and displayed axes of a view made of slices (step 1) and integers.
-
-    None for any other view (strided, gathered, empty): those are read without
-    stand-ins or prefetch.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from napari_lazy_zarr.core import ArraySource, ChunkCache, ChunkedArray
-    >>> with ChunkCache(1 << 20) as cache:
-    ...     array = ChunkedArray(ArraySource(np.zeros((3, 8, 8)), chunks=(1, 4, 4)), cache)
-    ...     view_box(array[1, 2:6])
-    (((1, 2), (2, 6), (0, 8)), (1, 2))
-    """
-    bounds = view.bounding_box()
-    if bounds is None:
-        return None
-    displayed: list[int] = []
-    for axis, output_map in enumerate(view.transform.output):
-        if isinstance(output_map, ConstantMap):
-            continue
-        if not isinstance(output_map, DimensionMap) or output_map.stride != 1:
-            return None
-        displayed.append(axis)
-    if len(displayed) != view.ndim:
-        return None
-    return tuple((int(lo), int(hi)) for lo, hi in bounds), tuple(displayed)
-
-
-def level_index(
-    fine: np.ndarray[Any, Any], fine_extent: int, coarse_extent: int
-) -> np.ndarray[Any, Any]:
-    """The coarse cells covering fine cells `fine` along one axis (nearest neighbour).
-
-    Levels written by decimation (virtual levels, and most pyramid writers) have
-    a power-of-two factor f with ``coarse_extent == ceil(fine_extent / f)``
-    (striding) or ``floor`` (iterative halving): fine cell i lies in coarse cell
-    i // f. The smallest such f is taken, ceil before floor; other shape ratios
-    map cell centres.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> level_index(np.arange(9), 9, 5).tolist()
-    [0, 0, 1, 1, 2, 2, 3, 3, 4]
-    >>> level_index(np.arange(9), 9, 3).tolist()  # 9 cells sampled every 4th
-    [0, 0, 0, 0, 1, 1, 1, 1, 2]
-    >>> level_index(np.arange(3), 3, 3).tolist()
-    [0, 1, 2]
-    >>> level_index(np.arange(4), 4, 3).tolist()
-    [0, 1, 1, 2]
-    """
-    fine = np.asarray(fine, dtype=np.intp)
-    if coarse_extent == fine_extent:
-        return fine
-    for ceil in (True, False):
-        factor = 2
-        while factor <= 2 * max(fine_extent, 1):
-            if (-(-fine_extent // factor) if ceil else fine_extent // factor) == coarse_extent:
-                index: np.ndarray[Any, Any] = np.minimum(fine // factor, coarse_extent - 1)
-                return index
-            factor *= 2
-    centres = ((fine + 0.5) * coarse_extent / fine_extent).astype(np.intp)
-    index = np.minimum(centres, coarse_extent - 1)
-    return index
-
-
-def coarser_fill(
-    region: Box,
-    fine_shape: Sequence[int],
-    levels: Sequence[ChunkSource],
-    lookup: Callable[[ChunkKey], np.ndarray[Any, Any] | None],
-    dtype: np.dtype[Any],
-) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None:
-    """Stand-ins for `region` of a level from resident chunks of coarser `levels`.
-
-    `region` is a box over the store's axes of a level of shape `fine_shape`;
-    `levels` are the coarser levels to try, nearest first. Each fine cell takes
-    the value of the coarse cell covering it (nearest neighbour); a cell takes
-    the nearest level that has its chunk resident. Returns the values and the
-    mask of cells found (both shaped like the box), or None when no coarser
-    level had anything resident. Pure: reads only through `lookup`.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from napari_lazy_zarr.core.source import ArraySource
-    >>> coarse = ArraySource(np.arange(16).reshape(4, 4), chunks=(2, 2), name="c")
-    >>> resident = {}
-    >>> from napari_lazy_zarr.core.keys import ChunkRef
-    >>> key = ChunkRef.of(coarse, (0, 0)).key
-    >>> resident[key] = coarse.read_chunk((0, 0))
-    >>> values, found = coarser_fill(((0, 4), (0, 4)), (8, 8), [coarse], resident.get,
-    ...                              np.dtype(int))
-    >>> values[:4, :4]
-    array([[0, 0, 1, 1],
-           [0, 0, 1, 1],
-           [4, 4, 5, 5],
-           [4, 4, 5, 5]])
-    >>> bool(found.all())
-    True
-    """
-    shape = tuple(hi - lo for lo, hi in region)
-    values: np.ndarray[Any, Any] | None = None
-    found: np.ndarray[Any, Any] | None = None
-    for coarse in levels:
-        selection: list[slice] = []
-        takes: list[np.ndarray[Any, Any]] = []
-        for axis, (lo, hi) in enumerate(region):
-            fine_extent, coarse_extent = int(fine_shape[axis]), int(coarse.shape[axis])
-            index = level_index(np.arange(lo, hi), fine_extent, coarse_extent)
-            start = int(index[0])
-            selection.append(slice(start, int(index[-1]) + 1))
-            takes.append(index - start)
-        plan = plan_read(lazy_for(coarse)[tuple(selection)], coarse)
-        chunks = [(ref.key, lookup(ref.key)) for ref in plan.refs]
-        if not any(data is not None for _, data in chunks):
-            continue  # nothing resident at this level
-        data = plan.new_buffer()
-        here = np.zeros(data.shape, dtype=bool)
-        for key, chunk in chunks:
-            if chunk is not None:
-                plan.copy_chunk(data, key, chunk)
-                plan.fill_missing(here, key, True, None)
-        up, up_here = plan.finish(data), here
-        for axis, index in enumerate(takes):
-            up = np.take(up, index, axis=axis)
-            up_here = np.take(up_here, index, axis=axis)
-        if values is None or found is None:
-            values = np.empty(shape, dtype=dtype)
-            found = np.zeros(shape, dtype=bool)
-        use = up_here & ~found
-        values[use] = up[use]
-        found |= use
-        if found.all():
-            break
-    if values is None or found is None:
-        return None
-    return values, found
-
-
-def prefetch_ring(source: ChunkSource) -> int:
-    """How many chunks beyond a view of `source` to load before they are asked for.
-
-    A source says so with an integer attribute ``prefetch_ring`` (no attribute:
-    1, the ring of neighbouring chunks and planes). A source whose chunks are
-    expensive to make says 0: nothing beyond the view is loaded for it, except
-    the planes ahead of a walk through z or t (playback asks for those). dask
-    sources do (`DaskSource.prefetch_ring`): a neighbouring block is a whole
-    computation, and on dask's local scheduler a running one cannot be
-    cancelled when the view moves the other way.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from napari_lazy_zarr.core.source import ArraySource
-    >>> source = ArraySource(np.zeros((8, 8)), chunks=(4, 4), name="r")
-    >>> prefetch_ring(source)
-    1
-    >>> source.prefetch_ring = 0
-    >>> prefetch_ring(source)
-    0
-    """
-    ring = getattr(source, "prefetch_ring", 1)
-    return max(0, int(ring)) if isinstance(ring, int) else 1
-
-
-def prefetch_chunks(
-    box: Box,
-    displayed: Sequence[int],
-    planes: Sequence[int],
-    source: ChunkSource,
-    *,
-    ring: int = 1,
-) -> list[tuple[int, ...]]:
-    """The chunks worth loading before they are asked for, nearest first.
-
-    The `ring` chunks around the view on its `displayed` store axes, and the
-    view's chunks moved one plane up and down each of the `planes` store axes
-    (the axes a user steps through: z, t — never an axis the layer holds fixed).
-    Nothing when `ring` is 0.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from napari_lazy_zarr.core.source import ArraySource
-    >>> source = ArraySource(np.zeros((4, 8, 8)), chunks=(1, 4, 4), name="v")
-    >>> sorted(prefetch_chunks(((1, 2), (0, 4), (0, 4)), (1, 2), (0,), source))
-    [(0, 0, 0), (1, 0, 1), (1, 1, 0), (1, 1, 1), (2, 0, 0)]
-    >>> prefetch_chunks(((1, 2), (0, 4), (0, 4)), (1, 2), (0,), source, ring=0)
-    []
-    """
-    if ring <= 0:
-        return []
-    grid = source.grid
-    counts = grid_shape(source)
-    needed_ranges = chunk_ranges(box, source)
-    needed = set(itertools.product(*needed_ranges))
-    ring_ranges = [
-        range(max(r.start - ring, 0), min(r.stop + ring, counts[axis])) if axis in displayed else r
-        for axis, r in enumerate(needed_ranges)
-    ]
-    found: list[tuple[int, ...]] = [c for c in itertools.product(*ring_ranges) if c not in needed]
-    seen = set(found) | needed
-    for axis in planes:
-        lo, hi = box[axis]
-        for cell in (lo - 1, hi):
-            if not 0 <= cell < source.shape[axis]:
-                continue
-            chunk = int(grid[axis].index_to_chunk(cell))
-            for coords in itertools.product(*needed_ranges):
-                moved = (*coords[:axis], chunk, *coords[axis + 1 :])
-                if moved not in seen:
-                    seen.add(moved)
-                    found.append(moved)
-    return found
-
-
-def chunk_ranges(box: Box, source: ChunkSource) -> list[range]:
-    """Per store axis, the chunk indices of `source`'s grid that `box` touches.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from napari_lazy_zarr.core.source import ArraySource
-    >>> chunk_ranges(((1, 2), (3, 9)), ArraySource(np.zeros((4, 16)), chunks=(1, 4), name="c"))
-    [range(1, 2), range(0, 3)]
-    """
-    grid = source.grid
-    return [
-        range(
-            int(grid[axis].index_to_chunk(lo)),
-            int(grid[axis].index_to_chunk(max(lo, hi - 1))) + 1,
-        )
-        for axis, (lo, hi) in enumerate(box)
-    ]
-
-
-def level_box(box: Box, fine_shape: Sequence[int], coarse_shape: Sequence[int]) -> Box:
-    """The box of a coarser level covering `box` of a finer one (`level_index` per axis).
-
-    Examples
-    --------
-    >>> level_box(((3, 4), (0, 9), (5, 16)), (8, 16, 16), (8, 8, 8))
-    ((3, 4), (0, 5), (2, 8))
-    """
-    out: list[tuple[int, int]] = []
-    for (lo, hi), fine, coarse in zip(box, fine_shape, coarse_shape, strict=True):
-        ends = level_index(np.array([lo, max(lo, hi - 1)]), int(fine), int(coarse))
-        out.append((int(ends[0]), int(ends[1]) + 1))
-    return tuple(out)
-
-
-@dataclass(frozen=True, slots=True)
-class PlaneMotion:
-    """A steady walk through one plane axis: napari playing its dims, or a user stepping.
-
-    Attributes
-    ----------
-    axis
-        The store axis walked (z or t).
-    direction
-        +1 forwards, -1 backwards.
-    rate
-        Steps per second (measured between the latest steps).
-    """
-
-    axis: int
-    direction: int
-    rate: float
-
-
-class MotionTracker:
-    """Infers `PlaneMotion` from the plane indices of successive reads (thread-safe).
-
-    Two steps of one plane in the same direction along one axis, each within
-    `idle` seconds of the previous, make a motion; its rate is the mean over the
-    last `window` steps. A pause longer than `idle`, a move along another axis, a
-    jump of several planes or a change of direction starts over (a reversed step
-    counts as the first of a new walk; a jump is not a step).
-
-    Examples
-    --------
-    >>> tracker = MotionTracker()
-    >>> tracker.observe({0: 4}, now=0.0) is None
-    True
-    >>> tracker.observe({0: 5}, now=0.1) is None  # one step: a direction, no rate yet
-    True
-    >>> tracker.observe({0: 6}, now=0.2)
-    PlaneMotion(axis=0, direction=1, rate=10.0)
-    >>> tracker.observe({0: 6}, now=0.25)  # the same plane read again (a refresh)
-    PlaneMotion(axis=0, direction=1, rate=10.0)
-    >>> tracker.observe({0: 5}, now=0.3) is None  # reversed: a new walk begins
-    True
-    >>> tracker.observe({0: 9}, now=0.4) is None  # a jump (a click on the slider): no walk
-    True
-    """
-
-    def __init__(self, *, window: int = 6, idle: float = 1.0) -> None:
-        self.window = window
-        self.idle = idle
-        self._lock = threading.Lock()
-        self._planes: dict[int, int] = {}
-        self._steps: deque[tuple[float, int, int]] = deque(maxlen=window + 1)
-
-    def observe(self, planes: dict[int, int], *, now: float | None = None) -> PlaneMotion | None:
-        """Record a read at `planes` ({store axis: index}) and return the motion, if any."""
-        now = time.perf_counter() if now is None else now
-        with self._lock:
-            moved = [a for a, i in planes.items() if self._planes.get(a, i) != i]
-            steps = self._steps
-            if steps and now - steps[-1][0] > self.idle:
-                steps.clear()
-            if len(moved) == 1 and abs(planes[moved[0]] - self._planes[moved[0]]) == 1:
-                axis = moved[0]
-                direction = 1 if planes[axis] > self._planes[axis] else -1
-                if steps and (steps[-1][1], steps[-1][2]) != (axis, direction):
-                    steps.clear()
-                steps.append((now, axis, direction))
-            elif moved:  # a jump (several planes, or along several axes): not a walk
-                steps.clear()
-            self._planes = dict(planes)
-            if len(steps) < 2 or steps[-1][0] <= steps[0][0]:
-                return None
-            rate = (len(steps) - 1) / (steps[-1][0] - steps[0][0])
-            return PlaneMotion(steps[-1][1], steps[-1][2], rate)
-
-    def reset(self) -> None:
-        with self._lock:
-            self._planes.clear()
-            self._steps.clear()
-
-
-def lookahead_planes(
-    position: int,
-    direction: int,
-    extent: int,
-    *,
-    rate: float,
-    latency: float,
-    frame_bytes: int,
-    budget_bytes: int,
-    lead: float = 1.0,
-    wrap: bool = True,
-) -> list[int]:
-    """The planes to load ahead of `position` along a walk, nearest first.
-
-    Deep enough to cover the time a load takes, twice over, plus `lead`
-    seconds, at `rate` steps a second: ``ceil(rate * (2 * latency + lead))``
-    planes, at least one; never more than `budget_bytes` // `frame_bytes`
-    planes (look-ahead never takes more than its share of the cache), nor
-    more than the axis holds. With `wrap` the walk continues from the other
-    end (napari's default loop mode); without it, it stops at the end.
-
-    Examples
-    --------
-    >>> lookahead_planes(3, 1, 50, rate=10, latency=0.1, frame_bytes=1, budget_bytes=100)
-    [4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
-    >>> lookahead_planes(1, -1, 50, rate=10, latency=0.0, frame_bytes=40, budget_bytes=100)
-    [0, 49]
-    >>> lookahead_planes(48, 1, 50, rate=5, latency=0.0, frame_bytes=1, budget_bytes=9,
-    ...                  wrap=False)
-    [49]
-    """
-    if extent <= 1 or rate <= 0 or direction not in (1, -1):
-        return []
-    latency = latency if math.isfinite(latency) and latency > 0 else 0.0
-    depth = max(1, math.ceil(rate * (2 * latency + lead)))
-    if frame_bytes > 0:
-        depth = min(depth, budget_bytes // frame_bytes)
-    depth = min(depth, extent - 1)
-    planes: list[int] = []
-    for step in range(1, depth + 1):
-        plane = position + direction * step
-        if not 0 <= plane < extent:
-            if not wrap:
-                break
-            plane %= extent
-        planes.append(plane)
-    return planes
-
-
-def playback_level(
-    frame_chunks: Sequence[int],
-    *,
-    finest: int,
-    rate: float,
-    latency: float,
-    concurrency: int,
-) -> int:
-    """The finest level, no finer than `finest`, whose frames load as fast as they are shown.
-
-    A frame at level ``l`` needs ``frame_chunks[l]`` chunk loads; `concurrency`
-    workers each taking `latency` seconds per load sustain
-    ``concurrency / latency`` loads a second, so the level keeps up with `rate`
-    frames a second when ``rate * frame_chunks[l] * latency <= concurrency``.
-    When none does, the coarsest. Without a measured latency, `finest`.
-
-    Examples
-    --------
-    >>> playback_level([64, 16, 4, 1], finest=0, rate=10, latency=0.1, concurrency=8)
-    2
-    >>> playback_level([64, 16, 4, 1], finest=0, rate=10, latency=0.0, concurrency=8)
-    0
-    >>> playback_level([64, 16, 4, 1], finest=1, rate=100, latency=1.0, concurrency=1)
-    3
-    """
-    last = len(frame_chunks) - 1
-    if not (math.isfinite(latency) and latency > 0 and rate > 0):
-        return min(finest, last)
-    for level in range(min(finest, last), last + 1):
-        if rate * frame_chunks[level] * latency <= concurrency:
-            return level
-    return last
-
-
-def volume_level(
-    shapes: Sequence[Sequence[int]],
-    displayed: Sequence[int],
-    *,
-    voxel_budget: int,
-    itemsize: int = 1,
-    byte_budget: int | None = None,
-) -> int:
-    """The finest level whose volume (its extent on the `displayed` axes) fits the budgets.
-
-    `shapes` are the levels' shapes, finest first. A volume fits when it has at
-    most `voxel_budget` voxels and, if given, at most `byte_budget` bytes. When
-    none fits, the coarsest.
-
-    Examples
-    --------
-    >>> shapes = [(2, 1024, 1024, 1024), (2, 512, 512, 512), (2, 256, 256, 256)]
-    >>> volume_level(shapes, (1, 2, 3), voxel_budget=512**3)
-    1
-    >>> volume_level(shapes, (1, 2, 3), voxel_budget=512**3, byte_budget=64 << 20)
-    2
-    >>> volume_level(shapes, (1, 2, 3), voxel_budget=2**40)
-    0
-    """
-    last = len(shapes) - 1
-    for level, shape in enumerate(shapes):
-        voxels = math.prod(int(shape[a]) for a in displayed)
-        if voxels <= voxel_budget and (byte_budget is None or voxels * itemsize <= byte_budget):
-            return level
-    return last
-
-
-def _plane_step(before: ViewRequest, after: ViewRequest) -> bool:
-    """Whether `after` shows the same region as `before` on another z/t plane."""
-    return (
-        before.level == after.level
-        and before.displayed == after.displayed
-        and before.spatial == after.spatial
-        and all(before.box[a] == after.box[a] for a in after.spatial)
-        and before.box != after.box
-    )
-
-
-def _waiting_region(box: Box, waiting: Collection[ChunkKey]) -> Box | None:
-    """The part of `box` under the `waiting` chunks' bounding box (None if empty)."""
-    region = tuple(
-        (
-            max(lo, min(k.inclusive_min[axis] for k in waiting)),
-            min(hi, max(k.exclusive_max[axis] for k in waiting)),
-        )
-        for axis, (lo, hi) in enumerate(box)
-    )
-    return region if all(lo < hi for lo, hi in region) else None
-
-
-def _covered(key: ChunkKey, region: Box, found: np.ndarray[Any, Any]) -> bool:
-    """Whether `found` (a mask over `region`) is true on all of chunk `key`'s cells in it."""
-    where = tuple(
-        slice(max(lo, start) - lo, max(min(hi, stop), max(lo, start)) - lo)
-        for (lo, hi), start, stop in zip(region, key.inclusive_min, key.exclusive_max, strict=True)
-    )
-    return bool(found[where].all())
-
-
-def _box_bytes(box: Box, source: ChunkSource) -> int:
-    """Decoded bytes of the whole chunks of `source` that `box` touches."""
-    grid = source.grid
-    extents = [
-        sum(int(grid[axis].chunk_size(c)) for c in chunks)
-        for axis, chunks in enumerate(chunk_ranges(box, source))
-    ]
-    return math.prod(extents) * source.dtype.itemsize
 
 
 class _Shown:
@@ -1060,7 +397,7 @@ class ViewController:
                 presentable.data
                 if presentable is not None
                 and not ready
-                and _plane_step(presentable.request, request)
+                and is_plane_step(presentable.request, request)
                 else None
             )
             result = ViewResult(
@@ -1140,7 +477,7 @@ class ViewController:
             current = any(shown is other for other in self._shown.values())
         if self._closed or not current or not waiting:
             return  # the viewer has moved on, or everything landed
-        region = _waiting_region(request.box, waiting)
+        region = waiting_region(request.box, waiting)
         if region is None:
             return
         source = self.sources[request.level]
@@ -1167,7 +504,7 @@ class ViewController:
             for key in still:
                 shown.plan.fill_missing(shown.buffer, key, source.fill_value, stand_in)
             # Provisional: the chunks whose every cell shows a coarser level's value.
-            shown.provisional = {key for key in still if _covered(key, region, found)}
+            shown.provisional = {key for key in still if covered(key, region, found)}
             shown.backdrop = bool(found.all())
         if still:
             self._signal_change()
@@ -1255,7 +592,7 @@ class ViewController:
         coarsest = max(stored[-1], request.level)
         for level in dict.fromkeys((coarsest, backdrop, request.level)):
             source = self.sources[level]
-            frame_bytes = _box_bytes(boxes[level], source)
+            frame_bytes = box_bytes(boxes[level], source)
             planes = lookahead_planes(
                 request.box[motion.axis][0],
                 motion.direction,
@@ -1471,66 +808,3 @@ class ViewController:
 
 
 _controller_ids = itertools.count()
-_log = logging.getLogger(__name__)
-
-
-class SerialDispatch:
-    """Runs submitted callables in order on one thread that exists only while there is work.
-
-    The thread starts on the first submission and ends after `idle` seconds
-    without any, so a controller nobody closes leaves no thread behind, and a
-    burst of reads (panning) reuses one thread instead of starting one per read.
-
-    Examples
-    --------
-    >>> import threading
-    >>> done = threading.Event()
-    >>> dispatch = SerialDispatch("example")
-    >>> dispatch.submit(done.set)
-    >>> done.wait(timeout=10)
-    True
-    >>> dispatch.close()
-    """
-
-    def __init__(self, name: str, idle: float = 1.0) -> None:
-        self._name = name
-        self._idle = idle
-        self._tasks: deque[Callable[[], Any]] = deque()
-        self._ready = threading.Condition()
-        self._thread: threading.Thread | None = None
-        self._closed = False
-
-    def submit(self, fn: Callable[[], Any], /) -> None:
-        with self._ready:
-            if self._closed:
-                return
-            self._tasks.append(fn)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-                self._thread.start()
-            else:
-                self._ready.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._ready:
-                if not self._tasks and not self._closed:
-                    self._ready.wait(self._idle)
-                if not self._tasks or self._closed:
-                    self._thread = None
-                    self._tasks.clear()
-                    return
-                task = self._tasks.popleft()
-            try:
-                task()
-            except Exception:  # a failed request must not stop later ones
-                _log.exception("napari-lazy-zarr: issuing a view request failed")
-
-    def close(self, timeout: float = 1.0) -> None:
-        """Drop queued work and let the thread end (waits at most `timeout` seconds)."""
-        with self._ready:
-            self._closed = True
-            thread = self._thread
-            self._ready.notify()
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
