@@ -79,7 +79,7 @@ if TYPE_CHECKING:
 
     from napari_lazy_zarr.core import CacheStatistics, ChunkCache
     from napari_lazy_zarr.core.cache import CacheCounters
-    from napari_lazy_zarr.core.viewport import ViewController, ViewResult
+    from napari_lazy_zarr.core.viewport import ViewController, ViewFrame
 
 __all__ = ["ChunkInspector"]
 
@@ -587,7 +587,7 @@ class ChunkInspector(QWidget):
         if controller is not None:
             self._links.connect(controller.view_read, self._on_view_read)
 
-    def _on_view_read(self, result: ViewResult) -> None:
+    def _on_view_read(self, result: ViewFrame) -> None:
         """The controller's dispatch thread: a read was answered; keep the latest of its kind."""
         grids, level = self._grids, result.request.level
         grid = grids[level] if level < len(grids) else None

@@ -21,9 +21,9 @@ from napari_lazy_zarr.core.viewport.controller import ViewController
 from napari_lazy_zarr.core.viewport.failures import ChunkFailure, FailureLog, root_cause
 from napari_lazy_zarr.core.viewport.fallback import coarser_fill, covered, waiting_region
 from napari_lazy_zarr.core.viewport.frames import (
+    ViewFrame,
     ViewKind,
     ViewRequest,
-    ViewResult,
     is_plane_step,
 )
 from napari_lazy_zarr.core.viewport.prefetch import (
@@ -44,9 +44,9 @@ __all__ = [
     "MotionTracker",
     "PlaneMotion",
     "ViewController",
+    "ViewFrame",
     "ViewKind",
     "ViewRequest",
-    "ViewResult",
     "box_bytes",
     "chunk_ranges",
     "coarser_fill",

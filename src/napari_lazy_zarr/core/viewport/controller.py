@@ -7,7 +7,7 @@ A viewer asks a layer for a region of one pyramid level many times a second.
 read(level, view)                     any thread (napari's main or slicing thread)
   -> ViewRequest(level, box over the STORE axes, displayed axes, generation)   immutable
   -> plan (cached per view) -> copy READY chunks into the view's buffer
-  -> ViewResult(array in the layer's axes, missing, provisional)               immutable
+  -> ViewFrame(array in the layer's axes, missing, provisional)   its data: a live buffer
   -> hand the request to the controller's dispatch thread, return the array
 dispatch thread: cache.request(needed, prefetch=prefetch_chunks(...))  (cache events fire here)
 compose thread:  coarser-level stand-ins (`coarser_fill`, pure) written into the same buffer
@@ -70,9 +70,9 @@ from napari_lazy_zarr.core.viewport.axes import (
 from napari_lazy_zarr.core.viewport.failures import FailureLog
 from napari_lazy_zarr.core.viewport.fallback import coarser_fill, covered, waiting_region
 from napari_lazy_zarr.core.viewport.frames import (
+    ViewFrame,
     ViewKind,
     ViewRequest,
-    ViewResult,
     is_plane_step,
 )
 from napari_lazy_zarr.core.viewport.prefetch import (
@@ -190,7 +190,7 @@ class ViewController:
         The same reports wait in `failures` until taken
         (`FailureLog.take`): a consumer that may connect late takes them
         instead of relying on the payload.
-    view_read(ViewResult)
+    view_read(ViewFrame)
         A read was answered (emitted from the dispatch thread, after its request).
     volume_ready(int)
         A volume asked for by `prepare_volumes` is resident and assembled: a
@@ -249,7 +249,7 @@ class ViewController:
         self.motion: PlaneMotion | None = None
         """The walk through z or t the latest reads make (None when the view is still)."""
         self._tracker = MotionTracker()
-        self._presentable: ViewResult | None = None
+        self._presentable: ViewFrame | None = None
         # Volumes loading for `prepare_volumes`, by level: (assembled view, live request).
         self._staged: dict[int, tuple[_Shown, Request]] = {}
         index = self.axis_map.store_index()
@@ -278,7 +278,7 @@ class ViewController:
         self._refresh_asked_at = 0
         self._closed = False
         self.reads = 0
-        self.latest: ViewResult | None = None
+        self.latest: ViewFrame | None = None
         """The latest answered read of the displayed view (not the thumbnail)."""
         self.failures = FailureLog(self.sources, cache)
         """The layer's failed chunks, reported once each (see `failures_found`)."""
@@ -359,7 +359,7 @@ class ViewController:
                     del self._plans[next(iter(self._plans))]
         return plan
 
-    def _answer(self, request: ViewRequest, view: ChunkedArray) -> ViewResult:
+    def _answer(self, request: ViewRequest, view: ChunkedArray) -> ViewFrame:
         """Assemble the view from what is resident (reusing the last buffer of the same view).
 
         Only copies: the resident chunks not yet in the buffer, placeholders for
@@ -400,7 +400,7 @@ class ViewController:
                 and is_plane_step(presentable.request, request)
                 else None
             )
-            result = ViewResult(
+            result = ViewFrame(
                 request,
                 shown.plan.finish(shown.buffer) if held is None else held,
                 tuple(ref.key for ref in shown.plan.refs),
@@ -511,7 +511,7 @@ class ViewController:
 
     # -- issuing (dispatch thread) --------------------------------------------
 
-    def _issue(self, result: ViewResult) -> None:
+    def _issue(self, result: ViewFrame) -> None:
         """Request the view's chunks (events fire here, not in the reader's thread)."""
         if self._closed:
             return

@@ -1,8 +1,9 @@
 """What crosses threads in a read: the request a viewer makes and the frame it gets back.
 
-`ViewRequest` is an immutable value. `ViewResult` is the answer `read` returns
+`ViewRequest` is an immutable value. `ViewFrame` is the answer `read` returns
 at once: its bookkeeping fields are a snapshot taken at the read, its `data`
-is the live buffer the controller keeps filling.
+the live buffer that worker and compose threads keep filling afterwards (its
+docstring says who writes it, when, and what a reader may rely on).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.keys import ChunkKey
     from napari_lazy_zarr.core.viewport.axes import Box
 
-__all__ = ["ViewKind", "ViewRequest", "ViewResult", "is_plane_step"]
+__all__ = ["ViewFrame", "ViewKind", "ViewRequest", "is_plane_step"]
 
 type ViewKind = Literal["view", "thumbnail"]
 """napari reads two views of a multiscale layer: the displayed region and, for its
@@ -88,24 +89,53 @@ class ViewRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class ViewResult:
-    """What a read returned, at once.
+class ViewFrame:
+    """What a read returned, at once: a snapshot of the bookkeeping over a live buffer.
+
+    **`data` is live.** It is the buffer the controller keeps filling for the
+    view after `read` has returned, and the same array is returned again by
+    the next read of the same view (a landed chunk is copied once, into what
+    the viewer already holds). Who writes into it, always holding the view's
+    own lock:
+
+    - worker threads, as chunks land (the cache's events): each chunk's cells
+      are copied once when it is READY, or given the placeholder when it FAILED;
+    - the controller's compose thread: stand-ins (coarser levels' values,
+      upsampled) into the cells of chunks still loading, when the view is first
+      read and again when a coarser chunk lands; never over a landed chunk;
+    - the reading thread, on a later read of the same view: chunks that are
+      READY and not yet copied (the placeholders are written at the first read).
+
+    What a reader may rely on: a cell holds the placeholder, a stand-in or its
+    stored value, and once it holds its stored value it keeps it (a FAILED
+    chunk's cells move from the placeholder to their values only after a
+    retry). Writes are announced: `ViewController.view_changed` follows them,
+    so a read of `data` made after that signal sees them whole; a read racing
+    a write may see part of a chunk copied. Writing stops when the controller
+    shows another view of the same kind (or closes); copy `data` to keep a
+    frame that no longer changes. A `held` frame's `data` is the buffer of the
+    previous plane's frame, no longer written by the time it is held.
+
+    Every other field is a snapshot taken at the read and goes stale as
+    chunks land: `ViewController.complete`, or the next read, says what is
+    true now.
 
     Attributes
     ----------
     request
         The read it answers.
     data
-        The view's values in the layer's axes: final where chunks were
-        resident, a coarser level's values (upsampled) or the placeholder elsewhere.
+        The view's values in the layer's axes (live, see above): final where
+        chunks were resident, a coarser level's values (upsampled) or the
+        placeholder elsewhere.
     keys
         Every chunk the view touches.
     missing
-        Chunks that were not resident (queued, loading, or FAILED).
+        Chunks that were not resident at the read (queued, loading, or FAILED).
     provisional
-        Missing chunks whose cells show a coarser level's values.
+        Missing chunks whose cells showed a coarser level's values at the read.
     failed
-        Missing chunks that FAILED (they show the placeholder until retried).
+        Missing chunks that had FAILED (they show the placeholder until retried).
     held
         `data` is the last presentable frame of another plane, held while this
         plane lacks a complete backdrop (a z/t step during playback).
