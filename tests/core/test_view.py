@@ -524,6 +524,51 @@ def test_chunks_are_copied_as_they_land_and_never_again(monkeypatch: pytest.Monk
         controller.cache.close()
 
 
+def test_a_refresh_that_finds_nothing_new_is_not_planned_again() -> None:
+    """A read of a view already requested, with nothing landed or evicted since, does not ask
+    the cache again (its live request pins and queues the same work); a landing, or the
+    eviction of what the view prefetched, does."""
+    data = np.arange(144, dtype=np.int32).reshape(12, 12)
+    source = ArraySource(data, chunks=(4, 4), name="r", fill_value=FILL)
+    executor = ManualExecutor()
+    cache = ChunkCache(1 << 20, executor=executor)
+    controller = ViewController([source], cache, dispatch=InlineExecutor())
+    answered: list[Any] = []
+    controller.view_read.connect(answered.append)
+
+    def asked() -> int:
+        """Chunks the view's requests asked the cache for (each counts a hit or a miss)."""
+        counters = cache.counters()
+        return counters.hits + counters.misses
+
+    try:
+        view = controller.arrays[0][0:8, 0:8]  # 4 chunks, and a ring of 5 around them
+        controller.read(0, view)
+        assert asked() == 4
+        for _ in range(3):  # refreshes that find nothing new
+            controller.read(0, view)
+        assert asked() == 4
+        assert len(answered) == 4  # every read is still answered (the inspector follows them)
+        executor.run_next()  # a chunk of the view lands
+        controller.read(0, view)
+        assert asked() == 8
+        controller.read(0, view)
+        assert asked() == 8
+        executor.run_all()
+        np.testing.assert_array_equal(controller.read(0, view), data[0:8, 0:8])
+        assert asked() == 12
+        loads = cache.counters().loads
+        assert cache.evict_unpinned() == 5  # the prefetched ring
+        controller.read(0, view)
+        assert asked() == 16  # asked again: the ring is queued again
+        executor.run_all()
+        assert cache.counters().loads == loads + 5
+        np.testing.assert_array_equal(controller.read(0, view), data[0:8, 0:8])
+    finally:
+        controller.close()
+        cache.close()
+
+
 # -- time and depth: playback and volumes -------------------------------------------------
 
 

@@ -6,13 +6,19 @@ A viewer asks a layer for a region of one pyramid level many times a second.
 ```
 read(level, view)                     any thread (napari's main or slicing thread)
   -> ViewRequest(level, box over the STORE axes, displayed axes, generation)   immutable
-  -> plan (cached per view) -> copy READY chunks into the view's buffer
+  -> plan (cached per view) -> show the view -> copy READY chunks into its buffer
   -> ViewFrame(array in the layer's axes, missing, provisional)   its data: a live buffer
-  -> hand the request to the controller's dispatch thread, return the array
+  -> hand the frame to the controller's dispatch thread, return the array
 dispatch thread: cache.request(needed, prefetch=prefetch_chunks(...))  (cache events fire here)
+                 (not again for a view already requested that nothing has changed since)
 compose thread:  coarser-level stand-ins (`coarser_fill`, pure) written into the same buffer
-worker threads:  chunk events -> view_changed, at most once until the view is read again
+worker threads:  chunk events -> landed chunks copied into the shown buffer -> view_changed,
+                 at most once until the view is read again
 ```
+
+The modules beside this one are pure: `axes` (the axis map, boxes, level
+indices), `frames` (the request and frame types), `fallback` (stand-ins) and
+`prefetch` (the ring, walks, levels). This one holds the state.
 
 The reading thread (napari's main thread) only copies resident chunks and
 fills placeholders: stand-ins upsampled from coarser levels are composed on the
@@ -25,6 +31,11 @@ A repeated read of the same view copies only the chunks that landed since the
 previous read into the same buffer: each chunk is copied once into what the
 viewer displays, however many times the view is refreshed (a 512³ volume is
 not copied again for every chunk that lands).
+
+**One landing path.** After a read, chunks land only through the cache's
+events (`_landed`, on the thread that landed them). The read registers its view
+as shown *before* it looks for resident chunks, so a chunk is either READY when
+the read looks (and copied by it) or lands later and finds the shown view.
 
 **One axis map.** A layer may show fewer axes than its store holds (an
 OME-Zarr image with a channel axis becomes one layer per channel). `AxisMap`
@@ -114,6 +125,8 @@ class _Shown:
         "coarser",
         "composing",
         "failed",
+        "issued",
+        "landings",
         "lock",
         "missing",
         "plan",
@@ -140,6 +153,9 @@ class _Shown:
         self.unfilled = True  # missing cells not yet given placeholders
         self.composing = False  # stand-ins queued on the compose thread
         self.backdrop = False  # the composed stand-ins cover every cell still waiting
+        self.landings = 0  # how many times chunks landed in it (READY, FAILED or retried)
+        # What the latest cache request for it was made on (`ViewController._issue`).
+        self.issued: tuple[object, ...] | None = None
 
     @property
     def waiting(self) -> bool:
@@ -322,6 +338,21 @@ class ViewController:
         `kind` says which of napari's reads this is; by default a read of the
         coarsest level of a pyramid is the thumbnail, every other the view.
         """
+        # The request cycle, in order:
+        # 1. Count the read and open a new generation: every older answer of the view is
+        #    stale from here on, and `view_changed` may fire again.
+        # 2. Turn the view into a `ViewRequest` over the store's axes (or, for a view that
+        #    is not a box, read it without stand-ins or prefetch), and follow the walk
+        #    through z/t it makes (`MotionTracker`).
+        # 3. `_answer`, on this thread: register the view as shown, then copy the READY
+        #    chunks not yet in its buffer and give the others placeholders (only copies);
+        #    answer with a `ViewFrame` over that live buffer, or the held previous frame.
+        # 4. Hand the frame to the dispatch thread (`_issue`): unless nothing changed since
+        #    the view's last request, ask the cache for its chunks, ring and look-ahead;
+        #    the cache's events then fire there and on the workers, never here.
+        # 5. Later, off this thread: workers copy each chunk that lands into the shown
+        #    buffer (`_landed`, the one landing path), the compose thread draws stand-ins
+        #    from coarser levels (`_compose`), and `view_changed` asks for a read (step 1).
         with self._lock:
             self.reads += 1
             self._signalled = False
@@ -379,6 +410,10 @@ class ViewController:
                 shown = _Shown(request, plan, plan.new_buffer(), coarser)
         with shown.lock:
             shown.request = request
+            # Shown before it looks for landed chunks: a chunk landing from here on finds
+            # it in `_landed` (and waits for this lock), one landed before is READY now.
+            with self._lock:
+                self._shown[kind] = shown
             self._take_landed(shown)
             if shown.unfilled:
                 shown.unfilled = False
@@ -410,7 +445,6 @@ class ViewController:
                 held=held is not None,
             )
         with self._lock:
-            self._shown[kind] = shown
             if kind == "view" or len(self.sources) == 1:
                 self.latest = result
             if kind == "view" and ready:
@@ -450,7 +484,10 @@ class ViewController:
             shown.plan.fill_missing(shown.buffer, key, placeholder, None)
         shown.provisional.difference_update(newly_failed)
         shown.failed = (shown.failed - retried) | failed
-        return bool(ready or newly_failed or retried)
+        changed = bool(ready or newly_failed or retried)
+        if changed:
+            shown.landings += 1
+        return changed
 
     # -- stand-ins (compose thread) -------------------------------------------
 
@@ -520,6 +557,22 @@ class ViewController:
             shown = self._shown.get(request.kind)
         if shown is None or shown.request.generation != request.generation:
             return  # a newer read of this view already answered (and will issue)
+        # A refresh that finds nothing new is not planned again: the live request already
+        # pins the same chunks and queues the same work. Anything that would change it
+        # (a landing, an eviction of prefetched chunks, the walk, the prefetch switch)
+        # makes a new one.
+        counters = self.cache.counters()
+        with shown.lock:
+            basis = (shown.landings, counters.evictions, self.motion, self.prefetch)
+            renew, shown.issued = shown.issued != basis, basis
+        if renew and not self._request(request, shown):
+            return  # the cache was closed under us (viewer closing)
+        self.view_read.emit(result)
+        if result.failed:  # FAILED before this controller followed the cache (a shared one)
+            self._report(self.failures.adopt(result.failed))
+
+    def _request(self, request: ViewRequest, shown: _Shown) -> bool:
+        """Ask the cache for `shown`'s chunks and what to load ahead; False if it closed."""
         source = self.sources[request.level]
         prefetch: list[ChunkRef] = []
         if self.prefetch and request.kind == "view":
@@ -550,13 +603,8 @@ class ViewController:
                 load_class=load_class,
             )
         except RuntimeError:  # the cache was closed under us (viewer closing)
-            return
-        self.view_read.emit(result)
-        # Chunks that landed between the read and the request had no shown view to
-        # land in: look for them now.
-        self._landed(result.missing)
-        if result.failed:  # FAILED before this controller followed the cache (a shared one)
-            self._report(self.failures.adopt(result.failed))
+            return False
+        return True
 
     def _lookahead(self, request: ViewRequest, motion: PlaneMotion) -> list[ChunkRef]:
         """The view's chunks on the planes ahead of a walk (`lookahead_planes`).
