@@ -569,6 +569,53 @@ def test_a_refresh_that_finds_nothing_new_is_not_planned_again() -> None:
         cache.close()
 
 
+def test_wait_until_settled_wakes_when_the_viewer_shows_the_last_landing() -> None:
+    """Real threads: the cache's workers land chunks, a viewer thread reads again when asked
+    and applies the slice; the waiter sleeps until then, and no longer than its timeout."""
+    import queue
+    import threading
+
+    gate = threading.Event()
+
+    class Gated(ArraySource):
+        def read_chunk(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any]:
+            assert gate.wait(timeout=30)
+            return super().read_chunk(coords)
+
+    data = np.arange(32 * 32, dtype=np.int32).reshape(32, 32)
+    cache = ChunkCache(1 << 20)  # its own worker threads
+    controller = ViewController(  # its own dispatch and compose threads
+        [Gated(data, chunks=(8, 8), name="w", fill_value=FILL)], cache, prefetch=False
+    )
+    asks: queue.SimpleQueue[bool] = queue.SimpleQueue()
+    controller.view_changed.connect(lambda: asks.put(True))
+    view = controller.arrays[0][:, :]
+
+    def viewer() -> None:  # napari's part: read again when asked, then show the slice
+        while asks.get(timeout=30):
+            controller.read(0, view)
+            controller.slice_applied()
+
+    thread = threading.Thread(target=viewer, daemon=True)
+    thread.start()
+    try:
+        assert controller.wait_until_settled(timeout=0)  # nothing read: nothing to wait for
+        first = controller.read(0, view)
+        controller.slice_applied()
+        assert not controller.wait_until_settled(timeout=0.05)  # the loads wait at the gate
+        gate.set()
+        assert controller.wait_until_settled(timeout=30)
+        assert controller.complete
+        np.testing.assert_array_equal(first, data)  # the live buffer napari holds
+    finally:
+        gate.set()
+        asks.put(False)
+        thread.join(timeout=30)
+        controller.close()
+        cache.close()
+    assert not thread.is_alive()
+
+
 # -- time and depth: playback and volumes -------------------------------------------------
 
 
@@ -812,7 +859,7 @@ def test_stand_ins_are_composed_off_the_reading_thread_into_the_shown_buffer(
     it already holds by the controller's compose thread, then `view_changed` asks for a read."""
     import threading
 
-    from napari_lazy_zarr.core.viewport import controller as view_module
+    from napari_lazy_zarr.core.viewport import fallback as view_module
 
     composers: list[str] = []
     original = view_module.coarser_fill

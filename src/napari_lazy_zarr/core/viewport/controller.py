@@ -59,27 +59,20 @@ import functools
 import itertools
 import math
 import threading
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from psygnal import Signal
 
 from napari_lazy_zarr.core.array import ChunkedArray
 from napari_lazy_zarr.core.executors import SerialDispatch
-from napari_lazy_zarr.core.keys import ChunkRef
 from napari_lazy_zarr.core.schedule import LoadClass
 from napari_lazy_zarr.core.source import is_derived
 from napari_lazy_zarr.core.states import ChunkState
-from napari_lazy_zarr.core.viewport.axes import (
-    AxisMap,
-    Box,
-    box_bytes,
-    chunk_ranges,
-    level_box,
-    view_box,
-)
+from napari_lazy_zarr.core.viewport._refresh import Refreshes
+from napari_lazy_zarr.core.viewport._shown import Shown, ViewPlans
+from napari_lazy_zarr.core.viewport.axes import AxisMap, Box, view_box
 from napari_lazy_zarr.core.viewport.failures import FailureLog
-from napari_lazy_zarr.core.viewport.fallback import coarser_fill, covered, waiting_region
+from napari_lazy_zarr.core.viewport.fallback import covered, stand_ins
 from napari_lazy_zarr.core.viewport.frames import (
     ViewFrame,
     ViewKind,
@@ -89,78 +82,24 @@ from napari_lazy_zarr.core.viewport.frames import (
 from napari_lazy_zarr.core.viewport.prefetch import (
     MotionTracker,
     PlaneMotion,
-    lookahead_planes,
-    playback_level,
-    prefetch_chunks,
     prefetch_ring,
+    view_prefetch,
 )
+from napari_lazy_zarr.core.viewport.volumes import PreparedVolumes, volume_box
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Hashable, Sequence
+    from collections.abc import Collection, Sequence
 
-    from napari_lazy_zarr.core.cache import ChunkCache, Request
+    import numpy as np
+
+    from napari_lazy_zarr.core.cache import ChunkCache
     from napari_lazy_zarr.core.executors import Executor
-    from napari_lazy_zarr.core.keys import ChunkKey
-    from napari_lazy_zarr.core.plans import ReadPlan
+    from napari_lazy_zarr.core.keys import ChunkKey, ChunkRef
     from napari_lazy_zarr.core.source import ChunkSource
     from napari_lazy_zarr.core.states import ChunkEvent
     from napari_lazy_zarr.core.viewport.failures import ChunkFailure
 
 __all__ = ["ViewController"]
-
-_PLAN_CACHE: Final = 8  # plans kept per controller (views revisited while panning back)
-
-
-class _Shown:
-    """The latest read of one view kind: its buffer, and what it still lacks.
-
-    `lock` guards every field and every write into `buffer`: chunks that land
-    are copied in by worker threads, stand-ins by the compose thread, and a
-    stand-in must never overwrite a chunk that landed.
-    """
-
-    __slots__ = (
-        "backdrop",
-        "buffer",
-        "coarser",
-        "composing",
-        "failed",
-        "issued",
-        "landings",
-        "lock",
-        "missing",
-        "plan",
-        "provisional",
-        "request",
-        "unfilled",
-    )
-
-    def __init__(
-        self,
-        request: ViewRequest,
-        plan: ReadPlan,
-        buffer: np.ndarray[Any, Any],
-        coarser: frozenset[Hashable],
-    ) -> None:
-        self.lock = threading.Lock()
-        self.request = request
-        self.plan = plan
-        self.buffer = buffer
-        self.coarser = coarser  # identities of the coarser levels' sources
-        self.missing: set[ChunkKey] = {ref.key for ref in plan.refs}
-        self.provisional: set[ChunkKey] = set()
-        self.failed: set[ChunkKey] = set()
-        self.unfilled = True  # missing cells not yet given placeholders
-        self.composing = False  # stand-ins queued on the compose thread
-        self.backdrop = False  # the composed stand-ins cover every cell still waiting
-        self.landings = 0  # how many times chunks landed in it (READY, FAILED or retried)
-        # What the latest cache request for it was made on (`ViewController._issue`).
-        self.issued: tuple[object, ...] | None = None
-
-    @property
-    def waiting(self) -> bool:
-        """Whether chunks it lacks are still to land (FAILED ones are not waited for)."""
-        return len(self.missing) > len(self.failed)
 
 
 class ViewController:
@@ -266,34 +205,36 @@ class ViewController:
         """The walk through z or t the latest reads make (None when the view is still)."""
         self._tracker = MotionTracker()
         self._presentable: ViewFrame | None = None
-        # Volumes loading for `prepare_volumes`, by level: (assembled view, live request).
-        self._staged: dict[int, tuple[_Shown, Request]] = {}
         index = self.axis_map.store_index()
         # The layer's levels: each store level seen through the axis map.
         self.arrays = [ChunkedArray(source, cache)[index] for source in self.sources]
         self._id = next(_controller_ids)
-        self._owned_dispatch: SerialDispatch | None = None
-        if dispatch is None:
-            self._owned_dispatch = SerialDispatch(f"lazy-zarr-view-{name}")
-            dispatch = self._owned_dispatch
-        self._dispatch: Executor = dispatch
+        self._lock = threading.Lock()
+        self._plans = ViewPlans()
+        self._volumes = PreparedVolumes(
+            cache,
+            self.sources,
+            self.arrays,
+            self.axis_map,
+            owner=self._id,
+            plan=self._plans.plan,
+            ready=self._volume_ready,
+            lock=self._lock,
+        )
+        self._staged = self._volumes.staged  # by level: (volume, live request), under _lock
         # Stand-ins are composed on a thread of their own: a large one must not delay
         # the next view's requests. An injected `dispatch` runs both.
-        self._owned_composer: SerialDispatch | None = None
-        composer: Executor = dispatch
-        if self._owned_dispatch is not None:
-            self._owned_composer = SerialDispatch(f"lazy-zarr-compose-{name}")
-            composer = self._owned_composer
-        self._composer = composer
-        self._lock = threading.Lock()
+        self._owned: list[SerialDispatch] = []
+        if dispatch is None:
+            self._owned = [
+                SerialDispatch(f"lazy-zarr-{role}-{name}") for role in ("view", "compose")
+            ]
+        self._dispatch: Executor = dispatch if dispatch is not None else self._owned[0]
+        self._composer: Executor = dispatch if dispatch is not None else self._owned[1]
         self._generation = 0
-        self._plans: dict[tuple[int, Box, tuple[int, ...]], ReadPlan] = {}
-        self._shown: dict[ViewKind, _Shown] = {}
-        self._signalled = False  # view_changed emitted, not yet followed by a read
-        self._refresh_pending = False  # a landing not yet shown by an applied slice
-        self._refresh_asked_at = 0
+        self._shown: dict[ViewKind, Shown] = {}
+        self._refreshes = Refreshes(lambda: self.complete)
         self._closed = False
-        self.reads = 0
         self.latest: ViewFrame | None = None
         """The latest answered read of the displayed view (not the thumbnail)."""
         self.failures = FailureLog(self.sources, cache)
@@ -324,9 +265,24 @@ class ViewController:
     @property
     def settled(self) -> bool:
         """Complete, and a slice read after the last landing was applied: the screen is final."""
-        with self._lock:
-            pending = self._refresh_pending
-        return self.complete and not pending
+        return self._refreshes.settled
+
+    @property
+    def reads(self) -> int:
+        """How many reads the controller answered."""
+        return self._refreshes.reads
+
+    def wait_until_settled(self, timeout: float | None = None) -> bool:
+        """Block until `settled` (True), or `timeout` seconds pass, or `close` (False if not).
+
+        Event-driven, as napari's `_LayerSlicer.wait_until_idle`: the waiter
+        sleeps on a condition woken by every read, landing, change signal and
+        applied slice. Settling needs the viewer to read and apply a slice
+        after the last landing (`slice_applied`), so on a GUI's main thread
+        keep its event loop running instead (the napari glue's
+        `wait_until_complete` does).
+        """
+        return self._refreshes.wait_until_settled(timeout)
 
     # -- reading (any thread) -------------------------------------------------
 
@@ -353,9 +309,8 @@ class ViewController:
         # 5. Later, off this thread: workers copy each chunk that lands into the shown
         #    buffer (`_landed`, the one landing path), the compose thread draws stand-ins
         #    from coarser levels (`_compose`), and `view_changed` asks for a read (step 1).
+        self._refreshes.read()
         with self._lock:
-            self.reads += 1
-            self._signalled = False
             self._generation += 1
             generation = self._generation
         if self.blocking:
@@ -378,18 +333,6 @@ class ViewController:
         self._dispatch.submit(lambda: self._issue(result))
         return result.data
 
-    def _plan(self, request: ViewRequest, view: ChunkedArray) -> ReadPlan:
-        key = (request.level, request.box, request.displayed)
-        with self._lock:
-            plan = self._plans.get(key)
-        if plan is None:
-            plan = view.plan()
-            with self._lock:
-                self._plans[key] = plan
-                while len(self._plans) > _PLAN_CACHE:
-                    del self._plans[next(iter(self._plans))]
-        return plan
-
     def _answer(self, request: ViewRequest, view: ChunkedArray) -> ViewFrame:
         """Assemble the view from what is resident (reusing the last buffer of the same view).
 
@@ -400,21 +343,21 @@ class ViewController:
         with self._lock:
             shown = self._shown.get(kind)
             presentable = self._presentable if kind == "view" and self.hold else None
-            staged = [s for s, _ in self._staged.values()]
         if shown is None or not request.same_view(shown.request):
             # A volume `prepare_volumes` assembled off this thread, else a new buffer.
-            shown = next((s for s in staged if request.same_view(s.request)), None)
+            shown = self._volumes.find(request)
             if shown is None:
-                plan = self._plan(request, view)
+                plan = self._plans.plan(request, view)
                 coarser = frozenset(s.identity for s in self.sources[request.level + 1 :])
-                shown = _Shown(request, plan, plan.new_buffer(), coarser)
+                placeholder = self.sources[request.level].fill_value
+                shown = Shown(request, plan, plan.new_buffer(), coarser, placeholder)
         with shown.lock:
             shown.request = request
             # Shown before it looks for landed chunks: a chunk landing from here on finds
             # it in `_landed` (and waits for this lock), one landed before is READY now.
             with self._lock:
                 self._shown[kind] = shown
-            self._take_landed(shown)
+            shown.take_landed(self.cache)
             if shown.unfilled:
                 shown.unfilled = False
                 placeholder = self.sources[request.level].fill_value
@@ -423,7 +366,7 @@ class ViewController:
                 else:
                     for key in shown.missing - shown.failed:
                         shown.plan.fill_missing(shown.buffer, key, placeholder, None)
-                compose = self._composes(shown)
+                compose = shown.composes(len(self.sources))
             else:
                 compose = False
             # Presentable: nothing left to wait for, or a complete backdrop composed.
@@ -449,49 +392,14 @@ class ViewController:
                 self.latest = result
             if kind == "view" and ready:
                 self._presentable = result
+        self._refreshes.notify()  # a view shown complete may settle it
         if compose:
             self._compose_later(shown)
         return result
 
-    def _composes(self, shown: _Shown) -> bool:
-        """Whether `shown` gets stand-ins: it waits for chunks and has coarser levels.
-
-        Never a volume (three spatial axes): upsampling a 512³ volume costs
-        seconds and gigabytes; in 3D the coarsest complete level is shown instead
-        (`LayerLoader`), so a volume is presentable only when complete.
-        """
-        request = shown.request
-        return shown.waiting and request.level < len(self.sources) - 1 and len(request.spatial) < 3
-
-    def _take_landed(self, shown: _Shown, among: Collection[ChunkKey] | None = None) -> bool:
-        """Copy chunks of `shown` that are now READY into its buffer (its lock held).
-
-        FAILED ones get the explicit placeholder instead of a stand-in, so a
-        failure is never disguised. Returns whether anything changed.
-        """
-        keys = shown.missing if among is None else shown.missing.intersection(among)
-        if not keys:
-            return False
-        ready, failed = self.cache.lookup_many(keys)
-        for key, data in ready.items():
-            shown.plan.copy_chunk(shown.buffer, key, data)
-        shown.missing.difference_update(ready)
-        shown.provisional.difference_update(ready)
-        retried = shown.failed.intersection(keys) - failed
-        newly_failed = failed - shown.failed
-        placeholder = self.sources[shown.request.level].fill_value
-        for key in newly_failed:
-            shown.plan.fill_missing(shown.buffer, key, placeholder, None)
-        shown.provisional.difference_update(newly_failed)
-        shown.failed = (shown.failed - retried) | failed
-        changed = bool(ready or newly_failed or retried)
-        if changed:
-            shown.landings += 1
-        return changed
-
     # -- stand-ins (compose thread) -------------------------------------------
 
-    def _compose_later(self, shown: _Shown) -> None:
+    def _compose_later(self, shown: Shown) -> None:
         """Queue `shown`'s stand-ins on the compose thread (at most one queued per view)."""
         with shown.lock:
             if shown.composing:
@@ -499,7 +407,7 @@ class ViewController:
             shown.composing = True
         self._composer.submit(functools.partial(self._compose, shown))
 
-    def _compose(self, shown: _Shown) -> None:
+    def _compose(self, shown: Shown) -> None:
         """Give the cells of chunks still loading coarser levels' values, in place.
 
         The upsampling (`coarser_fill`) runs without any lock; only the copy
@@ -514,32 +422,15 @@ class ViewController:
             current = any(shown is other for other in self._shown.values())
         if self._closed or not current or not waiting:
             return  # the viewer has moved on, or everything landed
-        region = waiting_region(request.box, waiting)
-        if region is None:
+        drawn = stand_ins(request, waiting, self.sources, self.cache.lookup)
+        if drawn is None:
             return
-        source = self.sources[request.level]
-        filled = coarser_fill(
-            region,
-            source.shape,
-            self.sources[request.level + 1 :],
-            self.cache.lookup,
-            source.dtype,
-        )
-        if filled is None:
-            return
-        values, found = filled
-        values[~found] = source.fill_value
-        stand_in = np.empty(request.shape, dtype=source.dtype)
-        # The region's box, in the result's axes (held axes have extent 1).
-        where = tuple(
-            slice(region[a][0] - request.box[a][0], region[a][1] - request.box[a][0])
-            for a in request.displayed
-        )
-        stand_in[where] = values.reshape(stand_in[where].shape)
+        stand_in, region, found = drawn
+        fill_value = self.sources[request.level].fill_value
         with shown.lock:
             still = (shown.missing - shown.failed) & waiting  # not landed meanwhile
             for key in still:
-                shown.plan.fill_missing(shown.buffer, key, source.fill_value, stand_in)
+                shown.plan.fill_missing(shown.buffer, key, fill_value, stand_in)
             # Provisional: the chunks whose every cell shows a coarser level's value.
             shown.provisional = {key for key in still if covered(key, region, found)}
             shown.backdrop = bool(found.all())
@@ -571,22 +462,21 @@ class ViewController:
         if result.failed:  # FAILED before this controller followed the cache (a shared one)
             self._report(self.failures.adopt(result.failed))
 
-    def _request(self, request: ViewRequest, shown: _Shown) -> bool:
+    def _request(self, request: ViewRequest, shown: Shown) -> bool:
         """Ask the cache for `shown`'s chunks and what to load ahead; False if it closed."""
         source = self.sources[request.level]
         prefetch: list[ChunkRef] = []
         if self.prefetch and request.kind == "view":
-            held = {axis for axis, _ in self.axis_map.fixed}
-            planes = [a for a in request.planes if a not in held]
-            prefetch = [
-                ChunkRef.of(source, coords)
-                for coords in prefetch_chunks(
-                    request.box, request.spatial, planes, source, ring=self._ring
-                )
-            ]
-            motion = self.motion
-            if motion is not None and motion.axis in planes:
-                prefetch.extend(self._lookahead(request, motion))
+            prefetch = view_prefetch(
+                request,
+                self.sources,
+                held={axis for axis, _ in self.axis_map.fixed},
+                ring=self._ring,
+                motion=self.motion,
+                latency=self._load_latency,
+                concurrency=self.cache.concurrency,
+                budget_bytes=int(self.cache.total_bytes_limit * self.lookahead_share),
+            )
         load_class = LoadClass.NEEDED
         if request.kind == "thumbnail" and is_derived(source):
             # A virtual coarsest level costs every stored chunk under it: overview work
@@ -606,64 +496,6 @@ class ViewController:
             return False
         return True
 
-    def _lookahead(self, request: ViewRequest, motion: PlaneMotion) -> list[ChunkRef]:
-        """The view's chunks on the planes ahead of a walk (`lookahead_planes`).
-
-        The coarsest stored level (the cheapest complete backdrop), then the
-        finest level that loads as fast as the walk shows frames
-        (`playback_level`, from the measured load latency and the cache's
-        workers), then the view's own level, all within `lookahead_share` of
-        the cache, each taking what the previous left. The cache loads coarser
-        levels first, and all of it after what the view displays.
-        """
-        fine = self.sources[request.level]
-        boxes = [level_box(request.box, fine.shape, source.shape) for source in self.sources]
-        frame_chunks: list[int] = []
-        for box, source in zip(boxes, self.sources, strict=True):
-            count = math.prod(len(r) for r in chunk_ranges(box, source))
-            if is_derived(source) and frame_chunks:
-                count = max(count, frame_chunks[-1])  # a virtual level reads what is under it
-            frame_chunks.append(count)
-        latency = self._load_latency()
-        backdrop = playback_level(
-            frame_chunks,
-            finest=request.level,
-            rate=motion.rate,
-            latency=latency,
-            concurrency=self.cache.concurrency,
-        )
-        budget = int(self.cache.total_bytes_limit * self.lookahead_share)
-        refs: list[ChunkRef] = []
-        seen: set[ChunkKey] = set()
-        # The coarsest stored level first: the cheapest complete backdrop there is.
-        stored = [i for i, source in enumerate(self.sources) if not is_derived(source)]
-        coarsest = max(stored[-1], request.level)
-        for level in dict.fromkeys((coarsest, backdrop, request.level)):
-            source = self.sources[level]
-            frame_bytes = box_bytes(boxes[level], source)
-            planes = lookahead_planes(
-                request.box[motion.axis][0],
-                motion.direction,
-                fine.shape[motion.axis],
-                rate=motion.rate,
-                latency=latency,
-                frame_bytes=frame_bytes,
-                budget_bytes=budget,
-            )
-            budget -= frame_bytes * len(planes)
-            for plane in planes:
-                moved = tuple(
-                    (plane, plane + 1) if axis == motion.axis else span
-                    for axis, span in enumerate(request.box)
-                )
-                box = level_box(moved, fine.shape, source.shape)
-                for coords in itertools.product(*chunk_ranges(box, source)):
-                    ref = ChunkRef.of(source, coords)
-                    if ref.key not in seen:
-                        seen.add(ref.key)
-                        refs.append(ref)
-        return refs
-
     def _load_latency(self) -> float:
         """The cache's mean load time of a chunk, in seconds (0 before any load)."""
         latency = float(self.cache.statistics.load_latency_mean)
@@ -676,31 +508,13 @@ class ViewController:
         latest = self.latest
         if latest is None:
             return None
-        request = latest.request
-        shown_shape = self.sources[request.level].shape
-        shape = self.sources[level].shape
-        box: list[tuple[int, int]] = []
-        for axis, (lo, _) in enumerate(request.box):
-            if axis in request.spatial:
-                box.append((0, int(shape[axis])))
-            else:  # the same plane at that level (z/t are rarely decimated; if so, scaled)
-                index = lo * int(shape[axis]) // max(1, int(shown_shape[axis]))
-                index = min(index, int(shape[axis]) - 1)
-                box.append((index, index + 1))
-        return tuple(box)
+        return volume_box(latest.request, [source.shape for source in self.sources], level)
 
     def volume_complete(self, level: int) -> bool:
         """Whether the volume of `level` at the latest view's planes is resident and assembled."""
-        box = self.volume_box(level)
         with self._lock:
-            candidates = [self._shown.get("view")] + [s for s, _ in self._staged.values()]
-        for shown in candidates:
-            if shown is None:
-                continue
-            with shown.lock:
-                if shown.request.level == level and shown.request.box == box:
-                    return not shown.missing
-        return False
+            shown = self._shown.get("view")
+        return self._volumes.complete(level, self.volume_box(level), shown)
 
     def prepare_volumes(self, levels: Sequence[int]) -> None:
         """Load and assemble the volumes of `levels` in the background (any thread).
@@ -716,60 +530,12 @@ class ViewController:
         self._dispatch.submit(lambda: self._prepare(wanted))
 
     def _prepare(self, levels: tuple[int, ...]) -> None:
-        if self._closed:
-            return
         latest = self.latest
-        if latest is None:
-            return
-        displayed = latest.request.displayed
-        wanted = {level: box for level in levels if (box := self.volume_box(level)) is not None}
-        with self._lock:
-            kept = {
-                level: staged
-                for level, staged in self._staged.items()
-                if wanted.get(level) == staged[0].request.box
-            }
-            dropped = [staged for level, staged in self._staged.items() if level not in kept]
-            self._staged = dict(kept)
-        for _, live in dropped:
-            live.release()
-        for level, box in wanted.items():
-            if level in kept:
-                continue  # already loading (or ready and announced)
-            index = tuple(
-                slice(*box[axis]) if axis in displayed else box[axis][0]
-                for axis in self.axis_map.layer_axes
-            )
-            view = self.arrays[level][index]
-            found = view_box(view)
-            if found is None:
-                continue
-            volume = ViewRequest(level, found[0], found[1], 0, "view")
-            plan = self._plan(volume, view)
-            coarser = frozenset(s.identity for s in self.sources[level + 1 :])
-            shown = _Shown(volume, plan, plan.new_buffer(), coarser)
-            try:
-                live = self.cache.request(plan.refs, view=(self._id, "volume", level), level=level)
-            except RuntimeError:  # the cache was closed under us
-                return
-            with self._lock:
-                self._staged[level] = (shown, live)
-            live.done.add_done_callback(functools.partial(self._volume_done, level))
+        if not self._closed and latest is not None:
+            self._volumes.prepare(levels, latest.request)
 
-    def _volume_done(self, level: int, _: object) -> None:
-        self._volume_landed(level)
-
-    def _volume_landed(self, level: int) -> None:
-        """Copy what landed into a prepared volume; say so when it is complete."""
-        with self._lock:
-            staged = self._staged.get(level)
-        if staged is None:
-            return
-        shown = staged[0]
-        with shown.lock:
-            self._take_landed(shown)
-            complete = not shown.missing
-        if complete and not self._closed:
+    def _volume_ready(self, level: int) -> None:
+        if not self._closed:
             self.volume_ready.emit(level)
 
     # -- landing chunks (worker threads) --------------------------------------
@@ -791,20 +557,16 @@ class ViewController:
         """Copy landed chunks into the shown views; signal the change (any thread)."""
         with self._lock:
             shown_views = list(self._shown.items())
-            staged = [s for s, _ in self._staged.values()]
-        for volume in staged:  # assembled off napari's thread, before napari reads it
-            if all(volume is not shown for _, shown in shown_views):
-                with volume.lock:
-                    self._take_landed(volume, landed)
+        self._volumes.landed(landed, [shown for _, shown in shown_views])
         changed = False
         for _, shown in shown_views:
             with shown.lock:
-                if self._take_landed(shown, landed):
+                if shown.take_landed(self.cache, landed):
                     changed = True
                 # A coarser level's chunk improves the stand-ins of a view still loading.
                 recompose = (
                     not shown.unfilled
-                    and self._composes(shown)
+                    and shown.composes(len(self.sources))
                     and any(key.source in shown.coarser for key in landed)
                 )
             if recompose:
@@ -814,28 +576,18 @@ class ViewController:
 
     def _signal_change(self) -> None:
         """Emit `view_changed`, unless it was emitted and the view not read since."""
-        with self._lock:
-            emit = not self._signalled and not self._closed
-            if emit:
-                self._signalled = True
-                self._refresh_pending = True
-                self._refresh_asked_at = self.reads
-        if emit:
+        if self._refreshes.changed():
             self.view_changed.emit()
 
     # -- the viewer's side ----------------------------------------------------
 
     def slice_applied(self) -> None:
         """The viewer now shows a slice: if it was read after the last change, it is final."""
-        with self._lock:
-            if self.reads > self._refresh_asked_at:
-                self._refresh_pending = False
+        self._refreshes.slice_applied()
 
     def refresh_skipped(self) -> None:
         """The viewer will not read again (layer hidden): stop waiting for it."""
-        with self._lock:
-            self._refresh_pending = False
-            self._signalled = False
+        self._refreshes.refresh_skipped()
 
     def close(self) -> None:
         """Stop following the cache and release the views' pinned chunks (idempotent)."""
@@ -843,14 +595,11 @@ class ViewController:
             if self._closed:
                 return
             self._closed = True
+        self._refreshes.close()
         self.cache.state_changed.disconnect(self._on_events)
-        for owned in (self._owned_dispatch, self._owned_composer):
-            if owned is not None:
-                owned.close()
-        with self._lock:
-            staged, self._staged = list(self._staged.values()), {}
-        for _, request in staged:
-            request.release()
+        for owned in self._owned:
+            owned.close()
+        self._volumes.close()
         for kind in ("view", "thumbnail"):
             self.cache.release_view((self._id, kind))
 

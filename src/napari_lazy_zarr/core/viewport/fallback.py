@@ -20,8 +20,9 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.keys import ChunkKey
     from napari_lazy_zarr.core.source import ChunkSource
     from napari_lazy_zarr.core.viewport.axes import Box
+    from napari_lazy_zarr.core.viewport.frames import ViewRequest
 
-__all__ = ["coarser_fill", "covered", "waiting_region"]
+__all__ = ["coarser_fill", "covered", "stand_ins", "waiting_region"]
 
 
 def coarser_fill(
@@ -117,3 +118,51 @@ def covered(key: ChunkKey, region: Box, found: np.ndarray[Any, Any]) -> bool:
         for (lo, hi), start, stop in zip(region, key.inclusive_min, key.exclusive_max, strict=True)
     )
     return bool(found[where].all())
+
+
+def stand_ins(
+    request: ViewRequest,
+    waiting: Collection[ChunkKey],
+    levels: Sequence[ChunkSource],
+    lookup: Callable[[ChunkKey], np.ndarray[Any, Any] | None],
+) -> tuple[np.ndarray[Any, Any], Box, np.ndarray[Any, Any]] | None:
+    """A frame of `request`'s shape drawn from the levels coarser than its own (`coarser_fill`).
+
+    Only the region under the `waiting` chunks is drawn (`waiting_region`);
+    cells no coarser level has resident get the level's fill value. Returns
+    the frame, the region (a store box) and the mask over it of the cells
+    drawn from a coarser level, or None when nothing coarser is resident.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from napari_lazy_zarr.core.keys import ChunkRef
+    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> from napari_lazy_zarr.core.viewport.frames import ViewRequest
+    >>> fine = ArraySource(np.zeros((4, 4), int), chunks=(2, 2), name="f", fill_value=-1)
+    >>> coarse = ArraySource(np.arange(4).reshape(2, 2), chunks=(1, 1), name="c")
+    >>> key = ChunkRef.of(coarse, (0, 0)).key
+    >>> waiting = [ChunkRef.of(fine, (0, 0)).key]
+    >>> frame, region, found = stand_ins(
+    ...     ViewRequest(0, ((0, 4), (0, 4)), (0, 1), 1), waiting, [fine, coarse],
+    ...     {key: coarse.read_chunk((0, 0))}.get)
+    >>> region, frame[:2, :2].tolist(), bool(found.all())
+    (((0, 2), (0, 2)), [[0, 0], [0, 0]], True)
+    """
+    region = waiting_region(request.box, waiting)
+    if region is None:
+        return None
+    source = levels[request.level]
+    filled = coarser_fill(region, source.shape, levels[request.level + 1 :], lookup, source.dtype)
+    if filled is None:
+        return None
+    values, found = filled
+    values[~found] = source.fill_value
+    frame = np.empty(request.shape, dtype=source.dtype)
+    # The region's box, in the frame's axes (held axes have extent 1).
+    where = tuple(
+        slice(region[a][0] - request.box[a][0], region[a][1] - request.box[a][0])
+        for a in request.displayed
+    )
+    frame[where] = values.reshape(frame[where].shape)
+    return frame, region, found

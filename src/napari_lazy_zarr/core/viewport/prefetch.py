@@ -2,8 +2,9 @@
 
 `prefetch_chunks` is the ring around a view and its neighbouring planes;
 `MotionTracker` infers a walk through z or t (`PlaneMotion`) from successive
-reads, and `lookahead_planes`/`playback_level` say how far ahead to load and at
-which level; `volume_level` chooses the finest volume within a budget.
+reads; `lookahead_planes` and `playback_level` say how far ahead to load and at
+which level, and `lookahead_chunks` turns that into chunks; `volume_level`
+chooses the finest volume within a budget.
 """
 
 from __future__ import annotations
@@ -16,22 +17,27 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from napari_lazy_zarr.core.keys import grid_shape
-from napari_lazy_zarr.core.viewport.axes import chunk_ranges
+from napari_lazy_zarr.core.keys import ChunkRef, grid_shape
+from napari_lazy_zarr.core.source import is_derived
+from napari_lazy_zarr.core.viewport.axes import box_bytes, chunk_ranges, level_box
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Collection, Sequence
 
+    from napari_lazy_zarr.core.keys import ChunkKey
     from napari_lazy_zarr.core.source import ChunkSource
     from napari_lazy_zarr.core.viewport.axes import Box
+    from napari_lazy_zarr.core.viewport.frames import ViewRequest
 
 __all__ = [
     "MotionTracker",
     "PlaneMotion",
+    "lookahead_chunks",
     "lookahead_planes",
     "playback_level",
     "prefetch_chunks",
     "prefetch_ring",
+    "view_prefetch",
     "volume_level",
 ]
 
@@ -306,3 +312,131 @@ def volume_level(
         if voxels <= voxel_budget and (byte_budget is None or voxels * itemsize <= byte_budget):
             return level
     return last
+
+
+def lookahead_chunks(
+    request: ViewRequest,
+    motion: PlaneMotion,
+    sources: Sequence[ChunkSource],
+    *,
+    latency: float,
+    concurrency: int,
+    budget_bytes: int,
+) -> list[ChunkRef]:
+    """The chunks of `request`'s view on the planes ahead of a walk (`lookahead_planes`).
+
+    The coarsest stored level of `sources` (the cheapest complete backdrop),
+    then the finest level that loads as fast as the walk shows frames
+    (`playback_level`, from the measured load `latency` and the cache's
+    `concurrency`), then the view's own level, all within `budget_bytes`,
+    each taking what the previous left. The cache loads coarser levels first,
+    and all of it after what the view displays.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> from napari_lazy_zarr.core.viewport.frames import ViewRequest
+    >>> source = ArraySource(np.zeros((10, 8, 8)), chunks=(1, 8, 8), name="t")
+    >>> request = ViewRequest(0, ((3, 4), (0, 8), (0, 8)), (0, 1, 2), 1)
+    >>> refs = lookahead_chunks(request, PlaneMotion(0, 1, 2.0), [source], latency=0.0,
+    ...                         concurrency=1, budget_bytes=1 << 20)
+    >>> [ref.coords for ref in refs]
+    [(4, 0, 0), (5, 0, 0)]
+    """
+    fine = sources[request.level]
+    boxes = [level_box(request.box, fine.shape, source.shape) for source in sources]
+    frame_chunks: list[int] = []
+    for box, source in zip(boxes, sources, strict=True):
+        count = math.prod(len(r) for r in chunk_ranges(box, source))
+        if is_derived(source) and frame_chunks:
+            count = max(count, frame_chunks[-1])  # a virtual level reads what is under it
+        frame_chunks.append(count)
+    backdrop = playback_level(
+        frame_chunks,
+        finest=request.level,
+        rate=motion.rate,
+        latency=latency,
+        concurrency=concurrency,
+    )
+    budget = budget_bytes
+    refs: list[ChunkRef] = []
+    seen: set[ChunkKey] = set()
+    # The coarsest stored level first: the cheapest complete backdrop there is.
+    stored = [i for i, source in enumerate(sources) if not is_derived(source)]
+    coarsest = max(stored[-1], request.level)
+    for level in dict.fromkeys((coarsest, backdrop, request.level)):
+        source = sources[level]
+        frame_bytes = box_bytes(boxes[level], source)
+        planes = lookahead_planes(
+            request.box[motion.axis][0],
+            motion.direction,
+            fine.shape[motion.axis],
+            rate=motion.rate,
+            latency=latency,
+            frame_bytes=frame_bytes,
+            budget_bytes=budget,
+        )
+        budget -= frame_bytes * len(planes)
+        for plane in planes:
+            moved = tuple(
+                (plane, plane + 1) if axis == motion.axis else span
+                for axis, span in enumerate(request.box)
+            )
+            box = level_box(moved, fine.shape, source.shape)
+            for coords in itertools.product(*chunk_ranges(box, source)):
+                ref = ChunkRef.of(source, coords)
+                if ref.key not in seen:
+                    seen.add(ref.key)
+                    refs.append(ref)
+    return refs
+
+
+def view_prefetch(
+    request: ViewRequest,
+    sources: Sequence[ChunkSource],
+    *,
+    held: Collection[int],
+    ring: int,
+    motion: PlaneMotion | None,
+    latency: Callable[[], float],
+    concurrency: int,
+    budget_bytes: int,
+) -> list[ChunkRef]:
+    """What to load before `request`'s view asks for it, nearest first.
+
+    The `ring` around the view and its neighbouring planes (`prefetch_chunks`)
+    on the plane axes the layer does not hold fixed (`held`), then, when
+    `motion` walks one of those axes, the planes ahead of it
+    (`lookahead_chunks`; `latency()` is asked for only then).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> from napari_lazy_zarr.core.viewport.frames import ViewRequest
+    >>> source = ArraySource(np.zeros((4, 8, 8)), chunks=(1, 8, 8), name="p")
+    >>> request = ViewRequest(0, ((1, 2), (0, 8), (0, 8)), (0, 1, 2), 1)
+    >>> refs = view_prefetch(request, [source], held=(), ring=1, motion=None,
+    ...                      latency=lambda: 0.0, concurrency=1, budget_bytes=0)
+    >>> [ref.coords for ref in refs]
+    [(0, 0, 0), (2, 0, 0)]
+    """
+    source = sources[request.level]
+    planes = [a for a in request.planes if a not in held]
+    refs = [
+        ChunkRef.of(source, coords)
+        for coords in prefetch_chunks(request.box, request.spatial, planes, source, ring=ring)
+    ]
+    if motion is not None and motion.axis in planes:
+        refs.extend(
+            lookahead_chunks(
+                request,
+                motion,
+                sources,
+                latency=latency(),
+                concurrency=concurrency,
+                budget_bytes=budget_bytes,
+            )
+        )
+    return refs
