@@ -20,6 +20,7 @@ period doubling while the storm lasts.
 
 from __future__ import annotations
 
+import math
 import time
 import weakref
 from collections import Counter, OrderedDict, deque
@@ -463,18 +464,53 @@ def wait_until_complete(viewer: Any, timeout: float = 60.0) -> bool:
     """Run napari's event loop until every plugin layer shows its complete view (main thread).
 
     For scripts and screenshots; False if `timeout` seconds pass first.
+    Event-driven: Qt's event loop runs, since the refreshes, slices and paints
+    that settle a layer happen on this thread, while a helper thread sleeps in
+    each layer's `ViewController.wait_until_settled` and ends the loop once they
+    have all settled (or at the deadline). Nothing polls.
     """
     from napari.qt import get_qapp
 
     app, deadline = get_qapp(), time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        app.processEvents()
-        loaders = [loader for layer in viewer.layers if (loader := loader_of(layer))]
-        if all(loader.settled for loader in loaders):
+    app.processEvents()
+    while True:
+        controllers = [
+            loader.controller for layer in viewer.layers if (loader := loader_of(layer))
+        ]
+        if all(controller.settled for controller in controllers):
             app.processEvents()
             return True
-        time.sleep(0.005)  # the event loop is idle: chunks are loading on worker threads
-    return False
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        _run_until_settled(controllers, remaining)
+
+
+def _run_until_settled(controllers: Sequence[ViewController], timeout: float) -> None:
+    """Run a Qt event loop until `controllers` have all settled, or `timeout` seconds pass."""
+    import threading
+
+    from qtpy.QtCore import QEventLoop, QMetaObject, Qt, QTimer
+
+    loop = QEventLoop()
+    deadline = time.monotonic() + timeout
+
+    def wait() -> None:
+        for controller in controllers:
+            if not controller.wait_until_settled(max(0.0, deadline - time.monotonic())):
+                break
+        # Queued: the loop quits on its own (the main) thread, once it runs.
+        QMetaObject.invokeMethod(loop, "quit", Qt.ConnectionType.QueuedConnection)
+
+    timer = QTimer()
+    timer.setSingleShot(True)
+    timer.timeout.connect(loop.quit)
+    timer.start(max(1, math.ceil(timeout * 1000)))
+    waiter = threading.Thread(target=wait, name="lazy-zarr-wait-until-complete", daemon=True)
+    waiter.start()
+    loop.exec()
+    timer.stop()
+    waiter.join(timeout=5.0)  # it waits until the same deadline at most
 
 
 def loader_of(layer: Layer) -> LayerLoader | None:
