@@ -104,6 +104,9 @@ class LayerLevel:
 class LayerLoader:
     """Ties a `ViewController` to the napari layer showing it (main thread only).
 
+    Everything else about the layer's reads is the controller's
+    (``loader.controller.cache``, ``.latest``, ``.view_keys``, ...).
+
     `volume_voxels` is the voxel budget of a 3D view (default
     `Settings.volume_voxels`: napari's Preferences, ``NAPARI_LAZY_ZARR_VOLUME_VOXELS``
     or the settings file, else `DEFAULT_VOLUME_VOXELS`); setting it re-chooses the
@@ -133,8 +136,15 @@ class LayerLoader:
         if self._volume_throttle is not None:
             self._volume_throttle()
 
-    def __getattr__(self, name: str) -> Any:  # cache, settled, complete, view_keys, ...
-        return getattr(self.controller, name)
+    @property
+    def settled(self) -> bool:
+        """The layer shows its complete view (`ViewController.settled`)."""
+        return self.controller.settled
+
+    @property
+    def complete(self) -> bool:
+        """Nothing the layer's latest reads lacked is still loading (`ViewController.complete`)."""
+        return self.controller.complete
 
     prefetch = property(
         lambda self: self.controller.prefetch,

@@ -427,7 +427,7 @@ class ChunkInspector(QWidget):
                 layer.name, tuple(controller.sources), controller.axis_map.fixed
             )
             self._layers.append(sources)
-            by_cache.setdefault(id(loader.cache), (loader.cache, []))[1].append(sources)
+            by_cache.setdefault(id(controller.cache), (controller.cache, []))[1].append(sources)
         for key in [k for k in self._mirrors if k not in by_cache]:
             self._mirrors.pop(key).close()
         for key, (cache, layers) in by_cache.items():
@@ -545,7 +545,7 @@ class ChunkInspector(QWidget):
             self.chunk_map.set_grid(None)
             self._dirty = True
             return
-        mirror = self._mirrors.get(id(loader.cache))
+        mirror = self._mirrors.get(id(loader.controller.cache))
         self._grids = tuple(
             None if mirror is None else mirror.grid(s) for s in loader.controller.sources
         )
@@ -553,7 +553,7 @@ class ChunkInspector(QWidget):
         count = math.prod(grid_shape(loader.controller.sources[level]))
         self.chunk_map.set_grid(
             grid,
-            loader.cache,
+            loader.controller.cache,
             message=f"level {level} has {count:,} chunks: too many to map "
             f"(at most {MAX_GRID_CHUNKS:,})",
         )
@@ -571,8 +571,8 @@ class ChunkInspector(QWidget):
             # The controls show the inspected layer's loader options and cache.
             self.prefetch.value = loader.prefetch
             self.mode.value = "blocking" if loader.blocking else "progressive"
-            self.capacity.value = loader.cache.total_bytes_limit // _MIB
-            self.concurrency.value = loader.cache.concurrency
+            self.capacity.value = loader.controller.cache.total_bytes_limit // _MIB
+            self.concurrency.value = loader.controller.cache.concurrency
         self._dirty = True
 
     def _set_controller(self, controller: ViewController | None) -> None:
@@ -696,7 +696,7 @@ class ChunkInspector(QWidget):
 
     def _cache(self) -> ChunkCache | None:
         if self._loader is not None:
-            cache: ChunkCache = self._loader.cache
+            cache: ChunkCache = self._loader.controller.cache
             return cache
         return next((m.cache for m in self._mirrors.values()), None)
 
@@ -832,7 +832,9 @@ class ChunkInspector(QWidget):
             # Parked and deferred chunks are QUEUED too: told apart by the cache's sets.
             is_queued = waiting & (codes == STATE_CODES[ChunkState.QUEUED])
             for keys, reason in zip(
-                self._loader.cache.parked_and_deferred(), ("parked", "deferred"), strict=True
+                self._loader.controller.cache.parked_and_deferred(),
+                ("parked", "deferred"),
+                strict=True,
             ):
                 n = int(np.count_nonzero(_mask_of(keys, grid, cells) & is_queued))
                 if n:
@@ -897,7 +899,7 @@ class ChunkInspector(QWidget):
         grid, loader = self.chunk_map.grid, self._loader
         if grid is None or loader is None:
             return ""
-        cache = loader.cache
+        cache = loader.controller.cache
         key = grid.key_at(coords)
         status = cache.status(key)
         stats = cache.counters()
