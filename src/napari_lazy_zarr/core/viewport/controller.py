@@ -321,7 +321,7 @@ class ViewController:
             )
         found = view_box(view)
         if found is None:  # not a viewport: no stand-ins, no prefetch
-            partial = view.read_nonblocking(view=(self._id, kind), level=level)
+            partial = view.read_nonblocking(requester=(self._id, kind), level=level)
             return partial.data
         box, displayed = found
         request = ViewRequest(level, box, displayed, generation, kind)
