@@ -17,6 +17,7 @@ from napari_lazy_zarr.core.viewport.axes import (
     level_index,
     view_box,
 )
+from napari_lazy_zarr.core.viewport.contrast import contrast_selection
 from napari_lazy_zarr.core.viewport.controller import ViewController
 from napari_lazy_zarr.core.viewport.failures import ChunkFailure, FailureLog, root_cause
 from napari_lazy_zarr.core.viewport.fallback import coarser_fill, covered, waiting_region
@@ -50,6 +51,7 @@ __all__ = [
     "box_bytes",
     "chunk_ranges",
     "coarser_fill",
+    "contrast_selection",
     "covered",
     "is_plane_step",
     "level_box",
