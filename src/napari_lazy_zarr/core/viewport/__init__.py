@@ -1,11 +1,14 @@
-"""One layer's viewport: its request cycle from a viewer's read to the chunks that fill it.
+"""One layer's viewport: its request cycle, from a viewer's read to the chunks that fill it.
 
-The pure policy (how the layer's axes map to the store's, what a read asks
-for, stand-ins from coarser levels, what to load ahead) sits beside the value
-types; `ViewController` is the one stateful piece, answering each read at once
-and keeping the answer converging as chunks land. `FailureLog` follows the
-layer's failed chunks for the user. Qt-free, as all of `core` is (ndv's
-`models/` vs `controllers/` split is the model).
+The pure policy sits beside the value types, as in ndv's `models/`: `axes`
+(how the layer's axes map to the store's, boxes, level indices), `frames` (the
+request a read makes and the `ViewFrame` it gets back), `fallback` (stand-ins
+from coarser levels), `prefetch` (the ring, walks through z/t, level choice)
+and `contrast` (the contrast-limit sample). `ViewController` (`controller`) is
+the stateful piece, as ndv's `controllers/`: it answers each read at once and
+keeps the answer converging as chunks land, with the volumes it prepares off
+the viewer's thread (`volumes`). `FailureLog` (`failures`) follows the layer's
+failed chunks for the user. Qt-free, as all of `core` is.
 """
 
 from napari_lazy_zarr.core.viewport.axes import (
@@ -20,7 +23,12 @@ from napari_lazy_zarr.core.viewport.axes import (
 from napari_lazy_zarr.core.viewport.contrast import contrast_selection
 from napari_lazy_zarr.core.viewport.controller import ViewController
 from napari_lazy_zarr.core.viewport.failures import ChunkFailure, FailureLog, root_cause
-from napari_lazy_zarr.core.viewport.fallback import coarser_fill, covered, waiting_region
+from napari_lazy_zarr.core.viewport.fallback import (
+    coarser_fill,
+    covered,
+    stand_ins,
+    waiting_region,
+)
 from napari_lazy_zarr.core.viewport.frames import (
     ViewFrame,
     ViewKind,
@@ -30,12 +38,15 @@ from napari_lazy_zarr.core.viewport.frames import (
 from napari_lazy_zarr.core.viewport.prefetch import (
     MotionTracker,
     PlaneMotion,
+    lookahead_chunks,
     lookahead_planes,
     playback_level,
     prefetch_chunks,
     prefetch_ring,
+    view_prefetch,
     volume_level,
 )
+from napari_lazy_zarr.core.viewport.volumes import PreparedVolumes, volume_box
 
 __all__ = [
     "AxisMap",
@@ -44,6 +55,7 @@ __all__ = [
     "FailureLog",
     "MotionTracker",
     "PlaneMotion",
+    "PreparedVolumes",
     "ViewController",
     "ViewFrame",
     "ViewKind",
@@ -56,12 +68,16 @@ __all__ = [
     "is_plane_step",
     "level_box",
     "level_index",
+    "lookahead_chunks",
     "lookahead_planes",
     "playback_level",
     "prefetch_chunks",
     "prefetch_ring",
     "root_cause",
+    "stand_ins",
     "view_box",
+    "view_prefetch",
+    "volume_box",
     "volume_level",
     "waiting_region",
 ]
