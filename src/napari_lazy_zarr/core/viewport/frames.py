@@ -112,9 +112,10 @@ class ViewFrame:
     retry). Writes are announced: `ViewController.view_changed` follows them,
     so a read of `data` made after that signal sees them whole; a read racing
     a write may see part of a chunk copied. Writing stops when the controller
-    shows another view of the same kind (or closes); copy `data` to keep a
-    frame that no longer changes. A `held` frame's `data` is the buffer of the
-    previous plane's frame, no longer written by the time it is held.
+    shows another view of the same kind (or closes), once a copy already under
+    way has finished; copy `data` to keep a frame that no longer changes. A
+    `held` frame's `data` is the buffer of the previous plane's frame, no
+    longer written by the time it is held.
 
     Every other field is a snapshot taken at the read and goes stale as
     chunks land: `ViewController.complete`, or the next read, says what is
