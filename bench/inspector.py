@@ -241,7 +241,7 @@ def _worker(spec: dict[str, Any]) -> dict[str, Any]:
         viewer.reset_view()
         last = index == spec["rounds"] - 1 and not spec["previous"]
         if last:
-            loader.cache.state_changed.connect(record_events)
+            loader.controller.cache.state_changed.connect(record_events)
             loader.controller.view_read.connect(record_view)
         probe.phase = "loading"
         started = time.perf_counter()
@@ -251,7 +251,7 @@ def _worker(spec: dict[str, Any]) -> dict[str, Any]:
         elapsed["loading"] = elapsed.get("loading", 0.0) + time.perf_counter() - started
         probe.phase = None
         if last:
-            loader.cache.state_changed.disconnect(record_events)
+            loader.controller.cache.state_changed.disconnect(record_events)
             loader.controller.view_read.disconnect(record_view)
             arrivals.append((time.perf_counter(), "end", None))
         chunks = sum(1 for key in loader.controller.latest.keys if key.source == level0.identity)
@@ -259,7 +259,7 @@ def _worker(spec: dict[str, Any]) -> dict[str, Any]:
         draw(None)
         _wait(app, lambda: loader.settled, 300, "showing level 1")
         _pump(app, 0.3)
-        loader.cache.evict_unpinned()  # level 0 loads again next round
+        loader.controller.cache.evict_unpinned()  # level 0 loads again next round
         _pump(app, 0.3)
     _pump(app, 1.0)  # rates settle
     probe.phase = "idle"

@@ -474,7 +474,7 @@ def _worker(spec: dict[str, Any]) -> dict[str, Any]:
         "steps": steps,
     }
     if loader is not None:
-        stats = loader.cache.statistics
+        stats = loader.controller.cache.statistics
         result["cache"] = {"loads": stats.loads, "hits": stats.hits, "misses": stats.misses}
     viewer.close()
     return result

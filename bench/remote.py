@@ -16,7 +16,7 @@ each round, in an order rotated per round (`bench.interleaved`).
 The methods, all on the same URL:
 
 - **ours**: `napari_lazy_zarr.open_array(f"{url}/0")` (32 loads in flight, its
-  default for URLs). *non-blocking*: time from `view.read_nonblocking(view="pan")`
+  default for URLs). *non-blocking*: time from `view.read_nonblocking(requester="pan")`
   until its `request.done` resolves (what the plugin does in napari);
   *blocking*: `view.result()`.
 - **napari built-in reader**: `napari_builtins.io._read.read_zarr_dataset(f"{url}/0")`
@@ -256,7 +256,7 @@ def _ours(
         def nonblocking(window: Window) -> tuple[float, Callable[[], np.ndarray[Any, Any]]]:
             view = array[window.slices]
             start = time.perf_counter()
-            partial = view.read_nonblocking(view="pan")
+            partial = view.read_nonblocking(requester="pan")
             returned = time.perf_counter() - start
             partial.request.done.result(timeout=60)
             elapsed = time.perf_counter() - start
@@ -265,7 +265,7 @@ def _ours(
                 returns.append(returned)
 
             def pixels() -> np.ndarray[Any, Any]:
-                again = view.read_nonblocking(view="pan")
+                again = view.read_nonblocking(requester="pan")
                 again.request.release()
                 if not again.complete:
                     raise AssertionError("ours: the view is incomplete after request.done")
@@ -559,7 +559,7 @@ def report(config: Config, summaries: dict[str, Summary], info: RunInfo) -> str:
         f"before, {info.load_after:.2f} after.",
         "",
         "Methods. *ours*: `open_array(url + '/0')` (32 loads in flight, the default for "
-        "URLs); *read_nonblocking* is timed from `view.read_nonblocking(view='pan')` until "
+        "URLs); *read_nonblocking* is timed from `view.read_nonblocking(requester='pan')` until "
         "its `request.done` resolves (what the plugin does in napari), *result()* is a "
         "blocking read. *built-in*: napari's zarr reader (`read_zarr_dataset`, i.e. "
         "`dask.array.from_zarr`), then `arr[view].compute()`. *napari-ome-zarr*: its reader "

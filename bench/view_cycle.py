@@ -606,7 +606,7 @@ def _chunks_under(layer: Any, chunk: int) -> list[str]:
 def _cache_statistics(loader: Any) -> dict[str, int] | None:
     if loader is None:
         return None
-    stats = loader.cache.statistics
+    stats = loader.controller.cache.statistics
     return {name: int(getattr(stats, name)) for name in ("loads", "hits", "misses")}
 
 

@@ -171,7 +171,7 @@ def _run_worker(spec: dict[str, Any]) -> dict[str, Any]:
 def run(quick: bool = False) -> str:
     """Measure and return the Markdown section."""
     from napari_lazy_zarr._layer_data import DEFAULT_VOLUME_VOXELS
-    from napari_lazy_zarr.core.view import volume_level
+    from napari_lazy_zarr.core.viewport import volume_level
 
     size = 256 if quick else SIZE
     path = ensure_volume(size)

@@ -1,18 +1,18 @@
 """napari glue: the arrays napari holds for a layer, and the refreshes that follow loading.
 
-Policy lives in `core.view.ViewController`; this module only adapts it to napari.
+Policy lives in `core.viewport.ViewController`; this module only adapts it to napari.
 `LayerLevel` is one level as napari indexes it (lazily); `numpy.asarray` asks the
 controller, which answers at once. When the controller says the view changed,
 the layer is refreshed on the main thread (throttled).
 
 In 3D napari shows a multiscale layer's coarsest level unless its public
 `locked_data_level` says otherwise. `LayerLoader` locks it to the finest level
-whose volume fits `volume_voxels` (`core.view.volume_level`), one level at a
+whose volume fits `volume_voxels` (`core.viewport.volume_level`), one level at a
 time and only once that level's volume is resident and assembled off the main
 thread (`ViewController.prepare_volumes`): napari then reads it without waiting.
 
 Failed chunks become napari notifications (warnings), each failure once
-(`core.failures.FailureLog` groups a chunk and the chunks that failed because
+(`core.viewport.FailureLog` groups a chunk and the chunks that failed because
 of it; `_FailureReporter` the layers of one cache that met the same failure):
 a few one by one, the rest of a storm as one summary per throttle period, the
 period doubling while the storm lasts.
@@ -20,6 +20,7 @@ period doubling while the storm lasts.
 
 from __future__ import annotations
 
+import math
 import time
 import weakref
 from collections import Counter, OrderedDict, deque
@@ -34,7 +35,7 @@ from napari_lazy_zarr._napari_compat import (
     set_loading_indicator,
 )
 from napari_lazy_zarr.core.settings import Settings, current_settings
-from napari_lazy_zarr.core.view import volume_level
+from napari_lazy_zarr.core.viewport import volume_level
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -42,8 +43,7 @@ if TYPE_CHECKING:
     from napari.layers import Layer
 
     from napari_lazy_zarr.core import ChunkedArray
-    from napari_lazy_zarr.core.failures import ChunkFailure
-    from napari_lazy_zarr.core.view import ViewController, ViewKind
+    from napari_lazy_zarr.core.viewport import ChunkFailure, ViewController, ViewKind
 
 __all__ = [
     "DEFAULT_VOLUME_VOXELS",
@@ -104,6 +104,9 @@ class LayerLevel:
 class LayerLoader:
     """Ties a `ViewController` to the napari layer showing it (main thread only).
 
+    Everything else about the layer's reads is the controller's
+    (``loader.controller.cache``, ``.latest``, ``.view_keys``, ...).
+
     `volume_voxels` is the voxel budget of a 3D view (default
     `Settings.volume_voxels`: napari's Preferences, ``NAPARI_LAZY_ZARR_VOLUME_VOXELS``
     or the settings file, else `DEFAULT_VOLUME_VOXELS`); setting it re-chooses the
@@ -133,8 +136,15 @@ class LayerLoader:
         if self._volume_throttle is not None:
             self._volume_throttle()
 
-    def __getattr__(self, name: str) -> Any:  # cache, settled, complete, view_keys, ...
-        return getattr(self.controller, name)
+    @property
+    def settled(self) -> bool:
+        """The layer shows its complete view (`ViewController.settled`)."""
+        return self.controller.settled
+
+    @property
+    def complete(self) -> bool:
+        """Nothing the layer's latest reads lacked is still loading (`ViewController.complete`)."""
+        return self.controller.complete
 
     prefetch = property(
         lambda self: self.controller.prefetch,
@@ -407,7 +417,7 @@ def failure_message(layers: Sequence[str], failure: ChunkFailure) -> str:
     Examples
     --------
     >>> from napari_lazy_zarr.core import ChunkKey
-    >>> from napari_lazy_zarr.core.failures import ChunkFailure
+    >>> from napari_lazy_zarr.core.viewport import ChunkFailure
     >>> key = ChunkKey("a.zarr/0", (0, 256), (256, 512))
     >>> message = failure_message(["a"], ChunkFailure(key, 0, (0, 1), OSError("bad bytes")))
     >>> print(message.split(" It shows")[0])
@@ -428,7 +438,7 @@ def failure_summary(layers: Sequence[str], failures: Sequence[ChunkFailure]) -> 
     Examples
     --------
     >>> from napari_lazy_zarr.core import ChunkKey
-    >>> from napari_lazy_zarr.core.failures import ChunkFailure
+    >>> from napari_lazy_zarr.core.viewport import ChunkFailure
     >>> failures = [
     ...     ChunkFailure(ChunkKey("a", (i,), (i + 1,)), 0, (i,), OSError("bad")) for i in range(5)
     ... ]
@@ -464,18 +474,53 @@ def wait_until_complete(viewer: Any, timeout: float = 60.0) -> bool:
     """Run napari's event loop until every plugin layer shows its complete view (main thread).
 
     For scripts and screenshots; False if `timeout` seconds pass first.
+    Event-driven: Qt's event loop runs, since the refreshes, slices and paints
+    that settle a layer happen on this thread, while a helper thread sleeps in
+    each layer's `ViewController.wait_until_settled` and ends the loop once they
+    have all settled (or at the deadline). Nothing polls.
     """
     from napari.qt import get_qapp
 
     app, deadline = get_qapp(), time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        app.processEvents()
-        loaders = [loader for layer in viewer.layers if (loader := loader_of(layer))]
-        if all(loader.settled for loader in loaders):
+    app.processEvents()
+    while True:
+        controllers = [
+            loader.controller for layer in viewer.layers if (loader := loader_of(layer))
+        ]
+        if all(controller.settled for controller in controllers):
             app.processEvents()
             return True
-        time.sleep(0.005)  # the event loop is idle: chunks are loading on worker threads
-    return False
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        _run_until_settled(controllers, remaining)
+
+
+def _run_until_settled(controllers: Sequence[ViewController], timeout: float) -> None:
+    """Run a Qt event loop until `controllers` have all settled, or `timeout` seconds pass."""
+    import threading
+
+    from qtpy.QtCore import QEventLoop, QMetaObject, Qt, QTimer
+
+    loop = QEventLoop()
+    deadline = time.monotonic() + timeout
+
+    def wait() -> None:
+        for controller in controllers:
+            if not controller.wait_until_settled(max(0.0, deadline - time.monotonic())):
+                break
+        # Queued: the loop quits on its own (the main) thread, once it runs.
+        QMetaObject.invokeMethod(loop, "quit", Qt.ConnectionType.QueuedConnection)
+
+    timer = QTimer()
+    timer.setSingleShot(True)
+    timer.timeout.connect(loop.quit)
+    timer.start(max(1, math.ceil(timeout * 1000)))
+    waiter = threading.Thread(target=wait, name="lazy-zarr-wait-until-complete", daemon=True)
+    waiter.start()
+    loop.exec()
+    timer.stop()
+    waiter.join(timeout=5.0)  # it waits until the same deadline at most
 
 
 def loader_of(layer: Layer) -> LayerLoader | None:

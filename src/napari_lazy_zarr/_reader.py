@@ -19,7 +19,6 @@ gives none.
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 import weakref
@@ -44,12 +43,11 @@ from napari_lazy_zarr.core.formats.stack import reference_file_kind
 from napari_lazy_zarr.core.settings import Settings, current_settings
 from napari_lazy_zarr.core.sources.decimated import DecimatedSource, virtual_levels
 from napari_lazy_zarr.core.storage.vetting import is_remote
-from napari_lazy_zarr.core.view import AxisMap, ViewController
+from napari_lazy_zarr.core.viewport import AxisMap, ViewController, contrast_selection
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from napari_lazy_zarr.core.reading.array import ChunkedArray
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
 
 __all__ = [
@@ -361,16 +359,23 @@ def _sample_contrast_limits(loader: LayerLoader) -> tuple[float, float]:
     non-blocking path, i.e. from placeholders. The sample is spread over the
     whole level, every axis included (a central region of the middle plane
     saturates stacks whose other planes are brighter): whole stored chunks,
-    evenly spaced along each axis, at most `_CONTRAST_CHUNKS` of them and
-    `_CONTRAST_BYTES` decoded — the whole level when it fits, so a pyramid's
-    small top level gives what napari computes from it. Virtual levels are
+    evenly spaced along each axis (`core.viewport.contrast_selection`), at
+    most `_CONTRAST_CHUNKS` of them and `_CONTRAST_BYTES` decoded — the whole
+    level when it fits, so a pyramid's small top level gives what napari
+    computes from it. Virtual levels are
     skipped: each of their chunks is built from many stored chunks. Storage
     that does not answer within `_CONTRAST_TIMEOUT`, or data with no finite
     value, gives the dtype's range instead.
     """
     stored = [lvl for lvl in loader.levels if not isinstance(lvl.array.source, DecimatedSource)]
     level = stored[-1].array
-    selection = _contrast_selection(level, loader.controller.axis_map)
+    selection = contrast_selection(
+        level,
+        loader.controller.axis_map,
+        max_chunks=_CONTRAST_CHUNKS,
+        max_bytes=_CONTRAST_BYTES,
+        max_indices=_CONTRAST_INDICES,
+    )
     try:
         if selection is None:
             sample = np.zeros(0, dtype=level.dtype)
@@ -388,83 +393,6 @@ def _sample_contrast_limits(loader: LayerLoader) -> tuple[float, float]:
     if not low < high:
         return _dtype_range(level.dtype) if sample.dtype.kind in "iu" else (low, low + 1.0)
     return (low, high)
-
-
-def _contrast_selection(
-    level: ChunkedArray, axis_map: AxisMap
-) -> tuple[np.ndarray[Any, np.dtype[np.intp]], ...] | None:
-    """Per layer axis, the indices the contrast sample reads (None: nothing; (): a 0-d array).
-
-    Chunks are added one axis at a time, always to the axis sampled most
-    sparsely, while the count stays within the chunk and byte budgets; along
-    an axis they are evenly spaced and include both ends (one chunk: the
-    middle one). Within chunks larger than the byte budget, pixels are strided.
-    """
-    source = level.source
-    grid = source.grid
-    if any(extent == 0 for extent in level.shape):
-        return None
-    if level.ndim == 0:
-        return ()
-    store_axes = [axis_map.store_axis(axis) for axis in range(level.ndim)]
-    # A stored chunk is decoded whole (all of its channels too): that is what a read costs.
-    chunk_bytes = level.dtype.itemsize * math.prod(
-        max(1, min(int(grid[axis].chunk_size(0)), extent))
-        for axis, extent in enumerate(source.shape)
-    )
-    allowed = max(1, min(_CONTRAST_CHUNKS, _CONTRAST_BYTES // chunk_bytes))
-    counts = [
-        int(grid[axis].index_to_chunk(extent - 1)) + 1
-        for axis, extent in zip(store_axes, level.shape, strict=True)
-    ]
-    picks = [1] * level.ndim
-    while True:
-        total = math.prod(picks)
-        sparsest = sorted(
-            (axis for axis in range(level.ndim) if picks[axis] < counts[axis]),
-            key=lambda axis: counts[axis] / picks[axis],
-            reverse=True,
-        )
-        grown = next(
-            (axis for axis in sparsest if total // picks[axis] * (picks[axis] + 1) <= allowed),
-            None,
-        )
-        if grown is None:
-            break
-        picks[grown] += 1
-    spans: list[list[tuple[int, int]]] = []
-    for axis, (store_axis, extent) in enumerate(zip(store_axes, level.shape, strict=True)):
-        dimension = grid[store_axis]
-        if picks[axis] == 1:
-            chosen = [(counts[axis] - 1) // 2]
-        else:
-            spaced = np.linspace(0, counts[axis] - 1, picks[axis]).round().astype(int)
-            chosen = sorted(set(spaced.tolist()))
-        starts = [int(dimension.chunk_offset(chunk)) for chunk in chosen]
-        spans.append(
-            [
-                (start, min(start + int(dimension.chunk_size(chunk)), extent))
-                for chunk, start in zip(chosen, starts, strict=True)
-            ]
-        )
-    # Chunks larger than the budget (one chunk may be): stride inside them, so the sample
-    # stays within the byte budget and its index arrays short.
-    limit = max(1, _CONTRAST_BYTES // level.dtype.itemsize)
-    steps = [1] * level.ndim
-    while True:
-        lengths = [
-            sum(-(-(stop - start) // steps[axis]) for start, stop in spans[axis])
-            for axis in range(level.ndim)
-        ]
-        if math.prod(lengths) <= limit and max(lengths) <= _CONTRAST_INDICES:
-            break
-        steps[max(range(level.ndim), key=lengths.__getitem__)] *= 2
-    return tuple(
-        np.concatenate(
-            [np.arange(start, stop, steps[axis]) for start, stop in spans[axis]]
-        ).astype(np.intp)
-        for axis in range(level.ndim)
-    )
 
 
 def _dtype_range(dtype: np.dtype[Any]) -> tuple[float, float]:

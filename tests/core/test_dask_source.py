@@ -245,7 +245,7 @@ def test_a_view_computes_no_block_beyond_it_unless_the_source_asks(ring: int | N
     """A neighbouring block is a whole computation (and a local one cannot be stopped once
     running): by default a view of a dask array computes its own blocks only."""
     from napari_lazy_zarr.core.executors import InlineExecutor
-    from napari_lazy_zarr.core.view import ViewController
+    from napari_lazy_zarr.core.viewport import ViewController
 
     COMPUTED.clear()
     data = np.arange(12 * 12, dtype="i4").reshape(12, 12)

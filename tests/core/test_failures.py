@@ -11,10 +11,9 @@ from typing import Any
 import numpy as np
 
 from napari_lazy_zarr.core import ArraySource, ChunkCache, ChunkRef, InlineExecutor
-from napari_lazy_zarr.core.failures import FailureLog
 from napari_lazy_zarr.core.sources.decimated import virtual_levels
 from napari_lazy_zarr.core.testing import FaultySource, InjectedFaultError
-from napari_lazy_zarr.core.view import ViewController
+from napari_lazy_zarr.core.viewport import FailureLog, ViewController
 
 
 def _base(failing: set[tuple[int, ...]]) -> FaultySource:

@@ -168,7 +168,7 @@ def test_virtual_level_pixels_through_non_blocking_reads_on_threads(
     data, levels, axes = pyramid
     with ChunkCache(1 << 20, concurrency=3) as cache:
         partials = [
-            ChunkedArray(level, cache).read_nonblocking(view=("level", k))
+            ChunkedArray(level, cache).read_nonblocking(requester=("level", k))
             for k, level in enumerate(levels)
         ]
         for k, (level, partial) in enumerate(zip(levels, partials, strict=True)):

@@ -51,7 +51,7 @@ def test_concurrent_viewports_equal_numpy(make_store: MakeStore) -> None:
                     if index % 2:
                         got = image[selection].result(timeout=30)
                     else:
-                        partial = image[selection].read_nonblocking(view=("reader", index))
+                        partial = image[selection].read_nonblocking(requester=("reader", index))
                         partial.request.done.result(timeout=30)
                         got = image[selection].result(timeout=30)
                     np.testing.assert_array_equal(got, data[selection])
@@ -201,7 +201,7 @@ def test_views_moving_on_cancel_loads_and_never_show_wrong_pixels() -> None:
                     selection = (slice(y, y + 56), slice(x, x + 56))
                     begun = source.started
                     # Pan: each read supersedes the view's previous one (and its loads).
-                    partial = image[selection].read_nonblocking(view=("pan", index))
+                    partial = image[selection].read_nonblocking(requester=("pan", index))
                     if reads[index] % 8 == 7:
                         np.testing.assert_array_equal(
                             image[selection].result(timeout=30), data[selection]

@@ -21,7 +21,7 @@ from napari_lazy_zarr.core import (
 )
 from napari_lazy_zarr.core.keys import grid_shape
 from napari_lazy_zarr.core.schedule import LoadClass
-from napari_lazy_zarr.core.view import (
+from napari_lazy_zarr.core.viewport import (
     AxisMap,
     MotionTracker,
     PlaneMotion,
@@ -524,6 +524,98 @@ def test_chunks_are_copied_as_they_land_and_never_again(monkeypatch: pytest.Monk
         controller.cache.close()
 
 
+def test_a_refresh_that_finds_nothing_new_is_not_planned_again() -> None:
+    """A read of a view already requested, with nothing landed or evicted since, does not ask
+    the cache again (its live request pins and queues the same work); a landing, or the
+    eviction of what the view prefetched, does."""
+    data = np.arange(144, dtype=np.int32).reshape(12, 12)
+    source = ArraySource(data, chunks=(4, 4), name="r", fill_value=FILL)
+    executor = ManualExecutor()
+    cache = ChunkCache(1 << 20, executor=executor)
+    controller = ViewController([source], cache, dispatch=InlineExecutor())
+    answered: list[Any] = []
+    controller.view_read.connect(answered.append)
+
+    def asked() -> int:
+        """Chunks the view's requests asked the cache for (each counts a hit or a miss)."""
+        counters = cache.counters()
+        return counters.hits + counters.misses
+
+    try:
+        view = controller.arrays[0][0:8, 0:8]  # 4 chunks, and a ring of 5 around them
+        controller.read(0, view)
+        assert asked() == 4
+        for _ in range(3):  # refreshes that find nothing new
+            controller.read(0, view)
+        assert asked() == 4
+        assert len(answered) == 4  # every read is still answered (the inspector follows them)
+        executor.run_next()  # a chunk of the view lands
+        controller.read(0, view)
+        assert asked() == 8
+        controller.read(0, view)
+        assert asked() == 8
+        executor.run_all()
+        np.testing.assert_array_equal(controller.read(0, view), data[0:8, 0:8])
+        assert asked() == 12
+        loads = cache.counters().loads
+        assert cache.evict_unpinned() == 5  # the prefetched ring
+        controller.read(0, view)
+        assert asked() == 16  # asked again: the ring is queued again
+        executor.run_all()
+        assert cache.counters().loads == loads + 5
+        np.testing.assert_array_equal(controller.read(0, view), data[0:8, 0:8])
+    finally:
+        controller.close()
+        cache.close()
+
+
+def test_wait_until_settled_wakes_when_the_viewer_shows_the_last_landing() -> None:
+    """Real threads: the cache's workers land chunks, a viewer thread reads again when asked
+    and applies the slice; the waiter sleeps until then, and no longer than its timeout."""
+    import queue
+    import threading
+
+    gate = threading.Event()
+
+    class Gated(ArraySource):
+        def read_chunk(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any]:
+            assert gate.wait(timeout=30)
+            return super().read_chunk(coords)
+
+    data = np.arange(32 * 32, dtype=np.int32).reshape(32, 32)
+    cache = ChunkCache(1 << 20)  # its own worker threads
+    controller = ViewController(  # its own dispatch and compose threads
+        [Gated(data, chunks=(8, 8), name="w", fill_value=FILL)], cache, prefetch=False
+    )
+    asks: queue.SimpleQueue[bool] = queue.SimpleQueue()
+    controller.view_changed.connect(lambda: asks.put(True))
+    view = controller.arrays[0][:, :]
+
+    def viewer() -> None:  # napari's part: read again when asked, then show the slice
+        while asks.get(timeout=30):
+            controller.read(0, view)
+            controller.slice_applied()
+
+    thread = threading.Thread(target=viewer, daemon=True)
+    thread.start()
+    try:
+        assert controller.wait_until_settled(timeout=0)  # nothing read: nothing to wait for
+        first = controller.read(0, view)
+        controller.slice_applied()
+        assert not controller.wait_until_settled(timeout=0.05)  # the loads wait at the gate
+        gate.set()
+        assert controller.wait_until_settled(timeout=30)
+        assert controller.complete
+        np.testing.assert_array_equal(first, data)  # the live buffer napari holds
+    finally:
+        gate.set()
+        asks.put(False)
+        thread.join(timeout=30)
+        controller.close()
+        cache.close()
+    assert not thread.is_alive()
+
+
 # -- time and depth: playback and volumes -------------------------------------------------
 
 
@@ -767,7 +859,7 @@ def test_stand_ins_are_composed_off_the_reading_thread_into_the_shown_buffer(
     it already holds by the controller's compose thread, then `view_changed` asks for a read."""
     import threading
 
-    from napari_lazy_zarr.core import view as view_module
+    from napari_lazy_zarr.core.viewport import fallback as view_module
 
     composers: list[str] = []
     original = view_module.coarser_fill

@@ -69,7 +69,7 @@ def _idle(qtbot: QtBot, viewer: Any, *loaders: Any) -> None:
     """napari sliced the current view, it settled, and the cache has nothing left to load."""
     viewer.window._qt_viewer.canvas.on_draw(None)
     qtbot.waitUntil(lambda: all(loader.settled for loader in loaders), timeout=30_000)
-    cache = loaders[0].cache
+    cache = loaders[0].controller.cache
 
     def idle() -> bool:
         stats = cache.statistics
@@ -82,7 +82,7 @@ def _failed(loader: Any, level: int = 0) -> set[Any]:
     identity = loader.controller.sources[level].identity
     return {
         key
-        for key, state in loader.cache.states().items()
+        for key, state in loader.controller.cache.states().items()
         if state is ChunkState.FAILED and key.source == identity
     }
 
@@ -157,8 +157,10 @@ def test_a_retry_that_fails_again_says_so_once(
     qtbot.waitUntil(lambda: len(_ours(notices)) == 1, timeout=15_000)
     (key,) = _failed(loader)
     inspector.retry_button.native.click()  # what the notification tells the user to click
-    assert [e.reason for e in loader.cache.events() if e.key == key][-1] == "retry"
-    qtbot.waitUntil(lambda: loader.cache.state(key) is ChunkState.FAILED, timeout=15_000)
+    assert [e.reason for e in loader.controller.cache.events() if e.key == key][-1] == "retry"
+    qtbot.waitUntil(
+        lambda: loader.controller.cache.state(key) is ChunkState.FAILED, timeout=15_000
+    )
     _idle(qtbot, viewer, loader)
     qtbot.waitUntil(lambda: len(_ours(notices)) >= 2, timeout=15_000)
     loader.flush_failures()
@@ -213,23 +215,24 @@ def test_a_prefetched_chunk_that_fails_is_reported(
     viewer.scene.camera.zoom = 4.0  # level 0, a few chunks around (4, 4)
     viewer.scene.camera.center = (0, 1150 * 0.25, 1150 * 0.25)
     _idle(qtbot, viewer, loader)
-    assert loader.view_level == 0
+    assert loader.controller.view_level == 0
     identity = loader.controller.sources[0].identity
     ready = {
         key
-        for key, state in loader.cache.states().items()
+        for key, state in loader.controller.cache.states().items()
         if state is ChunkState.READY and key.source == identity
     }
-    prefetched = sorted(ready - loader.view_keys, key=lambda k: k.inclusive_min)
+    prefetched = sorted(ready - loader.controller.view_keys, key=lambda k: k.inclusive_min)
     assert prefetched  # the ring around the view
     key = prefetched[0]
     cy, cx = (lo // 256 for lo in key.inclusive_min)
     (path / "0" / "c" / str(cy) / str(cx)).write_bytes(GARBAGE)
-    assert loader.cache.evict_unpinned() > 0  # the ring is read again, from the damaged file
+    # The ring is read again, from the damaged file.
+    assert loader.controller.cache.evict_unpinned() > 0
     layer.refresh()
     _idle(qtbot, viewer, loader)
-    assert loader.cache.state(key) is ChunkState.FAILED
-    assert key not in loader.view_keys  # not on screen
+    assert loader.controller.cache.state(key) is ChunkState.FAILED
+    assert key not in loader.controller.view_keys  # not on screen
     qtbot.waitUntil(lambda: len(_ours(notices)) >= 1, timeout=15_000)
     loader.flush_failures()
     (message,) = _ours(notices)

@@ -90,7 +90,7 @@ def _start_stuck(
     stuck = make(context, cache)
     loading = _loading(cache)
     context.begin()
-    stuck.read_nonblocking(view="stuck")
+    stuck.read_nonblocking(requester="stuck")
     if not loading.wait(context.wait / 2):
         raise Finding("hang", "the stuck load never started")
     return cache, stuck

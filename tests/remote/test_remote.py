@@ -144,8 +144,8 @@ def test_superseded_views_are_not_downloaded(served: Served) -> None:
     server.faults.stalled |= first_keys
     image = open_array(f"{server.url}/a.zarr", concurrency=2)
     try:
-        image[0:128, 0:160].read_nonblocking(view="pan")  # 20 chunks
-        second = image[128:256, 160:320].read_nonblocking(view="pan")  # 20 others
+        image[0:128, 0:160].read_nonblocking(requester="pan")  # 20 chunks
+        second = image[128:256, 160:320].read_nonblocking(requester="pan")  # 20 others
         server.faults.release.set()
         second.request.done.result(timeout=30)
         fetched = sum(server.faults.requests.get(k, 0) for k in first_keys)

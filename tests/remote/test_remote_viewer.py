@@ -39,7 +39,7 @@ def test_remote_layer_stays_responsive_and_recovers(
         viewer.window._qt_viewer.canvas.on_draw(None)  # slices at once: chunk (4, 4) stalls
         assert layer.data_level == 0
         # napari keeps running while a chunk hangs in storage; the others display.
-        qtbot.waitUntil(lambda: loader.cache.statistics.failures == 1, timeout=30_000)
+        qtbot.waitUntil(lambda: loader.controller.cache.statistics.failures == 1, timeout=30_000)
         assert not loader.complete
         (y0, x0), _ = layer.corner_pixels
 
@@ -54,7 +54,7 @@ def test_remote_layer_stays_responsive_and_recovers(
         server.faults.release.set()
         qtbot.waitUntil(lambda: loader.settled, timeout=30_000)
         server.faults.errors.clear()
-        assert loader.cache.retry_failed() == 1
+        assert loader.controller.cache.retry_failed() == 1
         viewer.window._qt_viewer.canvas.on_draw(None)
         expected = None
 
@@ -94,7 +94,7 @@ def test_a_plain_array_shows_the_visible_view_before_the_overview(
         assert loader is not None
         assert len(layer.data) >= 3  # virtual levels
         loader.prefetch = False
-        cache = loader.cache
+        cache = loader.controller.cache
         viewer.scene.camera.zoom = 4.0
         viewer.scene.camera.center = (0, 2500, 2500)
         viewer.window._qt_viewer.canvas.on_draw(None)
@@ -103,7 +103,7 @@ def test_a_plain_array_shows_the_visible_view_before_the_overview(
         # start; the first full-resolution view completes while it still does.
 
         def view_loaded() -> bool:
-            keys = loader.view_keys if loader.view_level == 0 else ()
+            keys = loader.controller.view_keys if loader.controller.view_level == 0 else ()
             return bool(keys) and all(cache.state(k) is ChunkState.READY for k in keys)
 
         qtbot.waitUntil(view_loaded, timeout=30_000)
@@ -111,10 +111,13 @@ def test_a_plain_array_shows_the_visible_view_before_the_overview(
         viewer.scene.camera.center = (0, 1000, 1000)  # pan while the overview loads
         viewer.window._qt_viewer.canvas.on_draw(None)
         qtbot.waitUntil(
-            lambda: loader.latest is not None and loader.latest.request.box[0][0] < 1500,
+            lambda: (
+                loader.controller.latest is not None
+                and loader.controller.latest.request.box[0][0] < 1500
+            ),
             timeout=10_000,
         )
-        visible = set(loader.view_keys)
+        visible = set(loader.controller.view_keys)
         visible_source = loader.levels[0].array.source.identity
         qtbot.waitUntil(lambda: loader.settled, timeout=60_000)
         events = cache.events()

@@ -74,7 +74,9 @@ def soak(server: FaultyServer, data: np.ndarray[Any, Any], seconds: float) -> di
                         continue
                     wrong = int((got != expected).sum())
                 else:
-                    partial = image[view].read_nonblocking(placeholder=PLACEHOLDER, view=index)
+                    partial = image[view].read_nonblocking(
+                        placeholder=PLACEHOLDER, requester=index
+                    )
                     shown = partial.data != PLACEHOLDER
                     wrong = int((partial.data[shown] != expected[shown]).sum())
                 with lock:

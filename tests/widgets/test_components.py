@@ -18,7 +18,7 @@ from napari_lazy_zarr.core import (
     ManualExecutor,
 )
 from napari_lazy_zarr.core.testing import FaultySource
-from napari_lazy_zarr.core.view import ViewController
+from napari_lazy_zarr.core.viewport import ViewController
 from napari_lazy_zarr.widgets._chunk_map import QChunkMap
 from napari_lazy_zarr.widgets._event_log import QEventLog
 from napari_lazy_zarr.widgets._grid_state import (
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from pytestqt.qtbot import QtBot
 
-    from napari_lazy_zarr.core.view import ViewResult
+    from napari_lazy_zarr.core.viewport import ViewFrame
 
 
 @pytest.fixture
@@ -114,7 +114,7 @@ def test_marks_show_fill_then_stand_ins_then_final_data(qtbot: QtBot) -> None:
     fine = ArraySource(data, chunks=(8, 8), name="fine")
     coarse = ArraySource(data[::2, ::2], chunks=(8, 8), name="coarse")
     executor = ManualExecutor()
-    results: list[ViewResult] = []
+    results: list[ViewFrame] = []
     with ChunkCache(8 << 20, concurrency=1, executor=executor) as cache:
         controller = ViewController(
             [fine, coarse], cache, dispatch=InlineExecutor(), prefetch=False

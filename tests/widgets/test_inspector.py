@@ -285,14 +285,14 @@ def test_parked_evicted_and_not_admitted_chunks_are_explained(
     gone = next(
         c
         for c in sorted(second_view - first_view)
-        if loader.cache.state(grid.key_at(c)) is ChunkState.EVICTED
+        if loader.controller.cache.state(grid.key_at(c)) is ChunkState.EVICTED
     )
     qtbot.waitUntil(lambda: grid.state_at(gone) is ChunkState.EVICTED, timeout=5_000)
     assert inspector.chunk_map.cell_color(*gone) == STATE_COLORS[ChunkState.EVICTED]
     assert "evicted: the least recently used chunk" in inspector.chunk_map.describe(gone)
     # A budget smaller than what the view pins: a chunk no view pins is not admitted.
     inspector.capacity.value = 0
-    assert loader.cache.total_bytes_limit == 0
+    assert loader.controller.cache.total_bytes_limit == 0
     text = inspector.chunk_map.describe(gone)
     assert "not admitted: chunks pinned by views take" in text
 
@@ -391,7 +391,9 @@ def test_rates_and_residency_along_the_axes_not_displayed(
     qtbot.waitUntil(
         lambda: (
             chart.series(f"resident: {layer.name}")[-1]
-            == pytest.approx(loader.cache.statistics.resident_bytes / (1 << 20), rel=0.01)
+            == pytest.approx(
+                loader.controller.cache.statistics.resident_bytes / (1 << 20), rel=0.01
+            )
         ),
         timeout=10_000,
     )
@@ -422,7 +424,7 @@ def test_nothing_repaints_when_nothing_changed_and_storms_cost_bounded_refreshes
     assert inspector.refreshes == refreshes  # not even the cache's statistics were read
 
     # A storm: 12,500 chunks of another source, 4 moves each, from a worker thread.
-    cache = loader.cache
+    cache = loader.controller.cache
     source = ArraySource(np.zeros((200, 250), dtype=np.uint8), chunks=(2, 2), name="storm")
     refs = [ChunkRef.of(source, (r, c)) for r in range(100) for c in range(125)]
     start_transitions = sum(cache.statistics.transitions.values())
@@ -470,7 +472,7 @@ def test_controls_apply_live(
     make_napari_viewer: Callable[..., Any], qtbot: QtBot, cells_store: Path
 ) -> None:
     viewer, _layer, loader, inspector = _open(make_napari_viewer, cells_store)
-    cache = loader.cache
+    cache = loader.controller.cache
     inspector.capacity.value = 300
     assert cache.total_bytes_limit == 300 << 20
     inspector.concurrency.value = 5
@@ -507,7 +509,7 @@ def test_removing_the_dock_deletes_the_inspector_and_disconnects_everything(
     (layer,) = viewer.open(str(cells_store), plugin="napari-lazy-zarr")
     loader = loader_of(layer)
     controller = loader.controller
-    baseline = _baseline(viewer, loader.cache)
+    baseline = _baseline(viewer, loader.controller.cache)
     view_read = len(controller.view_read)
     for removal in ("remove_dock_widget", "close button"):
         dock, inspector = viewer.window.add_plugin_dock_widget(
@@ -516,7 +518,7 @@ def test_removing_the_dock_deletes_the_inspector_and_disconnects_everything(
         qtbot.waitUntil(lambda inspector=inspector: inspector.live, timeout=5_000)
         timer = inspector._timer
         assert timer.isActive()
-        assert _baseline(viewer, loader.cache) != baseline
+        assert _baseline(viewer, loader.controller.cache) != baseline
         assert len(controller.view_read) == view_read + 1
         if removal == "remove_dock_widget":
             viewer.window.remove_dock_widget(inspector)
@@ -525,7 +527,7 @@ def test_removing_the_dock_deletes_the_inspector_and_disconnects_everything(
         # At once, without waiting for any garbage collection:
         assert not inspector.live
         assert not timer.isActive()
-        assert _baseline(viewer, loader.cache) == baseline
+        assert _baseline(viewer, loader.controller.cache) == baseline
         assert len(controller.view_read) == view_read
         assert connections_to_ours() == []
         # ...and the orphaned widget is deleted, not left as a hidden top-level window.
@@ -538,12 +540,12 @@ def test_hiding_the_dock_pauses_the_inspector_and_showing_it_catches_up(
     viewer, layer, loader, inspector = _open(make_napari_viewer, cells_store)
     _settle(qtbot, viewer, loader, inspector)
     dock = inspector.parent()
-    baseline_after = _baseline(viewer, loader.cache)
+    baseline_after = _baseline(viewer, loader.controller.cache)
     dock.hide()
     assert not inspector.live
     assert not inspector._timer.isActive()
     assert connections_to_ours() == []
-    assert _baseline(viewer, loader.cache) != baseline_after
+    assert _baseline(viewer, loader.controller.cache) != baseline_after
     ticks = inspector.ticks
     viewer.scene.camera.zoom = 4.0  # chunks load while the inspector is hidden
     _draw(viewer)
@@ -562,7 +564,7 @@ def test_closing_the_viewer_stops_the_inspector(
 ) -> None:
     viewer, _layer, loader, inspector = _open(make_napari_viewer, cells_store)
     _settle(qtbot, viewer, loader, inspector)
-    cache = loader.cache
+    cache = loader.controller.cache
     timer = inspector._timer
     viewer.close()
     assert not isalive(timer) or not timer.isActive()

@@ -75,7 +75,14 @@ from napari_lazy_zarr.core.states import (
 from napari_lazy_zarr.core.storage.http import HttpStore
 from napari_lazy_zarr.core.storage.references import ManifestStore
 from napari_lazy_zarr.core.storage.retry import RetryPolicy
-from napari_lazy_zarr.core.view import AxisMap, ViewController, ViewRequest, ViewResult
+from napari_lazy_zarr.core.viewport import AxisMap, ViewController, ViewFrame, ViewRequest
+
+ViewResult = ViewFrame
+"""Deprecated alias of `ViewFrame` (its name in 0.1; kept so that the public API loses no name).
+
+The old name promised an immutable result; its `data` is the live buffer the
+controller keeps filling (see `ViewFrame`). Use `ViewFrame`.
+"""
 
 __all__ = [
     "BACKENDS",
@@ -134,6 +141,7 @@ __all__ = [
     "UnsafeDataError",
     "UnsupportedDataError",
     "ViewController",
+    "ViewFrame",
     "ViewRequest",
     "ViewResult",
     "ZarrChunkSource",

@@ -1,7 +1,9 @@
-"""Executors: what runs the cache's load tasks (`Executor`), and three that do.
+"""Executors: what runs the cache's load tasks (`Executor`), and four that do.
 
 `DaemonExecutor` is the cache's default (daemon worker threads); `InlineExecutor`
-and `ManualExecutor` run tasks on the caller's thread, for tests and scripts.
+and `ManualExecutor` run tasks on the caller's thread, for tests and scripts;
+`SerialDispatch` runs tasks in order on one thread that lives while there is work
+(a view controller's dispatch and compose threads).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ __all__ = [
     "Executor",
     "InlineExecutor",
     "ManualExecutor",
+    "SerialDispatch",
 ]
 
 
@@ -197,3 +200,67 @@ class ManualExecutor:
         while count < limit and self.run_next():
             count += 1
         return count
+
+
+class SerialDispatch:
+    """Runs submitted callables in order on one thread that exists only while there is work.
+
+    The thread starts on the first submission and ends after `idle` seconds
+    without any, so a controller nobody closes leaves no thread behind, and a
+    burst of reads (panning) reuses one thread instead of starting one per read.
+
+    Examples
+    --------
+    >>> import threading
+    >>> done = threading.Event()
+    >>> dispatch = SerialDispatch("example")
+    >>> dispatch.submit(done.set)
+    >>> done.wait(timeout=10)
+    True
+    >>> dispatch.close()
+    """
+
+    def __init__(self, name: str, idle: float = 1.0) -> None:
+        self._name = name
+        self._idle = idle
+        self._tasks: deque[Callable[[], Any]] = deque()
+        self._ready = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def submit(self, fn: Callable[[], Any], /) -> None:
+        with self._ready:
+            if self._closed:
+                return
+            self._tasks.append(fn)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+            else:
+                self._ready.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._ready:
+                if not self._tasks and not self._closed:
+                    self._ready.wait(self._idle)
+                if not self._tasks or self._closed:
+                    self._thread = None
+                    self._tasks.clear()
+                    return
+                task = self._tasks.popleft()
+            try:
+                task()
+            except Exception:  # a failed request must not stop later ones
+                logging.getLogger(__name__).exception(
+                    "napari-lazy-zarr: issuing a view request failed"
+                )
+
+    def close(self, timeout: float = 1.0) -> None:
+        """Drop queued work and let the thread end (waits at most `timeout` seconds)."""
+        with self._ready:
+            self._closed = True
+            thread = self._thread
+            self._ready.notify()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)

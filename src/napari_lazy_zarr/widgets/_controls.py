@@ -112,8 +112,8 @@ class QCacheControls(QWidget):
         """Show the inspected layer's loader options and cache."""
         self.prefetch.value = loader.prefetch
         self.mode.value = "blocking" if loader.blocking else "progressive"
-        self.capacity.value = loader.cache.total_bytes_limit // MIB
-        self.concurrency.value = loader.cache.concurrency
+        self.capacity.value = loader.controller.cache.total_bytes_limit // MIB
+        self.concurrency.value = loader.controller.cache.concurrency
 
     def _cache(self) -> ChunkCache | None:
         inspected = self._inspected()

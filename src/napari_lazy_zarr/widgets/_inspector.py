@@ -60,7 +60,7 @@ from napari_lazy_zarr.widgets._view_reads import ViewReads
 if TYPE_CHECKING:
     from napari_lazy_zarr.core import ChunkCache
     from napari_lazy_zarr.core.cache import CacheCounters
-    from napari_lazy_zarr.core.view import ViewController, ViewResult
+    from napari_lazy_zarr.core.viewport import ViewController, ViewFrame
 
 __all__ = ["ChunkInspector"]
 
@@ -228,7 +228,7 @@ class ChunkInspector(QLiveWhileShown):
                 layer.name, tuple(controller.sources), controller.axis_map.fixed
             )
             self._layers.append(sources)
-            by_cache.setdefault(id(loader.cache), (loader.cache, []))[1].append(sources)
+            by_cache.setdefault(id(controller.cache), (controller.cache, []))[1].append(sources)
         for key in [k for k in self._mirrors if k not in by_cache]:
             self._mirrors.pop(key).close()
         for key, (cache, layers) in by_cache.items():
@@ -331,7 +331,7 @@ class ChunkInspector(QLiveWhileShown):
             self.chunk_map.set_grid(None)
             self._dirty = True
             return
-        mirror = self._mirrors.get(id(loader.cache))
+        mirror = self._mirrors.get(id(loader.controller.cache))
         self._grids = tuple(
             None if mirror is None else mirror.grid(s) for s in loader.controller.sources
         )
@@ -339,7 +339,7 @@ class ChunkInspector(QLiveWhileShown):
         count = math.prod(grid_shape(loader.controller.sources[level]))
         self.chunk_map.set_grid(
             grid,
-            loader.cache,
+            loader.controller.cache,
             message=f"level {level} has {count:,} chunks: too many to map "
             f"(at most {MAX_GRID_CHUNKS:,})",
         )
@@ -368,7 +368,7 @@ class ChunkInspector(QLiveWhileShown):
         if controller is not None:
             self._links.connect(controller.view_read, self._on_view_read)
 
-    def _on_view_read(self, result: ViewResult) -> None:
+    def _on_view_read(self, result: ViewFrame) -> None:
         """The controller's dispatch thread: a read was answered; keep the latest of its kind."""
         self._reads.arrive(result, self._grids)
 
@@ -447,7 +447,7 @@ class ChunkInspector(QLiveWhileShown):
 
     def _cache(self) -> ChunkCache | None:
         if self._loader is not None:
-            cache: ChunkCache = self._loader.cache
+            cache: ChunkCache = self._loader.controller.cache
             return cache
         return next((m.cache for m in self._mirrors.values()), None)
 
@@ -475,7 +475,7 @@ class ChunkInspector(QLiveWhileShown):
         )
         self._show_planes(plane_residency(cells, grid, self._undisplayed_axes()), grid)
         parked_and_deferred = (
-            None if self._loader is None else self._loader.cache.parked_and_deferred
+            None if self._loader is None else self._loader.controller.cache.parked_and_deferred
         )
         self.summary.set_text(view_summary(cells, grid, grids, stats, parked_and_deferred))
 
@@ -494,7 +494,7 @@ class ChunkInspector(QLiveWhileShown):
         grid, loader = self.chunk_map.grid, self._loader
         if grid is None or loader is None:
             return ""
-        cache = loader.cache
+        cache = loader.controller.cache
         key = grid.key_at(coords)
         status = cache.status(key)
         stats = cache.counters()

@@ -1,6 +1,6 @@
 """What the displayed view shows, chunk by chunk, and which levels and planes are resident.
 
-Qt-free. `ViewCells.of` turns a controller's `ViewResult` into one `Shown` code
+Qt-free. `ViewCells.of` turns a controller's `ViewFrame` into one `Shown` code
 per chunk of the view (run on the controller's dispatch thread, where
 `view_read` is emitted, so the UI thread gets a ready array). The other
 functions are NumPy over `ChunkGridState` codes, for the UI thread.
@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from napari_lazy_zarr.core.view import ViewRequest, level_index
+from napari_lazy_zarr.core.viewport import ViewRequest, level_index
 from napari_lazy_zarr.widgets._grid_state import READY_CODE, STATE_CODES, Shown
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
 
     from napari_lazy_zarr.core import ChunkKey
-    from napari_lazy_zarr.core.view import ViewResult
+    from napari_lazy_zarr.core.viewport import ViewFrame
     from napari_lazy_zarr.widgets._grid_state import ChunkGridState
 
 __all__ = ["PlaneResidency", "ViewCells", "level_coverage", "plane_residency", "stand_in_levels"]
@@ -72,7 +72,7 @@ class ViewCells:
 
     @classmethod
     def of(
-        cls, result: ViewResult, grid: ChunkGridState, previous: ViewCells | None = None
+        cls, result: ViewFrame, grid: ChunkGridState, previous: ViewCells | None = None
     ) -> ViewCells:
         """The view's chunks and what the read showed for each (any thread).
 
@@ -83,18 +83,18 @@ class ViewCells:
         --------
         >>> import numpy as np
         >>> from napari_lazy_zarr.core import ArraySource, ChunkRef
-        >>> from napari_lazy_zarr.core.view import ViewRequest, ViewResult
+        >>> from napari_lazy_zarr.core.viewport import ViewRequest, ViewFrame
         >>> from napari_lazy_zarr.widgets._grid_state import ChunkGridState
         >>> source = ArraySource(np.zeros((8, 8)), chunks=(4, 4), name="s")
         >>> grid = ChunkGridState(source)
         >>> keys = tuple(ChunkRef.of(source, (r, c)).key for r in range(2) for c in range(2))
         >>> request = ViewRequest(0, ((0, 8), (2, 8)), (0, 1), 1)
-        >>> result = ViewResult(request, np.zeros(0), keys, frozenset(keys[1:]),
+        >>> result = ViewFrame(request, np.zeros(0), keys, frozenset(keys[1:]),
         ...                     frozenset(keys[2:3]), frozenset(keys[3:]))
         >>> cells = ViewCells.of(result, grid)
         >>> [Shown(code).name for code in cells.shown.ravel()]
         ['FINAL', 'FILL', 'PROVISIONAL', 'FAILED']
-        >>> later = ViewResult(request, np.zeros(0), keys, frozenset(keys[3:]), frozenset(),
+        >>> later = ViewFrame(request, np.zeros(0), keys, frozenset(keys[3:]), frozenset(),
         ...                    frozenset(keys[3:]))
         >>> [Shown(code).name for code in ViewCells.of(later, grid, cells).shown.ravel()]
         ['FINAL', 'FINAL', 'FINAL', 'FAILED']
@@ -251,7 +251,7 @@ def level_coverage(
     --------
     >>> import numpy as np
     >>> from napari_lazy_zarr.core import ArraySource
-    >>> from napari_lazy_zarr.core.view import ViewRequest
+    >>> from napari_lazy_zarr.core.viewport import ViewRequest
     >>> from napari_lazy_zarr.widgets._grid_state import ChunkGridState
     >>> fine = ChunkGridState(ArraySource(np.zeros((16, 16)), chunks=(4, 4), name="0"))
     >>> coarse = ChunkGridState(ArraySource(np.zeros((8, 8)), chunks=(4, 4), name="1"))
@@ -342,7 +342,7 @@ def plane_residency(
     --------
     >>> import numpy as np
     >>> from napari_lazy_zarr.core import ArraySource
-    >>> from napari_lazy_zarr.core.view import ViewRequest
+    >>> from napari_lazy_zarr.core.viewport import ViewRequest
     >>> from napari_lazy_zarr.widgets._grid_state import ChunkGridState
     >>> grid = ChunkGridState(ArraySource(np.zeros((3, 8, 8)), chunks=(1, 4, 4), name="v"))
     >>> grid.codes[2] = READY_CODE  # the whole plane z=2

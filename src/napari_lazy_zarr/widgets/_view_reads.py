@@ -17,7 +17,7 @@ from napari_lazy_zarr.widgets._view_cells import ViewCells
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from napari_lazy_zarr.core.view import ViewResult
+    from napari_lazy_zarr.core.viewport import ViewFrame
     from napari_lazy_zarr.widgets._grid_state import ChunkGridState
 
 __all__ = ["ViewReads"]
@@ -38,7 +38,7 @@ class ViewReads:
         self.views: dict[str, ViewCells] = {}
         """The latest read of each kind the main thread has taken."""
 
-    def arrive(self, result: ViewResult, grids: Sequence[ChunkGridState | None]) -> None:
+    def arrive(self, result: ViewFrame, grids: Sequence[ChunkGridState | None]) -> None:
         """A read was answered (dispatch thread); kept if of one of `grids` (the levels shown)."""
         level = result.request.level
         grid = grids[level] if level < len(grids) else None

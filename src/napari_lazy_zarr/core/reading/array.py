@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import warnings
 from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -302,9 +303,10 @@ class ChunkedArray:
         *,
         placeholder: Any = None,
         fallback: Fallback = None,
-        view: Hashable = None,
+        requester: Hashable = None,
         level: int = 0,
         prefetch: Iterable[ChunkRef] = (),
+        view: Hashable = None,
     ) -> PartialRead:
         """Return at once with the resident data; queue the missing chunks.
 
@@ -317,14 +319,24 @@ class ChunkedArray:
             (e.g. resident coarser-level data, upsampled), or a callable
             returning one, called only when something is missing, with the
             missing chunks' keys (it need only fill the cells they cover).
-        view
-            Which view this read is for; a newer read of the same view
-            supersedes this one's queued work. Defaults to this array.
+        requester
+            Who reads (a layer's viewport, a reader thread); a newer read by
+            the same requester supersedes this one's queued work. Defaults to
+            this array.
         level
             Pyramid level (0 finest); coarser levels load first.
         prefetch
             Extra chunks to load at low priority (not pinned).
+        view
+            Deprecated name of `requester` ("view" also names the array itself).
         """
+        if view is not None:
+            warnings.warn(
+                "read_nonblocking(view=...) is deprecated: pass requester=...",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            requester = view if requester is None else requester
         if isinstance(fallback, np.ndarray) and fallback.shape != self.shape:
             raise ValueError(f"fallback has shape {fallback.shape}, the view has {self.shape}")
         plan = self.plan()
@@ -335,7 +347,7 @@ class ChunkedArray:
         data, missing = plan.assemble(self._cache, placeholder=placeholder, fallback=fallback)
         request = self._cache.request(
             plan.refs,
-            view=self._view if view is None else view,
+            view=self._view if requester is None else requester,
             level=level,
             center=self._center(),
             prefetch=prefetch,

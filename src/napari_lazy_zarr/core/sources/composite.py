@@ -530,7 +530,7 @@ class FunctionSource(SourceFields, _ReadOnly):
             self._tickets = Tickets()
             self.load_reason = "computing"  # the cache's LOADING reason for its chunks
             # Computed on a cluster: no ring of neighbours computed ahead (a view reads
-            # only its own chunks; `core.view.prefetch_ring`), as for dask sources.
+            # only its own chunks; `core.viewport.prefetch_ring`), as for dask sources.
             self.prefetch_ring = 0
         self._shape = tuple(int(s) for s in shape)
         self._dtype = _image_dtype(dtype, "function")

@@ -466,7 +466,7 @@ class DaskSource(SourceFields):
         cached chunks.
     prefetch_ring
         How many blocks beyond a view a viewer loads before they are asked for
-        (`core.view.prefetch_ring`). 0 by default: a neighbouring block is a
+        (`core.viewport.prefetch_ring`). 0 by default: a neighbouring block is a
         whole computation, and on the local scheduler a running one cannot be
         cancelled when the view moves the other way (measured in a fast pan
         over a 16384² filter graph: 13 of 17 blocks computed were wasted with a

@@ -54,7 +54,7 @@ class ChunkSource(Protocol):
     Optional attributes the engine reads when present: ``load_reason`` (the
     LOADING reason in events, e.g. ``"computing"``), ``prefetch_ring`` (chunks of
     neighbours a view prefetches around itself, 1 by default, 0 for costly
-    computations: `napari_lazy_zarr.core.view.prefetch_ring`) and
+    computations: `napari_lazy_zarr.core.viewport.prefetch_ring`) and
     ``cancel_superseded`` (False: in-flight reads are cancelled only on close).
     """
 

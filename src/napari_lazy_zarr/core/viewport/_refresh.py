@@ -1,0 +1,95 @@
+"""Whether the viewer shows what has landed: one controller's refresh bookkeeping.
+
+Private to the package: `ViewController` owns one `Refreshes` and exposes it as
+`settled`, `slice_applied`, `refresh_skipped` and `wait_until_settled`.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["Refreshes"]
+
+
+class Refreshes:
+    """Reads, change signals and applied slices, on one condition variable (thread-safe).
+
+    `view_changed` is emitted at most once until the next read (`changed`);
+    a refresh is pending from that signal until the viewer applies a slice read
+    after it (`slice_applied`), or says it will not read (`refresh_skipped`).
+    Settled is `complete()` with no refresh pending. Waiters are woken on every
+    change of either (`notify` for changes of `complete()`), as napari's
+    `_LayerSlicer.wait_until_idle` waits on its futures rather than polling.
+
+    `complete` is called with the condition held: it must not wait for a lock
+    held by a thread that calls into this object.
+    """
+
+    def __init__(self, complete: Callable[[], bool]) -> None:
+        self._complete = complete
+        self._condition = threading.Condition()
+        self.reads = 0
+        self._signalled = False  # view_changed emitted, not yet followed by a read
+        self._pending = False  # a landing not yet shown by an applied slice
+        self._asked_at = 0  # the read count when the pending refresh was asked for
+        self._closed = False
+
+    def read(self) -> None:
+        """A read begins: the next change may be signalled again."""
+        with self._condition:
+            self.reads += 1
+            self._signalled = False
+
+    def changed(self) -> bool:
+        """Something the shown views lacked landed: whether to emit `view_changed` now."""
+        with self._condition:
+            emit = not self._signalled and not self._closed
+            if emit:
+                self._signalled = True
+                self._pending = True
+                self._asked_at = self.reads
+                self._condition.notify_all()
+        return emit
+
+    def slice_applied(self) -> None:
+        """The viewer shows a slice: if it was read after the last change, it is final."""
+        with self._condition:
+            if self.reads > self._asked_at:
+                self._pending = False
+                self._condition.notify_all()
+
+    def refresh_skipped(self) -> None:
+        """The viewer will not read again (layer hidden): stop waiting for it."""
+        with self._condition:
+            self._pending = False
+            self._signalled = False
+            self._condition.notify_all()
+
+    def notify(self) -> None:
+        """`complete()` may have changed: wake the waiters to look again."""
+        with self._condition:
+            self._condition.notify_all()
+
+    def close(self) -> None:
+        """Wake every waiter for good (they return what is true now)."""
+        with self._condition:
+            self._closed = True
+            self._condition.notify_all()
+
+    @property
+    def settled(self) -> bool:
+        with self._condition:
+            return self._settled()
+
+    def _settled(self) -> bool:
+        return not self._pending and self._complete()
+
+    def wait_until_settled(self, timeout: float | None = None) -> bool:
+        """Block until settled (True), `timeout` seconds pass or `close` (what is true then)."""
+        with self._condition:
+            self._condition.wait_for(lambda: self._closed or self._settled(), timeout)
+            return self._settled()

@@ -1,0 +1,141 @@
+"""A view as the controller keeps it between reads: its live buffer and what it lacks.
+
+`Shown` is shared by the controller and the volumes it prepares (`volumes.py`),
+`ViewPlans` keeps the plans of both; private to the package.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Hashable
+
+    import numpy as np
+
+    from napari_lazy_zarr.core.cache import ChunkCache
+    from napari_lazy_zarr.core.keys import ChunkKey
+    from napari_lazy_zarr.core.reading.array import ChunkedArray
+    from napari_lazy_zarr.core.reading.plans import ReadPlan
+    from napari_lazy_zarr.core.viewport.axes import Box
+    from napari_lazy_zarr.core.viewport.frames import ViewRequest
+
+__all__ = ["Shown", "ViewPlans"]
+
+
+class Shown:
+    """The latest read of one view kind (or a prepared volume): its buffer, and what it lacks.
+
+    `lock` guards every field and every write into `buffer`: chunks that land
+    are copied in by worker threads, stand-ins by the compose thread, and a
+    stand-in must never overwrite a chunk that landed.
+    """
+
+    __slots__ = (
+        "backdrop",
+        "buffer",
+        "coarser",
+        "composing",
+        "failed",
+        "issued",
+        "landings",
+        "lock",
+        "missing",
+        "placeholder",
+        "plan",
+        "provisional",
+        "request",
+        "unfilled",
+    )
+
+    def __init__(
+        self,
+        request: ViewRequest,
+        plan: ReadPlan,
+        buffer: np.ndarray[Any, Any],
+        coarser: frozenset[Hashable],
+        placeholder: Any,
+    ) -> None:
+        self.lock = threading.Lock()
+        self.request = request
+        self.plan = plan
+        self.buffer = buffer
+        self.coarser = coarser  # identities of the coarser levels' sources
+        self.placeholder = placeholder  # what cells show without data: the level's fill value
+        self.missing: set[ChunkKey] = {ref.key for ref in plan.refs}
+        self.provisional: set[ChunkKey] = set()
+        self.failed: set[ChunkKey] = set()
+        self.unfilled = True  # missing cells not yet given placeholders
+        self.composing = False  # stand-ins queued on the compose thread
+        self.backdrop = False  # the composed stand-ins cover every cell still waiting
+        self.landings = 0  # how many times chunks landed in it (READY, FAILED or retried)
+        # What the latest cache request for it was made on (`ViewController._issue`).
+        self.issued: tuple[object, ...] | None = None
+
+    @property
+    def waiting(self) -> bool:
+        """Whether chunks it lacks are still to land (FAILED ones are not waited for)."""
+        return len(self.missing) > len(self.failed)
+
+    def composes(self, levels: int) -> bool:
+        """Whether it gets stand-ins: it waits for chunks and a coarser level of `levels` exists.
+
+        Never a volume (three spatial axes): upsampling a 512³ volume costs
+        seconds and gigabytes; in 3D the coarsest complete level is shown instead
+        (`LayerLoader`), so a volume is presentable only when complete.
+        """
+        request = self.request
+        return self.waiting and request.level < levels - 1 and len(request.spatial) < 3
+
+    def take_landed(self, cache: ChunkCache, among: Collection[ChunkKey] | None = None) -> bool:
+        """Copy the chunks it lacks that are now READY into its buffer (`lock` held).
+
+        FAILED ones get the explicit placeholder instead of a stand-in, so a
+        failure is never disguised. Only `among` are looked at, if given.
+        Returns whether anything changed.
+        """
+        keys = self.missing if among is None else self.missing.intersection(among)
+        if not keys:
+            return False
+        ready, failed = cache.lookup_many(keys)
+        for key, data in ready.items():
+            self.plan.copy_chunk(self.buffer, key, data)
+        self.missing.difference_update(ready)
+        self.provisional.difference_update(ready)
+        retried = self.failed.intersection(keys) - failed
+        newly_failed = failed - self.failed
+        for key in newly_failed:
+            self.plan.fill_missing(self.buffer, key, self.placeholder, None)
+        self.provisional.difference_update(newly_failed)
+        self.failed = (self.failed - retried) | failed
+        changed = bool(ready or newly_failed or retried)
+        if changed:
+            self.landings += 1
+        return changed
+
+
+class ViewPlans:
+    """The read plans of the views a controller showed lately (thread-safe).
+
+    Keyed by level, box and displayed axes, the `kept` latest: views revisited
+    while panning back are not planned again.
+    """
+
+    def __init__(self, kept: int = 8) -> None:
+        self._kept = kept
+        self._lock = threading.Lock()
+        self._plans: dict[tuple[int, Box, tuple[int, ...]], ReadPlan] = {}
+
+    def plan(self, request: ViewRequest, view: ChunkedArray) -> ReadPlan:
+        """The plan of `view`, which shows exactly `request`'s cells."""
+        key = (request.level, request.box, request.displayed)
+        with self._lock:
+            plan = self._plans.get(key)
+        if plan is None:
+            plan = view.plan()
+            with self._lock:
+                self._plans[key] = plan
+                while len(self._plans) > self._kept:
+                    del self._plans[next(iter(self._plans))]
+        return plan

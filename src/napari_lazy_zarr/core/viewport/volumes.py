@@ -1,0 +1,179 @@
+"""Volumes assembled off the viewer's thread, so that a switch to a finer 3D level is instant.
+
+`PreparedVolumes` holds, per pyramid level, a volume being loaded and assembled
+(the latest view's planes at that level, whole on its displayed axes:
+`volume_box`) and its live cache request. Chunks are copied in on worker
+threads as they land; `ViewController.prepare_volumes` is its public face, and
+a read of a complete volume costs no copy.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import TYPE_CHECKING
+
+from napari_lazy_zarr.core.viewport._shown import Shown
+from napari_lazy_zarr.core.viewport.axes import view_box
+from napari_lazy_zarr.core.viewport.frames import ViewRequest
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection, Hashable, Sequence
+
+    from napari_lazy_zarr.core.cache import ChunkCache, Request
+    from napari_lazy_zarr.core.keys import ChunkKey
+    from napari_lazy_zarr.core.reading.array import ChunkedArray
+    from napari_lazy_zarr.core.reading.plans import ReadPlan
+    from napari_lazy_zarr.core.sources.protocol import ChunkSource
+    from napari_lazy_zarr.core.viewport.axes import AxisMap, Box
+
+__all__ = ["PreparedVolumes", "volume_box"]
+
+
+def volume_box(
+    request: ViewRequest, shapes: Sequence[Sequence[int]], level: int
+) -> tuple[tuple[int, int], ...]:
+    """`request`'s planes at `level`, whole on its displayed spatial axes.
+
+    `shapes` are the levels' shapes, finest first. A plane index is scaled
+    when the plane axis is decimated (z/t rarely are).
+
+    Examples
+    --------
+    >>> request = ViewRequest(0, ((3, 4), (0, 16), (8, 16)), (0, 1, 2), 1)
+    >>> volume_box(request, [(10, 64, 64), (10, 32, 32)], 1)
+    ((3, 4), (0, 32), (0, 32))
+    """
+    shown_shape = shapes[request.level]
+    shape = shapes[level]
+    box: list[tuple[int, int]] = []
+    for axis, (lo, _) in enumerate(request.box):
+        if axis in request.spatial:
+            box.append((0, int(shape[axis])))
+        else:  # the same plane at that level (z/t are rarely decimated; if so, scaled)
+            index = lo * int(shape[axis]) // max(1, int(shown_shape[axis]))
+            index = min(index, int(shape[axis]) - 1)
+            box.append((index, index + 1))
+    return tuple(box)
+
+
+class PreparedVolumes:
+    """The volumes one controller loads and assembles in the background, by level.
+
+    Thread-safe: `prepare` runs on the controller's dispatch thread, `landed`
+    on worker threads, the queries on any; `lock` (the controller's, by
+    default one of its own) guards `staged`, and is never held while calling
+    out. `ready(level)` is called (on a worker thread) when a volume is
+    resident and assembled.
+    """
+
+    def __init__(
+        self,
+        cache: ChunkCache,
+        sources: Sequence[ChunkSource],
+        arrays: Sequence[ChunkedArray],
+        axis_map: AxisMap,
+        *,
+        owner: Hashable,
+        plan: Callable[[ViewRequest, ChunkedArray], ReadPlan],
+        ready: Callable[[int], None],
+        lock: threading.Lock | None = None,
+    ) -> None:
+        self._cache = cache
+        self._sources = sources
+        self._arrays = arrays
+        self._axis_map = axis_map
+        self._owner = owner
+        self._plan = plan
+        self._ready = ready
+        self._lock = lock if lock is not None else threading.Lock()
+        self.staged: dict[int, tuple[Shown, Request]] = {}
+        """By level: the volume being assembled and its live request (guarded by the lock)."""
+
+    def views(self) -> list[Shown]:
+        """The volumes being assembled (or assembled)."""
+        with self._lock:
+            return [shown for shown, _ in self.staged.values()]
+
+    def find(self, request: ViewRequest) -> Shown | None:
+        """The volume showing exactly `request`'s cells, if one is prepared."""
+        return next((s for s in self.views() if request.same_view(s.request)), None)
+
+    def complete(self, level: int, box: Box | None, shown: Shown | None) -> bool:
+        """Whether the volume `box` of `level` is assembled, here or as the `shown` view."""
+        for candidate in [shown, *self.views()]:
+            if candidate is None:
+                continue
+            with candidate.lock:
+                if candidate.request.level == level and candidate.request.box == box:
+                    return not candidate.missing
+        return False
+
+    def prepare(self, levels: Sequence[int], latest: ViewRequest) -> None:
+        """Load the volumes of `levels` at `latest`'s planes; drop the others (dispatch thread)."""
+        shapes = [source.shape for source in self._sources]
+        wanted = {level: volume_box(latest, shapes, level) for level in levels}
+        with self._lock:
+            kept = {
+                level: staged
+                for level, staged in self.staged.items()
+                if wanted.get(level) == staged[0].request.box
+            }
+            dropped = [staged for level, staged in self.staged.items() if level not in kept]
+            for level in [level for level in self.staged if level not in kept]:
+                del self.staged[level]
+        for _, live in dropped:
+            live.release()
+        for level, box in wanted.items():
+            if level in kept:
+                continue  # already loading (or ready and announced)
+            index = tuple(
+                slice(*box[axis]) if axis in latest.displayed else box[axis][0]
+                for axis in self._axis_map.layer_axes
+            )
+            view = self._arrays[level][index]
+            found = view_box(view)
+            if found is None:
+                continue
+            volume = ViewRequest(level, found[0], found[1], 0, "view")
+            plan = self._plan(volume, view)
+            coarser = frozenset(s.identity for s in self._sources[level + 1 :])
+            placeholder = self._sources[level].fill_value
+            shown = Shown(volume, plan, plan.new_buffer(), coarser, placeholder)
+            try:
+                live = self._cache.request(
+                    plan.refs, view=(self._owner, "volume", level), level=level
+                )
+            except RuntimeError:  # the cache was closed under us
+                return
+            with self._lock:
+                self.staged[level] = (shown, live)
+            live.done.add_done_callback(functools.partial(self._done, level))
+
+    def _done(self, level: int, _: object) -> None:
+        """Copy what landed into a prepared volume; say so when it is complete."""
+        with self._lock:
+            staged = self.staged.get(level)
+        if staged is None:
+            return
+        shown = staged[0]
+        with shown.lock:
+            shown.take_landed(self._cache)
+            complete = not shown.missing
+        if complete:
+            self._ready(level)
+
+    def landed(self, landed: Collection[ChunkKey], shown: Collection[Shown]) -> None:
+        """Copy landed chunks into the volumes not `shown` as a view (worker threads)."""
+        for volume in self.views():  # assembled off napari's thread, before napari reads it
+            if all(volume is not view for view in shown):
+                with volume.lock:
+                    volume.take_landed(self._cache, landed)
+
+    def close(self) -> None:
+        """Release every volume's request (their chunks are unpinned)."""
+        with self._lock:
+            staged = list(self.staged.values())
+            self.staged.clear()
+        for _, request in staged:
+            request.release()
