@@ -16,11 +16,17 @@ The plugin's settings (`Settings`, resolved by `current_settings`) live on
 napari's *Preferences* page, in the environment and in a settings file;
 `configure` sets the shared chunk cache's capacity and loaders for this
 session (docs/user-guide.md, "Settings").
+
+For scripts: `wait_until_complete(viewer)` returns once every plugin layer of a
+napari viewer shows its complete view, and `sample_path()` the sample pyramid's
+store (written first, blocking, if need be).
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
+from napari_lazy_zarr._layer_data import wait_until_complete
 from napari_lazy_zarr._reader import configure
+from napari_lazy_zarr._sample_data import sample_path
 from napari_lazy_zarr.core import (
     ArraySource,
     CacheClosedError,
@@ -99,4 +105,6 @@ __all__ = [
     "from_dask",
     "open_array",
     "open_stack",
+    "sample_path",
+    "wait_until_complete",
 ]
