@@ -68,7 +68,7 @@ def test_legal_moves_are_exactly_the_design() -> None:
 
 
 def test_an_illegal_move_raises(cache: ChunkCache, source: ArraySource) -> None:
-    from napari_lazy_zarr.core.cache import _Entry, _Outbox
+    from napari_lazy_zarr.core.cache.cache import _Entry, _Outbox
 
     entry = _Entry(ChunkRef.of(source, (0, 0)))
     with pytest.raises(IllegalTransitionError, match=r"NEW -> READY"):

@@ -36,10 +36,10 @@ from napari_lazy_zarr.core import (
     ManualExecutor,
     Request,
 )
+from napari_lazy_zarr.core.cache import LoadClass
 from napari_lazy_zarr.core.errors import LoadCancelledError
 from napari_lazy_zarr.core.keys import grid_shape
 from napari_lazy_zarr.core.pyramid import DecimatedSource
-from napari_lazy_zarr.core.schedule import LoadClass
 from tests.sources import FaultySource
 
 _DATA = np.arange(12 * 12, dtype=np.int32).reshape(12, 12)

@@ -131,7 +131,7 @@ def test_the_parser_sees_the_engine() -> None:
     assert len(imports) > 200
     assert any(
         (found.module, found.target, found.name, found.type_only)
-        == ("cache", "states", "LEGAL_MOVES", False)
+        == ("cache.cache", "states", "LEGAL_MOVES", False)
         for found in imports
     )
     assert any(found.type_only for found in imports)

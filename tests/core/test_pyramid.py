@@ -22,9 +22,9 @@ from napari_lazy_zarr.core import (
     InlineExecutor,
     ManualExecutor,
 )
+from napari_lazy_zarr.core.cache import LoadClass
 from napari_lazy_zarr.core.keys import grid_shape
 from napari_lazy_zarr.core.pyramid import DecimatedSource, virtual_levels
-from napari_lazy_zarr.core.schedule import LoadClass
 from napari_lazy_zarr.core.source import ChunkSource, is_derived
 from tests.sources import FaultySource
 

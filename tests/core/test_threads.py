@@ -15,9 +15,9 @@ from napari_lazy_zarr.core import (
     ChunkState,
     open_zarr_source,
 )
+from napari_lazy_zarr.core.cache import LoadClass
 from napari_lazy_zarr.core.errors import LoadCancelledError
 from napari_lazy_zarr.core.pyramid import virtual_levels
-from napari_lazy_zarr.core.schedule import LoadClass
 from tests.sources import FaultySource
 
 if TYPE_CHECKING:

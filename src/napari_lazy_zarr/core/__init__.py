@@ -17,6 +17,7 @@ from napari_lazy_zarr.core.cache import (
     DEFAULT_TOTAL_BYTES_LIMIT,
     CacheStatistics,
     ChunkCache,
+    LoadClass,
     Request,
     check_concurrency,
     check_total_bytes_limit,
@@ -53,7 +54,6 @@ from napari_lazy_zarr.core.executors import DaemonExecutor, InlineExecutor, Manu
 from napari_lazy_zarr.core.keys import ChunkKey, ChunkRef, CompositeIdentity
 from napari_lazy_zarr.core.manifest import ManifestSource, StackFile, open_stack
 from napari_lazy_zarr.core.reader import CacheReader
-from napari_lazy_zarr.core.schedule import LoadClass
 from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS, Timeouts
 from napari_lazy_zarr.core.source import (
     ArraySource,

@@ -59,10 +59,10 @@ from psygnal import Signal
 from zarr_indexing import ConstantMap, DimensionMap
 
 from napari_lazy_zarr.core.array import ChunkedArray, lazy_for
+from napari_lazy_zarr.core.cache import LoadClass
 from napari_lazy_zarr.core.failures import FailureLog
 from napari_lazy_zarr.core.keys import ChunkRef, grid_shape
 from napari_lazy_zarr.core.plans import ReadPlan, plan_read
-from napari_lazy_zarr.core.schedule import LoadClass
 from napari_lazy_zarr.core.source import is_derived
 from napari_lazy_zarr.core.states import ChunkState
 

@@ -81,9 +81,9 @@ from typing import TYPE_CHECKING, Any, Final, cast, overload
 import numpy as np
 from psygnal import Signal
 
+from napari_lazy_zarr.core.cache.schedule import LoadClass, PriorityQueue, QueueItem
 from napari_lazy_zarr.core.errors import CacheClosedError, ChunkReadError, LoadCancelledError
 from napari_lazy_zarr.core.executors import DaemonExecutor, Executor
-from napari_lazy_zarr.core.schedule import LoadClass, PriorityQueue, QueueItem
 from napari_lazy_zarr.core.source import CancellableSource, KeepingSource, is_derived
 from napari_lazy_zarr.core.states import (
     LEGAL_MOVES,
