@@ -11,16 +11,14 @@ through the `ChunkSource` protocol: it never imports a store or a format.
 from napari_lazy_zarr.core.cache.cache import (
     DEFAULT_STALLED_AFTER,
     DEFAULT_TOTAL_BYTES_LIMIT,
-    CacheCounters,
-    CacheStatistics,
     ChunkCache,
-    ChunkStatus,
-    Request,
     check_concurrency,
     check_total_bytes_limit,
     default_concurrency,
 )
+from napari_lazy_zarr.core.cache.request import Request
 from napari_lazy_zarr.core.cache.schedule import LoadClass, PriorityQueue, QueueItem, cost_rank
+from napari_lazy_zarr.core.cache.snapshots import CacheCounters, CacheStatistics, ChunkStatus
 
 __all__ = [
     "DEFAULT_STALLED_AFTER",
