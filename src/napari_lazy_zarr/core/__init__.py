@@ -67,6 +67,7 @@ from napari_lazy_zarr.core.states import (
     LEGAL_MOVES,
     ChunkEvent,
     ChunkState,
+    EventReason,
     IllegalTransitionError,
 )
 from napari_lazy_zarr.core.storage.http import HttpStore
@@ -105,6 +106,7 @@ __all__ = [
     "DaskRunner",
     "DaskSource",
     "DerivedSource",
+    "EventReason",
     "FunctionSource",
     "HttpStore",
     "IllegalTransitionError",

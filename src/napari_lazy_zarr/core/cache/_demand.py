@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from napari_lazy_zarr.core.cache.schedule import LoadClass
 from napari_lazy_zarr.core.errors import LoadCancelledError
-from napari_lazy_zarr.core.states import ChunkState
+from napari_lazy_zarr.core.states import ChunkState, EventReason
 
 if TYPE_CHECKING:
     from collections.abc import Hashable, Sequence
@@ -169,12 +169,12 @@ class Demand:
             data.flags.writeable = False
             entry.data = data
             entry.nbytes = int(data.nbytes)
-            self._transition(entry, ChunkState.READY, "loaded", outbox)
+            self._transition(entry, ChunkState.READY, EventReason.LOADED, outbox)
             self._counters.loads += 1
             self._residency.hold(entry)
         else:
             entry.error = error
-            self._transition(entry, ChunkState.FAILED, f"failed: {error}", outbox)
+            self._transition(entry, ChunkState.FAILED, EventReason.FAILED, outbox)
             self._counters.failures += 1
         key = entry.key
         for request in self.waiting.pop(key, ()):
@@ -189,7 +189,7 @@ class Demand:
     def fail_unstarted(self, entry: Entry, error: BaseException, outbox: Outbox) -> None:
         """Fail a QUEUED derived chunk without reading it: QUEUED -> LOADING -> FAILED."""
         self._dependencies.drop_deferred(entry)
-        self._transition(entry, ChunkState.LOADING, "started", outbox)
+        self._transition(entry, ChunkState.LOADING, EventReason.STARTED, outbox)
         self.complete(entry, None, error, outbox)
 
     def close(self) -> list[Request]:

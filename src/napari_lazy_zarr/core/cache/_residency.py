@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from napari_lazy_zarr.core.source import KeepingSource, is_derived
-from napari_lazy_zarr.core.states import ChunkState
+from napari_lazy_zarr.core.states import ChunkState, EventReason
 
 if TYPE_CHECKING:
     from collections.abc import Hashable, Iterable
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Entry", "Residency", "Transition"]
 
-type Transition = Callable[[Entry, ChunkState, str, Outbox], None]
+type Transition = Callable[[Entry, ChunkState, EventReason, Outbox], None]
 """The façade's `ChunkCache._transition`: the one place a chunk's state moves."""
 
 
@@ -163,7 +163,7 @@ class Residency:
             self.lru[entry.key] = None
 
     def evict(self, entry: Entry, outbox: Outbox) -> None:
-        self._transition(entry, ChunkState.EVICTED, "evicted", outbox)
+        self._transition(entry, ChunkState.EVICTED, EventReason.EVICTED, outbox)
         del self.lru[entry.key]
         self.resident -= entry.nbytes
         entry.data = None

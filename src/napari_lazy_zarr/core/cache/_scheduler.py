@@ -25,8 +25,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Final, cast
 
 from napari_lazy_zarr.core.cache.schedule import LoadClass, PriorityQueue
-from napari_lazy_zarr.core.cache.snapshots import ChunkStatus
-from napari_lazy_zarr.core.states import ChunkState
+from napari_lazy_zarr.core.states import ChunkState, EventReason
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Iterable, Sequence
@@ -38,9 +37,8 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.keys import ChunkKey
     from napari_lazy_zarr.core.source import DerivedSource
 
-__all__ = ["Scheduler", "cancellable", "distance"]
+__all__ = ["Scheduler", "cancellable", "distance", "loading_reason"]
 
-_QUEUE_COUNT_LIMIT: Final = 10_000  # `place_in_queue` stops counting the loads ahead here
 # The most chunks one batched load (`BatchSource.read_chunks`) takes: a 4096² shard of
 # 512² inner chunks has 64; this keeps one worker's batch (and its memory) bounded.
 _BATCH_LIMIT: Final = 256
@@ -135,7 +133,9 @@ class Scheduler:
         outbox: Outbox,
     ) -> None:
         if entry.state in (ChunkState.NEW, ChunkState.EVICTED):
-            reason = "prefetch" if load_class is LoadClass.PREFETCH else "requested"
+            reason = (
+                EventReason.PREFETCH if load_class is LoadClass.PREFETCH else EventReason.REQUESTED
+            )
             self._transition(entry, ChunkState.QUEUED, reason, outbox)
         elif entry.state not in (ChunkState.QUEUED, ChunkState.LOADING):
             return  # READY, or FAILED (no retry storms)
@@ -157,7 +157,11 @@ class Scheduler:
     def enqueue_input(self, entry: Entry, item: QueueItem, outbox: Outbox) -> None:
         """Queue an input of a derived chunk with that chunk's `item` (unless it is loading)."""
         if entry.state in (ChunkState.NEW, ChunkState.EVICTED):
-            reason = "prefetch" if item.load_class == LoadClass.PREFETCH else "requested"
+            reason = (
+                EventReason.PREFETCH
+                if item.load_class == LoadClass.PREFETCH
+                else EventReason.REQUESTED
+            )
             self._transition(entry, ChunkState.QUEUED, reason, outbox)
         elif entry.state is ChunkState.LOADING:
             # It lands soon and reports to its dependents; wanted, not to be cancelled.
@@ -228,7 +232,7 @@ class Scheduler:
         if entry.state is not ChunkState.FAILED:
             return 0
         entry.error = None
-        self._transition(entry, ChunkState.QUEUED, "retry", outbox)
+        self._transition(entry, ChunkState.QUEUED, EventReason.RETRY, outbox)
         self.queue_as_needed(entry)
         count = 1
         if entry.derived:
@@ -307,7 +311,7 @@ class Scheduler:
 
     def start(self, entry: Entry, outbox: Outbox) -> None:
         """QUEUED -> LOADING for this worker, with its batch's riders if it has one."""
-        reason = getattr(entry.source, "load_reason", None) or "started"
+        reason = loading_reason(entry.source)
         self._transition(entry, ChunkState.LOADING, reason, outbox)
         entry.started = time.perf_counter()
         entry.cancelled = False
@@ -315,7 +319,7 @@ class Scheduler:
         if entry.batch is not None:
             self.take_riders(entry, reason, outbox)
 
-    def take_riders(self, leader: Entry, reason: str, outbox: Outbox) -> None:
+    def take_riders(self, leader: Entry, reason: EventReason, outbox: Outbox) -> None:
         """Move the QUEUED chunks of `leader`'s batch a view still wants to LOADING with it.
 
         They are read by `leader`'s worker in one `read_chunks` call and count as
@@ -432,7 +436,7 @@ class Scheduler:
 
     def return_cancelled(self, entry: Entry, outbox: Outbox) -> None:
         """A cancelled load goes back to QUEUED: queued again if wanted, else parked."""
-        self._transition(entry, ChunkState.QUEUED, "cancelled", outbox)
+        self._transition(entry, ChunkState.QUEUED, EventReason.CANCELLED, outbox)
         live = [item for item in entry.wants.values() if not self.is_stale(item)]
         entry.wants.clear()
         for item in live:
@@ -460,82 +464,6 @@ class Scheduler:
                 cancels.append(entry)
         return cancels
 
-    # -- inspection --------------------------------------------------------
-
-    def status(self, key: ChunkKey) -> ChunkStatus:
-        """Everything the cache knows about one chunk (`ChunkCache.status`)."""
-        entry = self._residency.entries.get(key)
-        if entry is None:
-            return ChunkStatus(
-                key=key,
-                state=ChunkState.NEW,
-                pins=0,
-                nbytes=0,
-                cost=1,
-                queue_ahead=None,
-                load_class=None,
-                stale=False,
-                parked=False,
-                inputs_missing=0,
-                loading_seconds=None,
-                error=None,
-            )
-        ahead: int | None = None
-        load_class: LoadClass | None = None
-        stale = False
-        if entry.state is ChunkState.QUEUED and entry.queue_items:
-            heap = self.queue.items()
-            mine = [item for item in heap if item.key == key]
-            live = [i for i in mine if not self.is_stale(i)]
-            if mine:
-                # Stale items are skipped when they reach the front: the chunk's place
-                # in line is its most urgent live item's.
-                best = min(live or mine)
-                load_class = LoadClass(best.load_class)
-                stale = not live
-                ahead = self.count_ahead(heap, best)
-        return ChunkStatus(
-            key=key,
-            state=entry.state,
-            pins=entry.pins,
-            nbytes=entry.nbytes,
-            cost=entry.cost,
-            queue_ahead=ahead,
-            load_class=load_class,
-            stale=stale,
-            parked=key in self.parked,
-            inputs_missing=self._dependencies.missing(key),
-            loading_seconds=(
-                time.perf_counter() - entry.started if entry.state is ChunkState.LOADING else None
-            ),
-            error=entry.error if entry.state is ChunkState.FAILED else None,
-        )
-
-    def count_ahead(self, heap: list[QueueItem], item: QueueItem) -> int:
-        """Distinct QUEUED chunks, other than `item`'s, whose live items sort before it.
-
-        In a binary heap every item sorting before `item` has only such items
-        above it, so the walk visits just them (stops at a cap).
-        """
-        ahead: set[ChunkKey] = set()
-        stack = [0] if heap else []
-        entries = self._residency.entries
-        while stack and len(ahead) < _QUEUE_COUNT_LIMIT:
-            index = stack.pop()
-            node = heap[index]
-            if not node < item:
-                continue
-            entry = entries.get(node.key)
-            if (
-                node.key != item.key
-                and entry is not None
-                and entry.state is ChunkState.QUEUED
-                and not self.is_stale(node)
-            ):
-                ahead.add(node.key)
-            stack.extend(child for child in (2 * index + 1, 2 * index + 2) if child < len(heap))
-        return len(ahead)
-
 
 def cancellable(entry: Entry) -> bool:
     """Whether a LOADING chunk's read can be cancelled (its source is a `CancellableSource`).
@@ -544,6 +472,18 @@ def cancellable(entry: Entry) -> bool:
     derived chunk's `combine` has no cancel hook.
     """
     return not entry.derived and callable(getattr(entry.source, "cancel_load", None))
+
+
+def loading_reason(source: object) -> EventReason:
+    """The reason of a chunk's move to LOADING: its source's `load_reason` when that names
+    one of the vocabulary (a dask source: `EventReason.COMPUTING`), else STARTED."""
+    named = getattr(source, "load_reason", None)
+    if not named:
+        return EventReason.STARTED
+    try:
+        return EventReason(named)
+    except ValueError:  # not in the closed vocabulary: the move is a plain start
+        return EventReason.STARTED
 
 
 def distance(key: ChunkKey, center: Sequence[float] | None) -> float:

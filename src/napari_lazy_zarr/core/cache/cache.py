@@ -48,7 +48,7 @@ on or was released, no live request pins it, no derived chunk a live view
 wants waits for it), the cache calls `cancel_load(coords)` on its source if the
 source is a `CancellableSource`, outside the lock. A `read_chunk` that then
 raises (`LoadCancelledError`, or any error once cancelled) sends the chunk back
-to QUEUED (reason ``"cancelled"``), parked like superseded queued work, never
+to QUEUED (`EventReason.CANCELLED`), parked like superseded queued work, never
 FAILED; a view
 asking for it again queues it again. A source whose reads are cheap to finish
 but costly to redo (a download nearly done: `ZarrChunkSource`) sets
@@ -57,7 +57,7 @@ but costly to redo (a download nearly done: `ZarrChunkSource`) sets
 and wakes every caller waiting on a request with `CacheClosedError`. Loads
 asked for without a `view` are never cancelled (no newer request can supersede
 them). A source may name its LOADING reason (e.g.
-``"computing"``) with a `load_reason` attribute.
+`EventReason.COMPUTING`) with a `load_reason` attribute.
 
 Eviction
 --------
@@ -87,6 +87,7 @@ from napari_lazy_zarr.core.cache._outbox import Outbox, cancel_loads
 from napari_lazy_zarr.core.cache._reads import read_batch, read_one
 from napari_lazy_zarr.core.cache._residency import Entry, Residency
 from napari_lazy_zarr.core.cache._scheduler import Scheduler
+from napari_lazy_zarr.core.cache._status import chunk_status
 from napari_lazy_zarr.core.cache.request import Request
 from napari_lazy_zarr.core.cache.schedule import LoadClass
 from napari_lazy_zarr.core.errors import CacheClosedError
@@ -95,6 +96,7 @@ from napari_lazy_zarr.core.states import (
     LEGAL_MOVES,
     ChunkEvent,
     ChunkState,
+    EventReason,
     IllegalTransitionError,
 )
 
@@ -384,7 +386,7 @@ class ChunkCache:
         queue's heap that sorts before it (capped), so it is cheap near the front.
         """
         with self._lock:
-            return self._scheduler.status(key)
+            return chunk_status(key, self._residency, self._scheduler, self._dependencies)
 
     @overload
     def counters(self) -> CacheCounters: ...
@@ -495,8 +497,10 @@ class ChunkCache:
         if self._scheduler.closed:
             raise CacheClosedError("the chunk cache is closed")
 
-    def _transition(self, entry: Entry, current: ChunkState, reason: str, outbox: Outbox) -> None:
-        """Move `entry` to `current`: the one place a chunk's state changes (lock held)."""
+    def _transition(
+        self, entry: Entry, current: ChunkState, reason: EventReason, outbox: Outbox
+    ) -> None:
+        """Move `entry` to `current` (lock held): the one place a chunk's state changes."""
         previous = entry.state
         if current not in LEGAL_MOVES[previous]:
             raise IllegalTransitionError(
@@ -506,7 +510,8 @@ class ChunkCache:
         if entry.batch is not None:
             self._scheduler.batch_moved(entry, previous, current)
         self._counters.moved(previous, current)
-        event = ChunkEvent(entry.key, previous, current, reason, time.monotonic())
+        error = entry.error if current is ChunkState.FAILED else None  # set before the move
+        event = ChunkEvent(entry.key, previous, current, reason, time.monotonic(), error)
         self._log.append(event)
         self._unemitted.append(event)
         outbox.events.append(event)
@@ -546,15 +551,17 @@ class ChunkCache:
 
     # -- worker side -------------------------------------------------------
 
-    def _work(self) -> None:
+    def _work(self, others: int = 0) -> None:
         """One worker task: load the most urgent queued chunks, reading outside the lock.
 
         The task keeps taking the next chunk (in the same locked section that
         finishes the previous one) until the queue is empty, instead of
         submitting a new task per chunk. An executor that sets
         `one_load_per_task` (`ManualExecutor`) gets one chunk per task, so
-        tests can step loads.
+        tests can step loads. A task first submits `others` more worker tasks.
         """
+        for _ in range(others):
+            self._executor.submit(self._work)
         outbox = Outbox()
         with self._lock:
             entry = self._scheduler.take_next(outbox)
@@ -566,12 +573,6 @@ class ChunkCache:
                 entry = self._finish_loads(read_batch([entry, *entry.riders]))
             else:
                 entry = self._finish_loads([read_one(entry)])
-
-    def _spawn_then_work(self, others: int) -> None:
-        """A worker task that first submits `others` more worker tasks, then works."""
-        for _ in range(others):
-            self._executor.submit(self._work)
-        self._work()
 
     def _finish_loads(self, outcomes: Sequence[Outcome]) -> Entry | None:
         """Record the outcomes of one task's loads (one chunk, or a batch); returns the
@@ -624,7 +625,7 @@ class ChunkCache:
         elif outbox.starts > 1:
             # Starting a pool thread costs ~1 ms; 32 of them would stall the requesting
             # thread (napari's main thread). The first worker starts the others.
-            self._executor.submit(functools.partial(self._spawn_then_work, outbox.starts - 1))
+            self._executor.submit(functools.partial(self._work, outbox.starts - 1))
         outbox.start_watchdog_and_cancel()
 
 
