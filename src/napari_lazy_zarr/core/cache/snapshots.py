@@ -20,39 +20,6 @@ __all__ = ["CacheCounters", "CacheStatistics", "ChunkStatus"]
 
 
 @dataclass(frozen=True, slots=True)
-class CacheStatistics:
-    """A snapshot of the cache's counters (immutable; safe to hand to any thread)."""
-
-    hits: int
-    misses: int
-    loads: int
-    failures: int
-    evictions: int
-    resident_bytes: int
-    pinned_bytes: int
-    total_bytes_limit: int
-    in_flight: int
-    queued: int
-    """QUEUED chunks waiting for a worker (parked and deferred ones excluded)."""
-    parked: int
-    """QUEUED chunks dropped from the queue because their view moved on (not fetched)."""
-    deferred: int
-    """QUEUED derived chunks out of the queue, waiting for their inputs to load."""
-    load_latency_mean: float
-    """Seconds, over the last loads (NaN before the first)."""
-    load_latency_p95: float
-    states: dict[ChunkState, int]
-    transitions: dict[tuple[ChunkState, ChunkState], int]
-    kept_bytes: int = 0
-    """Bytes its sources keep beside the chunks (shard indexes), counted in the limit."""
-
-    @property
-    def hit_rate(self) -> float:
-        total = self.hits + self.misses
-        return self.hits / total if total else math.nan
-
-
-@dataclass(frozen=True, slots=True)
 class ChunkStatus:
     """Why one chunk is where it is: its state and the cache's bookkeeping about it.
 
@@ -121,28 +88,68 @@ class CacheCounters:
     """
 
     hits: int
-    """Chunks requested that were READY."""
+    """Chunks requested that were READY (and those a read served with
+    ``lookup_many(count_hits=True)``)."""
     misses: int
-    """Chunks requested that were not (queued, loading or FAILED)."""
+    """Chunks requested that were not READY (queued, loading or FAILED)."""
     loads: int
     """Chunks that became READY."""
     failures: int
     """Chunks that became FAILED."""
     evictions: int
-    """Chunks evicted."""
+    """Chunks evicted (READY -> EVICTED)."""
     resident_bytes: int
     """Decoded bytes held by READY chunks."""
     pinned_bytes: int
-    """Of those, bytes of chunks pinned by live requests."""
+    """Of those, bytes of chunks pinned by live requests (never evicted)."""
     total_bytes_limit: int
-    """The capacity."""
+    """The capacity in bytes (`ChunkCache.total_bytes_limit`)."""
     in_flight: int
     """LOADING chunks."""
     queued: int
     """QUEUED chunks waiting for a worker (parked and deferred ones excluded)."""
     parked: int
-    """QUEUED chunks dropped from the queue because their view moved on."""
+    """QUEUED chunks dropped from the queue because their view moved on (not fetched)."""
     deferred: int
-    """QUEUED derived chunks waiting for their inputs."""
+    """QUEUED derived chunks out of the queue, waiting for their inputs to load."""
     kept_bytes: int = 0
     """Bytes its sources keep beside the chunks (shard indexes), counted in the limit."""
+
+    @property
+    def hit_rate(self) -> float:
+        """``hits / (hits + misses)``; NaN before the first request."""
+        total = self.hits + self.misses
+        return self.hits / total if total else math.nan
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CacheStatistics(CacheCounters):
+    """A snapshot of the cache's counters, load latencies and state tables.
+
+    `CacheCounters` with what costs more than O(1) to take (`ChunkCache.statistics`,
+    and the `statistics_changed` signal); immutable, safe to hand to any thread.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from napari_lazy_zarr.core.cache import ChunkCache
+    >>> from napari_lazy_zarr.core.executors import InlineExecutor
+    >>> from napari_lazy_zarr.core.keys import ChunkRef
+    >>> from napari_lazy_zarr.core.source import ArraySource
+    >>> from napari_lazy_zarr.core.states import ChunkState
+    >>> source = ArraySource(np.zeros(8), chunks=(4,), name="s")
+    >>> with ChunkCache(1 << 20, executor=InlineExecutor()) as cache:
+    ...     cache.request([ChunkRef.of(source, (0,))]).release()
+    ...     stats = cache.statistics
+    >>> stats.loads, stats.hit_rate, stats.states[ChunkState.READY]
+    (1, 0.0, 1)
+    """
+
+    load_latency_mean: float
+    """Seconds a load took, on average over the last 1,024 loads (NaN before the first)."""
+    load_latency_p95: float
+    """The 95th percentile of those, in seconds (NaN before the first)."""
+    states: dict[ChunkState, int]
+    """How many chunks are in each state (every state, NEW included)."""
+    transitions: dict[tuple[ChunkState, ChunkState], int]
+    """How many times each move was made, by (previous, current)."""
