@@ -36,6 +36,12 @@ ALLOWED: dict[str, frozenset[str]] = {
     "settings": frozenset({*LEAVES}),
     # Bounded byte reads: the leaves and the settings, nothing that knows a chunk.
     "storage": frozenset({*LEAVES, "settings", "storage"}),
+    # Recycled memory for decoded chunks (the zarr source decodes into it): a leaf.
+    "buffers": frozenset(),
+    # What is in memory and the workers filling it: the leaves and the chunk source
+    # protocol (`source` today, `sources.protocol` once sources/ exists), never storage
+    # or formats.
+    "cache": frozenset({*LEAVES, "source", "sources"}),
 }
 
 # Private names imported across modules: none is left (issue 21 made the 16 it found public,
