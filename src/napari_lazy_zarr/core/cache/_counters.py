@@ -51,12 +51,6 @@ class Counters:
         self.state_counts: Counter[ChunkState] = Counter()
         self.transition_counts: Counter[tuple[ChunkState, ChunkState]] = Counter()
 
-    def moved(self, previous: ChunkState, current: ChunkState) -> None:
-        """Count one state move (called by the façade's `_transition`)."""
-        self.state_counts[previous] -= 1
-        self.state_counts[current] += 1
-        self.transition_counts[previous, current] += 1
-
     def counters(self, residency: Residency, parked: int, deferred: int) -> CacheCounters:
         """The running counters, O(1) but for the sources that keep bytes."""
         return CacheCounters(

@@ -182,7 +182,8 @@ class Demand:
             request._remaining -= 1
             if request._remaining == 0:
                 outbox.finished.append(request)
-        self._dependencies.landed(entry, data, error, outbox)
+        if self._dependencies.dependents:  # derived chunks wait for inputs
+            self._dependencies.landed(entry, data, error, outbox)
         if data is not None:
             self._residency.evict_over_limit(outbox)
 

@@ -71,11 +71,6 @@ class Dependencies:
         # input key -> the deferred chunks waiting for it (dicts: deterministic order)
         self.dependents: dict[ChunkKey, dict[ChunkKey, None]] = {}
 
-    def ready(self, entry: Entry, item: QueueItem, outbox: Outbox) -> bool:
-        """Whether a chunk just taken with `item` can start: a stored chunk, or a derived
-        one whose inputs are all READY (else it is deferred, or failed)."""
-        return not entry.derived or entry.inputs is not None or self.gather(entry, item, outbox)
-
     def gather(self, entry: Entry, item: QueueItem, outbox: Outbox) -> bool:
         """Collect a derived chunk's READY inputs; True when all are there.
 

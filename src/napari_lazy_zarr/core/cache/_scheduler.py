@@ -25,6 +25,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Final, cast
 
 from napari_lazy_zarr.core.cache.schedule import LoadClass, PriorityQueue
+from napari_lazy_zarr.core.errors import CacheClosedError
 from napari_lazy_zarr.core.states import ChunkState, EventReason
 
 if TYPE_CHECKING:
@@ -103,6 +104,11 @@ class Scheduler:
         self.active_tasks = 0
 
     # -- queueing ----------------------------------------------------------
+
+    def check_open(self) -> None:
+        """Refuse new work once the cache is closed (`CacheClosedError`)."""
+        if self.closed:
+            raise CacheClosedError("the chunk cache is closed")
 
     def current_generation(self, view: Hashable) -> int | None:
         return self.generations.get(view)
@@ -271,9 +277,21 @@ class Scheduler:
                 try:
                     while (item := self.pop_runnable(avoid, skipped)) is not None:
                         entry = entries[item.key]
-                        if not self._dependencies.ready(entry, item, outbox):
+                        if (
+                            entry.derived
+                            and entry.inputs is None
+                            and not self._dependencies.gather(entry, item, outbox)
+                        ):
                             continue  # deferred until its inputs land, or failed
-                        self.start(entry, outbox)
+                        # QUEUED -> LOADING for this worker, with its batch's riders if any.
+                        named = getattr(entry.source, "load_reason", None)
+                        reason = loading_reason(named) if named else EventReason.STARTED
+                        self._transition(entry, ChunkState.LOADING, reason, outbox)
+                        entry.started = time.perf_counter()
+                        entry.cancelled = False
+                        self.loading[entry.key] = entry
+                        if entry.batch is not None:
+                            self.take_riders(entry, reason, outbox)
                         return entry
                 finally:
                     for item in skipped:
@@ -308,16 +326,6 @@ class Scheduler:
                 continue
             return item
         return None
-
-    def start(self, entry: Entry, outbox: Outbox) -> None:
-        """QUEUED -> LOADING for this worker, with its batch's riders if it has one."""
-        reason = loading_reason(entry.source)
-        self._transition(entry, ChunkState.LOADING, reason, outbox)
-        entry.started = time.perf_counter()
-        entry.cancelled = False
-        self.loading[entry.key] = entry
-        if entry.batch is not None:
-            self.take_riders(entry, reason, outbox)
 
     def take_riders(self, leader: Entry, reason: EventReason, outbox: Outbox) -> None:
         """Move the QUEUED chunks of `leader`'s batch a view still wants to LOADING with it.
@@ -474,12 +482,10 @@ def cancellable(entry: Entry) -> bool:
     return not entry.derived and callable(getattr(entry.source, "cancel_load", None))
 
 
-def loading_reason(source: object) -> EventReason:
-    """The reason of a chunk's move to LOADING: its source's `load_reason` when that names
-    one of the vocabulary (a dask source: `EventReason.COMPUTING`), else STARTED."""
-    named = getattr(source, "load_reason", None)
-    if not named:
-        return EventReason.STARTED
+def loading_reason(named: str) -> EventReason:
+    """The reason of a chunk's move to LOADING for a source whose `load_reason` is `named`:
+    that reason when it is one of the vocabulary (a dask source: `EventReason.COMPUTING`),
+    else STARTED."""
     try:
         return EventReason(named)
     except ValueError:  # not in the closed vocabulary: the move is a plain start

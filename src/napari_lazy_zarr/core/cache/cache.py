@@ -90,7 +90,6 @@ from napari_lazy_zarr.core.cache._scheduler import Scheduler
 from napari_lazy_zarr.core.cache._status import chunk_status
 from napari_lazy_zarr.core.cache.request import Request
 from napari_lazy_zarr.core.cache.schedule import LoadClass
-from napari_lazy_zarr.core.errors import CacheClosedError
 from napari_lazy_zarr.core.executors import DaemonExecutor, Executor
 from napari_lazy_zarr.core.states import (
     LEGAL_MOVES,
@@ -320,7 +319,7 @@ class ChunkCache:
             center = _bbox_center([ref.key for ref in needed])
         outbox = Outbox()
         with self._lock:
-            self._check_open()
+            self._scheduler.check_open()
             generation = self._scheduler.next_generation(view)
             request = Request(self, tuple(ref.key for ref in needed), view, generation)
             self._demand.admit(request, needed, extra, load_class, level, center, outbox)
@@ -493,10 +492,6 @@ class ChunkCache:
 
     # -- internals (lock held unless stated) -------------------------------
 
-    def _check_open(self) -> None:
-        if self._scheduler.closed:
-            raise CacheClosedError("the chunk cache is closed")
-
     def _transition(
         self, entry: Entry, current: ChunkState, reason: EventReason, outbox: Outbox
     ) -> None:
@@ -509,7 +504,10 @@ class ChunkCache:
         entry.state = current
         if entry.batch is not None:
             self._scheduler.batch_moved(entry, previous, current)
-        self._counters.moved(previous, current)
+        counters = self._counters  # inline: three moves per chunk loaded
+        counters.state_counts[previous] -= 1
+        counters.state_counts[current] += 1
+        counters.transition_counts[previous, current] += 1
         error = entry.error if current is ChunkState.FAILED else None  # set before the move
         event = ChunkEvent(entry.key, previous, current, reason, time.monotonic(), error)
         self._log.append(event)
@@ -536,7 +534,7 @@ class ChunkCache:
     def _retry(self, keys: Iterable[ChunkKey]) -> int:
         outbox = Outbox()
         with self._lock:
-            self._check_open()
+            self._scheduler.check_open()
             count = self._scheduler.retry(keys, outbox)
         self._flush(outbox)
         return count
@@ -619,14 +617,16 @@ class ChunkCache:
         """
         if outbox.events:
             self._emit_pending()
-        outbox.resolve_requests()
+        if outbox.superseded or outbox.finished:  # calls only when needed: once per load
+            outbox.resolve_requests()
         if outbox.starts == 1:
             self._executor.submit(self._work)
         elif outbox.starts > 1:
             # Starting a pool thread costs ~1 ms; 32 of them would stall the requesting
             # thread (napari's main thread). The first worker starts the others.
             self._executor.submit(functools.partial(self._work, outbox.starts - 1))
-        outbox.start_watchdog_and_cancel()
+        if outbox.watchdog is not None or outbox.cancels:
+            outbox.start_watchdog_and_cancel()
 
 
 def _check_int(name: str, value: object, minimum: int) -> int:
