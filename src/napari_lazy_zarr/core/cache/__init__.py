@@ -6,6 +6,8 @@ chunks; `CacheStatistics`, `CacheCounters` and `ChunkStatus` are the read-only
 snapshots it hands to displays; `schedule` holds the priority rule its workers
 take loads in (`LoadClass`, `PriorityQueue`). The cache reads chunks only
 through the `ChunkSource` protocol: it never imports a store or a format.
+The private `_x.py` modules are the façade's helpers, each holding state only
+ever touched under the cache's one lock, and never taking a lock themselves.
 """
 
 from napari_lazy_zarr.core.cache.cache import (

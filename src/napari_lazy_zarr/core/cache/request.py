@@ -35,6 +35,18 @@ class Request:
     `CacheClosedError` if the cache closes first. Release the request (or use
     it as a context manager) when the view no longer needs its chunks; a newer
     request for the same `view` releases it automatically.
+
+    Attributes
+    ----------
+    keys
+        The needed chunks' keys, each once, in the order asked.
+    view
+        Who asked (a layer, a controller); None for a request no newer one supersedes.
+    generation
+        The view's request count when this one was made (0 without a view): queue
+        items of an older generation are stale.
+    done
+        Resolves (None) when every needed chunk is READY or FAILED.
     """
 
     __slots__ = (
