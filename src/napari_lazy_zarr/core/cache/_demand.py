@@ -3,7 +3,8 @@
 It owns each view's live `Request`, and per chunk the requests waiting for it
 to land; it pins a request's chunks when the request is made and unpins them
 when it is released or superseded; and when a load ends it lands the chunk
-(READY or FAILED) and tells whoever waits: requests, and derived chunks.
+(READY or FAILED) and tells whoever waits: requests, and derived chunks; a retry
+asks for FAILED chunks again.
 
 Thread contract
 ---------------
@@ -19,14 +20,14 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent import futures
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from napari_lazy_zarr.core.cache.schedule import LoadClass
 from napari_lazy_zarr.core.errors import LoadCancelledError
 from napari_lazy_zarr.core.states import ChunkState, EventReason
 
 if TYPE_CHECKING:
-    from collections.abc import Hashable, Sequence
+    from collections.abc import Hashable, Iterable, Sequence
 
     import numpy as np
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.cache._scheduler import Scheduler
     from napari_lazy_zarr.core.cache.request import Request
     from napari_lazy_zarr.core.keys import ChunkKey, ChunkRef
+    from napari_lazy_zarr.core.source import DerivedSource
 
 __all__ = ["Demand", "is_cancellation"]
 
@@ -192,6 +194,37 @@ class Demand:
         self._dependencies.drop_deferred(entry)
         self._transition(entry, ChunkState.LOADING, EventReason.STARTED, outbox)
         self.complete(entry, None, error, outbox)
+
+    def retry(self, keys: Iterable[ChunkKey], outbox: Outbox) -> int:
+        """Ask again for the FAILED chunks among `keys` (`ChunkCache.retry`): re-queue them;
+        how many."""
+        count = 0
+        for key in keys:
+            entry = self._residency.entries.get(key)
+            if entry is not None:
+                count += self.requeue_failed(entry, outbox)
+        self._scheduler.schedule_starts(outbox)
+        return count
+
+    def requeue_failed(self, entry: Entry, outbox: Outbox) -> int:
+        """Re-queue `entry` if FAILED, with its FAILED inputs if derived; how many moved."""
+        if entry.state is not ChunkState.FAILED:
+            return 0
+        entry.error = None
+        self._transition(entry, ChunkState.QUEUED, EventReason.RETRY, outbox)
+        self._scheduler.queue_as_needed(entry)
+        count = 1
+        if entry.derived:
+            # It failed because an input did, typically: retrying it alone would fail again.
+            try:
+                inputs = cast("DerivedSource", entry.source).chunk_inputs(entry.coords)
+            except Exception:
+                inputs = ()  # the chunk fails again when taken, naming the cause
+            for ref in inputs:
+                found = self._residency.entries.get(ref.key)
+                if found is not None:
+                    count += self.requeue_failed(found, outbox)
+        return count
 
     def close(self) -> list[Request]:
         """Forget who waits: the requests waiting for chunks, each once."""

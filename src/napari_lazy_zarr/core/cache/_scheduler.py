@@ -22,21 +22,20 @@ import math
 import threading
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Final, cast
+from typing import TYPE_CHECKING, Final
 
 from napari_lazy_zarr.core.cache.schedule import LoadClass, PriorityQueue
 from napari_lazy_zarr.core.errors import CacheClosedError
 from napari_lazy_zarr.core.states import ChunkState, EventReason
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Hashable, Iterable, Sequence
+    from collections.abc import Callable, Hashable, Sequence
 
     from napari_lazy_zarr.core.cache._dependencies import Dependencies
     from napari_lazy_zarr.core.cache._outbox import Outbox
     from napari_lazy_zarr.core.cache._residency import Entry, Residency, Transition
     from napari_lazy_zarr.core.cache.schedule import QueueItem
     from napari_lazy_zarr.core.keys import ChunkKey
-    from napari_lazy_zarr.core.source import DerivedSource
 
 __all__ = ["Scheduler", "cancellable", "distance", "loading_reason"]
 
@@ -222,36 +221,6 @@ class Scheduler:
                     del self.batches[batch]
         elif current is ChunkState.QUEUED:
             self.batches.setdefault((entry.key.source, entry.batch), {})[entry.key] = entry
-
-    def retry(self, keys: Iterable[ChunkKey], outbox: Outbox) -> int:
-        """Re-queue the FAILED chunks among `keys` (`ChunkCache.retry`); how many."""
-        count = 0
-        for key in keys:
-            entry = self._residency.entries.get(key)
-            if entry is not None:
-                count += self.requeue_failed(entry, outbox)
-        self.schedule_starts(outbox)
-        return count
-
-    def requeue_failed(self, entry: Entry, outbox: Outbox) -> int:
-        """Re-queue `entry` if FAILED, with its FAILED inputs if derived; how many moved."""
-        if entry.state is not ChunkState.FAILED:
-            return 0
-        entry.error = None
-        self._transition(entry, ChunkState.QUEUED, EventReason.RETRY, outbox)
-        self.queue_as_needed(entry)
-        count = 1
-        if entry.derived:
-            # It failed because an input did, typically: retrying it alone would fail again.
-            try:
-                inputs = cast("DerivedSource", entry.source).chunk_inputs(entry.coords)
-            except Exception:
-                inputs = ()  # the chunk fails again when taken, naming the cause
-            for ref in inputs:
-                found = self._residency.entries.get(ref.key)
-                if found is not None:
-                    count += self.requeue_failed(found, outbox)
-        return count
 
     # -- workers -----------------------------------------------------------
 

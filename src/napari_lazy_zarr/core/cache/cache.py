@@ -15,7 +15,7 @@ and the emission. The state lives in helpers that are only ever touched under
 the lock and never take a lock themselves: `_residency` (entries, LRU, pins,
 bytes, eviction), `_scheduler` (queue, generations, parking, batches, stalls,
 cancellation), `_dependencies` (deferred derived chunks), `_demand` (live
-requests and who waits for which chunk, landing a load) and `_counters`; what
+requests, who waits for which chunk, landing a load, retries) and `_counters`; what
 must happen after the lock goes into an `_outbox.Outbox`.
 
 Derived chunks
@@ -535,7 +535,7 @@ class ChunkCache:
         outbox = Outbox()
         with self._lock:
             self._scheduler.check_open()
-            count = self._scheduler.retry(keys, outbox)
+            count = self._demand.retry(keys, outbox)
         self._flush(outbox)
         return count
 
