@@ -68,11 +68,12 @@ def test_legal_moves_are_exactly_the_design() -> None:
 
 
 def test_an_illegal_move_raises(cache: ChunkCache, source: ArraySource) -> None:
-    from napari_lazy_zarr.core.cache import _Entry, _Outbox
+    from napari_lazy_zarr.core.cache._outbox import Outbox
+    from napari_lazy_zarr.core.cache._residency import Entry
 
-    entry = _Entry(ChunkRef.of(source, (0, 0)))
+    entry = Entry(ChunkRef.of(source, (0, 0)))
     with pytest.raises(IllegalTransitionError, match=r"NEW -> READY"):
-        cache._transition(entry, ChunkState.READY, "loaded", _Outbox())
+        cache._transition(entry, ChunkState.READY, "loaded", Outbox())
 
 
 def test_request_queues_then_loads_through_every_state(

@@ -36,9 +36,9 @@ from napari_lazy_zarr.core import (
     ManualExecutor,
     Request,
 )
+from napari_lazy_zarr.core.cache import LoadClass
 from napari_lazy_zarr.core.errors import LoadCancelledError
 from napari_lazy_zarr.core.keys import grid_shape
-from napari_lazy_zarr.core.schedule import LoadClass
 from napari_lazy_zarr.core.sources.decimated import DecimatedSource
 from napari_lazy_zarr.core.testing import FaultySource
 

@@ -37,10 +37,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "settings": frozenset({*LEAVES}),
     # Bounded byte reads: the leaves and the settings, nothing that knows a chunk.
     "storage": frozenset({*LEAVES, "settings", "storage"}),
-    # Chunks: every source, over storage. `buffers` (the recycled memory chunks decode
-    # into, which imports nothing of the engine) has the zarr decode as its one user;
-    # issue 21 moves it into `cache/`, hence `cache.buffers`: that module, no other.
-    "sources": frozenset({*LEAVES, "settings", "storage", "sources", "buffers", "cache.buffers"}),
+    # Chunks: every source, over storage, and the recycled memory (`buffers`) the zarr
+    # source decodes into.
+    "sources": frozenset({*LEAVES, "settings", "storage", "sources", "buffers"}),
     # Metadata -> layer specs: opens sources, reads no chunk itself.
     "formats": frozenset({*LEAVES, "settings", "storage", "sources", "formats"}),
     # One view's cells from resident chunks: the cache, and of the sources only the protocol.
@@ -51,7 +50,12 @@ ALLOWED: dict[str, frozenset[str]] = {
     "testing": frozenset({*LEAVES, "sources.protocol"}),
     # One layer's request cycle: the leaves, what it reads through (the reading layer and
     # the cache), and of the sources only the protocol (`is_derived`).
-    "viewport": frozenset({*LEAVES, "reading", "cache", "schedule", "sources.protocol", "viewport"}),
+    "viewport": frozenset({*LEAVES, "reading", "cache", "sources.protocol", "viewport"}),
+    # Recycled memory for decoded chunks (the zarr source decodes into it): a leaf.
+    "buffers": frozenset(),
+    # What is in memory and the workers filling it: the leaves and the chunk source
+    # protocol, never storage or formats.
+    "cache": frozenset({*LEAVES, "sources.protocol", "cache"}),
 }
 
 # The protocol every source implements sits at the bottom of `sources`: keys and errors only
@@ -213,7 +217,7 @@ def test_the_parser_sees_the_engine() -> None:
     assert len(imports) > 200
     assert any(
         (found.module, found.target, found.name, found.type_only)
-        == ("cache", "states", "LEGAL_MOVES", False)
+        == ("cache.cache", "states", "LEGAL_MOVES", False)
         for found in imports
     )
     assert any(found.type_only for found in imports)

@@ -22,8 +22,8 @@ from napari_lazy_zarr.core import (
     InlineExecutor,
     ManualExecutor,
 )
+from napari_lazy_zarr.core.cache import LoadClass
 from napari_lazy_zarr.core.keys import grid_shape
-from napari_lazy_zarr.core.schedule import LoadClass
 from napari_lazy_zarr.core.sources.decimated import DecimatedSource, virtual_levels
 from napari_lazy_zarr.core.sources.protocol import ChunkSource, is_derived
 from napari_lazy_zarr.core.testing import FaultySource

@@ -15,8 +15,8 @@ from napari_lazy_zarr.core import (
     ChunkState,
     open_zarr_source,
 )
+from napari_lazy_zarr.core.cache import LoadClass
 from napari_lazy_zarr.core.errors import LoadCancelledError
-from napari_lazy_zarr.core.schedule import LoadClass
 from napari_lazy_zarr.core.sources.decimated import virtual_levels
 from napari_lazy_zarr.core.testing import FaultySource
 

@@ -19,8 +19,8 @@ from napari_lazy_zarr.core import (
     InlineExecutor,
     ManualExecutor,
 )
+from napari_lazy_zarr.core.cache import LoadClass
 from napari_lazy_zarr.core.keys import grid_shape
-from napari_lazy_zarr.core.schedule import LoadClass
 from napari_lazy_zarr.core.viewport import (
     AxisMap,
     MotionTracker,

@@ -8,6 +8,7 @@ from napari_lazy_zarr.core.cache import (
     DEFAULT_TOTAL_BYTES_LIMIT,
     CacheStatistics,
     ChunkCache,
+    LoadClass,
     Request,
     check_concurrency,
     check_total_bytes_limit,
@@ -33,7 +34,6 @@ from napari_lazy_zarr.core.keys import ChunkKey, ChunkRef, CompositeIdentity
 from napari_lazy_zarr.core.open import open_array
 from napari_lazy_zarr.core.reading.array import ChunkedArray, PartialRead
 from napari_lazy_zarr.core.reading.cache_reader import CacheReader
-from napari_lazy_zarr.core.schedule import LoadClass
 from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS, Timeouts
 from napari_lazy_zarr.core.sources.backends import (
     BACKENDS,
@@ -70,6 +70,7 @@ from napari_lazy_zarr.core.states import (
     LEGAL_MOVES,
     ChunkEvent,
     ChunkState,
+    EventReason,
     IllegalTransitionError,
 )
 from napari_lazy_zarr.core.storage.http import HttpStore
@@ -114,6 +115,7 @@ __all__ = [
     "DaskRunner",
     "DaskSource",
     "DerivedSource",
+    "EventReason",
     "FunctionSource",
     "HttpStore",
     "IllegalTransitionError",

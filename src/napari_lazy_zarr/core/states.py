@@ -1,4 +1,5 @@
-"""The chunk state machine: states, legal moves and the events that record them."""
+"""The chunk state machine: states, legal moves, and the events (with their reasons) that
+record them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ __all__ = [
     "LEGAL_MOVES",
     "ChunkEvent",
     "ChunkState",
+    "EventReason",
     "IllegalTransitionError",
 ]
 
@@ -50,6 +52,41 @@ LEGAL_MOVES: Final[dict[ChunkState, frozenset[ChunkState]]] = {
 """Every move the cache may make; anything else raises `IllegalTransitionError`."""
 
 
+class EventReason(StrEnum):
+    """Why a chunk moved: the closed vocabulary of `ChunkEvent.reason`.
+
+    A `StrEnum`, so a reason still compares equal to its text
+    (``EventReason.LOADED == "loaded"``); a failure's error is in
+    `ChunkEvent.error`, not in the reason.
+
+    Examples
+    --------
+    >>> EventReason.FAILED == "failed"
+    True
+    >>> EventReason("computing")
+    <EventReason.COMPUTING: 'computing'>
+    """
+
+    REQUESTED = "requested"
+    """NEW or EVICTED -> QUEUED: a view needs it (or a derived chunk it needs does)."""
+    PREFETCH = "prefetch"
+    """NEW or EVICTED -> QUEUED: a neighbour of a view, loaded ahead at low priority."""
+    STARTED = "started"
+    """QUEUED -> LOADING: a worker reads it (or fails a derived chunk without reading it)."""
+    COMPUTING = "computing"
+    """QUEUED -> LOADING for a source computing its chunks (`load_reason`, a dask source)."""
+    LOADED = "loaded"
+    """LOADING -> READY."""
+    FAILED = "failed"
+    """LOADING -> FAILED; the error is the event's `error`."""
+    EVICTED = "evicted"
+    """READY -> EVICTED: least recently used, over the byte limit (or `evict_unpinned`)."""
+    RETRY = "retry"
+    """FAILED -> QUEUED: an explicit retry."""
+    CANCELLED = "cancelled"
+    """LOADING -> QUEUED: nobody wanted it any more and its read was cancelled."""
+
+
 class IllegalTransitionError(RuntimeError):
     """A state move outside `LEGAL_MOVES` was attempted (always a bug, never bad input)."""
 
@@ -58,23 +95,36 @@ class IllegalTransitionError(RuntimeError):
 class ChunkEvent:
     """One state move of one chunk, as recorded in the cache's event log.
 
-    `time` is `time.monotonic()` at the move. `reason` is a short, closed-ish
-    vocabulary: ``"requested"``, ``"prefetch"``, ``"started"``, ``"loaded"``,
-    ``"missing"`` (absent key, served as fill value), ``"failed: <cause>"``,
-    ``"evicted"``, ``"retry"``, ``"cancelled"`` (LOADING back to QUEUED). A
-    source may name its own LOADING reason (a dask source says ``"computing"``).
+    Immutable; the cache emits events in batches from whichever thread made
+    the moves (`ChunkCache.state_changed`).
 
     Examples
     --------
     >>> from napari_lazy_zarr.core.keys import ChunkKey
     >>> event = ChunkEvent(ChunkKey("s", (0,), (4,)), ChunkState.NEW, ChunkState.QUEUED,
-    ...                    "requested", 0.0)
-    >>> event.current
-    <ChunkState.QUEUED: 'queued'>
+    ...                    EventReason.REQUESTED, 0.0)
+    >>> event.current, event.detail
+    (<ChunkState.QUEUED: 'queued'>, 'requested')
+    >>> failed = ChunkEvent(ChunkKey("s", (0,), (4,)), ChunkState.LOADING, ChunkState.FAILED,
+    ...                     EventReason.FAILED, 0.0, OSError("disk"))
+    >>> failed.detail
+    'failed: disk'
     """
 
     key: ChunkKey
+    """The chunk that moved."""
     previous: ChunkState
+    """Its state before the move."""
     current: ChunkState
-    reason: str
+    """Its state after the move."""
+    reason: EventReason
+    """Why it moved (a source may name its LOADING reason: `EventReason.COMPUTING`)."""
     time: float
+    """`time.monotonic()` at the move."""
+    error: BaseException | None = None
+    """A move to FAILED: what the chunk failed with (None for every other move)."""
+
+    @property
+    def detail(self) -> str:
+        """The reason as a log shows it: with the error of a failure (``"failed: <error>"``)."""
+        return str(self.reason) if self.error is None else f"{self.reason}: {self.error}"

@@ -83,7 +83,7 @@ class EventLogModel(QAbstractTableModel):
             return None
         event = self._rows[index.row()]
         if role == Qt.ItemDataRole.ToolTipRole:
-            return f"{event.key}\n{event.previous.name} → {event.current.name}: {event.reason}"
+            return f"{event.key}\n{event.previous.name} → {event.current.name}: {event.detail}"
         if role != Qt.ItemDataRole.DisplayRole:
             return None
         column = COLUMNS[index.column()]
@@ -93,7 +93,7 @@ class EventLogModel(QAbstractTableModel):
             return self.namer(event.key)
         if column == "move":
             return f"{event.previous.name} → {event.current.name}"
-        return event.reason
+        return event.detail
 
     def headerData(
         self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole

@@ -186,7 +186,7 @@ def describe_chunk(
     if history:
         lines.append("latest moves:")
         lines += [
-            f"  {now - e.time:6.2f} s ago  {e.previous.name} → {e.current.name} ({e.reason})"
+            f"  {now - e.time:6.2f} s ago  {e.previous.name} → {e.current.name} ({e.detail})"
             for e in history
         ]
     if status.state is ChunkState.FAILED:

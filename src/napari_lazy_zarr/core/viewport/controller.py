@@ -63,9 +63,9 @@ from typing import TYPE_CHECKING, Any
 
 from psygnal import Signal
 
+from napari_lazy_zarr.core.cache import LoadClass
 from napari_lazy_zarr.core.executors import SerialDispatch
 from napari_lazy_zarr.core.reading.array import ChunkedArray
-from napari_lazy_zarr.core.schedule import LoadClass
 from napari_lazy_zarr.core.sources.protocol import is_derived
 from napari_lazy_zarr.core.states import ChunkState
 from napari_lazy_zarr.core.viewport._refresh import Refreshes

@@ -102,8 +102,9 @@ class PriorityQueue:
     >>> from napari_lazy_zarr.core.keys import ChunkKey
     >>> queue = PriorityQueue()
     >>> def push(name, load_class, cost, level):
-    ...     queue.push(ChunkKey(name, (0,), (1,)), load_class=load_class, cost=cost,
-    ...                level=level, distance=0.0, view=None, generation=0)
+    ...     queue.push_item(queue.make(ChunkKey(name, (0,), (1,)), load_class=load_class,
+    ...                                cost=cost, level=level, distance=0.0, view=None,
+    ...                                generation=0))
     >>> push("thumbnail", LoadClass.OVERVIEW, 1, 5)
     >>> push("virtual", LoadClass.NEEDED, 64, 5)
     >>> push("stored-fine", LoadClass.NEEDED, 1, 0)
@@ -141,30 +142,6 @@ class PriorityQueue:
             view,
             generation,
         )
-
-    def push(
-        self,
-        key: ChunkKey,
-        *,
-        load_class: LoadClass,
-        level: int,
-        distance: float,
-        view: Hashable,
-        generation: int,
-        cost: int = 1,
-    ) -> QueueItem:
-        """Queue a load of `key`; `cost` is in stored chunk reads (1 for a stored chunk)."""
-        item = self.make(
-            key,
-            load_class=load_class,
-            level=level,
-            distance=distance,
-            view=view,
-            generation=generation,
-            cost=cost,
-        )
-        heapq.heappush(self._heap, item)
-        return item
 
     def push_item(self, item: QueueItem, key: ChunkKey | None = None) -> None:
         """Queue `item` again as it is, or for `key` in its place (an input inheriting it)."""

@@ -1,0 +1,62 @@
+"""`Outbox`: what a locked section of `ChunkCache` leaves to do once the lock is released.
+
+Thread contract
+---------------
+An outbox belongs to one locked section of one thread: it is made before the
+cache's lock is taken, filled under it (by the façade and by the helpers it
+is handed to as a parameter), and flushed by `ChunkCache._flush` after the
+lock is released. It never takes a lock itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    import threading
+    from collections.abc import Iterable
+
+    from napari_lazy_zarr.core.cache._residency import Entry
+    from napari_lazy_zarr.core.cache.request import Request
+    from napari_lazy_zarr.core.sources.protocol import CancellableSource
+    from napari_lazy_zarr.core.states import ChunkEvent
+
+__all__ = ["Outbox", "cancel_loads"]
+
+
+class Outbox:
+    """What to do once the lock is released."""
+
+    __slots__ = ("cancels", "events", "finished", "starts", "superseded", "watchdog")
+
+    def __init__(self) -> None:
+        self.events: list[ChunkEvent] = []
+        self.finished: list[Request] = []
+        self.superseded: list[Request] = []
+        self.starts = 0
+        self.cancels: list[Entry] = []  # LOADING chunks whose source is to cancel the read
+        self.watchdog: threading.Timer | None = None  # to start
+
+    def resolve_requests(self) -> None:
+        """Cancel the superseded requests' futures, resolve the finished ones'."""
+        for request in self.superseded:
+            request.done.cancel()
+        for request in self.finished:
+            if not request.done.done():
+                request.done.set_result(None)
+
+    def start_watchdog_and_cancel(self) -> None:
+        """Start the stall watchdog armed, if any; ask to cancel the reads to cancel."""
+        if self.watchdog is not None:
+            self.watchdog.start()
+        cancel_loads(self.cancels)
+
+
+def cancel_loads(entries: Iterable[Entry]) -> None:
+    """Ask the sources to cancel these reads (without the cache lock)."""
+    for entry in entries:
+        try:
+            cast("CancellableSource", entry.source).cancel_load(entry.coords)
+        except Exception:  # a failed cancel only means the read runs to its end
+            logging.getLogger(__name__).exception("cancel_load(%s) failed", entry.key)

@@ -1,0 +1,471 @@
+"""`Scheduler`: which QUEUED chunk a worker of a `ChunkCache` takes next, and when to stop.
+
+It owns the load queue (`PriorityQueue`), each view's generation and live
+request, the parked chunks, the batches of batchable sources, the LOADING
+chunks (with the stalled ones and the riders of batched loads), the count of
+active worker tasks, the stall watchdog and the cancellation of loads nobody
+wants any more.
+
+Thread contract
+---------------
+Every field is read and written only under the owning cache's lock; the one
+exception is the watchdog timer's thread, which calls `watchdog_fired` through
+the façade, with the lock held. `Scheduler` never takes a lock itself; where
+it moves a chunk's state it calls the façade's one `_transition` with the
+`Outbox` it is handed, and what must happen after the lock (starting workers
+and the watchdog, cancelling reads) goes into that outbox.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Final
+
+from napari_lazy_zarr.core.cache.schedule import LoadClass, PriorityQueue
+from napari_lazy_zarr.core.errors import CacheClosedError
+from napari_lazy_zarr.core.states import ChunkState, EventReason
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Hashable, Sequence
+
+    from napari_lazy_zarr.core.cache._dependencies import Dependencies
+    from napari_lazy_zarr.core.cache._outbox import Outbox
+    from napari_lazy_zarr.core.cache._residency import Entry, Residency, Transition
+    from napari_lazy_zarr.core.cache.schedule import QueueItem
+    from napari_lazy_zarr.core.keys import ChunkKey
+
+__all__ = ["Scheduler", "cancellable", "distance", "loading_reason"]
+
+# The most chunks one batched load (`BatchSource.read_chunks`) takes: a 4096² shard of
+# 512² inner chunks has 64; this keeps one worker's batch (and its memory) bounded.
+_BATCH_LIMIT: Final = 256
+
+
+class Scheduler:
+    """The queue, the views' generations, parking, batches, stalls and cancellation (lock held).
+
+    `dependencies` is told of this scheduler: the two call each other.
+    """
+
+    __slots__ = (
+        "_dependencies",
+        "_on_watchdog",
+        "_residency",
+        "_transition",
+        "active_tasks",
+        "batches",
+        "closed",
+        "concurrency",
+        "fetch_superseded",
+        "generations",
+        "loading",
+        "parked",
+        "queue",
+        "riding",
+        "stalled",
+        "stalled_after",
+        "watchdog",
+    )
+
+    def __init__(
+        self,
+        residency: Residency,
+        dependencies: Dependencies,
+        transition: Transition,
+        *,
+        concurrency: int,
+        fetch_superseded: bool,
+        stalled_after: float | None,
+        on_watchdog: Callable[[], None],
+    ) -> None:
+        self._residency = residency
+        self._dependencies = dependencies
+        dependencies.scheduler = self
+        self._transition = transition
+        self._on_watchdog = on_watchdog
+        self.concurrency = concurrency
+        self.fetch_superseded = fetch_superseded
+        self.stalled_after = stalled_after
+        self.closed = False
+        self.queue = PriorityQueue()
+        self.generations: dict[Hashable, int] = {}
+        self.parked: set[ChunkKey] = set()  # QUEUED chunks dropped from the queue
+        self.loading: dict[ChunkKey, Entry] = {}  # LOADING, in the order they started
+        self.stalled: set[ChunkKey] = set()  # of those, not counted against concurrency
+        self.riding: set[ChunkKey] = set()  # of those, read in another chunk's batch
+        # QUEUED chunks of batchable sources, by (source, batch key): a worker taking one
+        # takes the others a view still wants with it (`take_riders`).
+        self.batches: dict[tuple[Hashable, Hashable], dict[ChunkKey, Entry]] = {}
+        self.watchdog: threading.Timer | None = None
+        self.active_tasks = 0
+
+    # -- queueing ----------------------------------------------------------
+
+    def check_open(self) -> None:
+        """Refuse new work once the cache is closed (`CacheClosedError`)."""
+        if self.closed:
+            raise CacheClosedError("the chunk cache is closed")
+
+    def current_generation(self, view: Hashable) -> int | None:
+        return self.generations.get(view)
+
+    def next_generation(self, view: Hashable) -> int:
+        """A new request's generation: `view`'s next one (0 for a request of no view)."""
+        if view is None:
+            return 0
+        generation = self.generations[view] = self.generations.get(view, 0) + 1
+        return generation
+
+    def supersede(self, view: Hashable) -> None:
+        """`view`'s request was released: what it queued is stale."""
+        self.generations[view] = self.generations.get(view, 0) + 1
+
+    def is_stale(self, item: QueueItem) -> bool:
+        """Whether `item` was queued for a view that has since moved on."""
+        return self.queue.is_stale(item, self.current_generation)
+
+    def enqueue(
+        self,
+        entry: Entry,
+        load_class: LoadClass,
+        level: int,
+        center: Sequence[float] | None,
+        view: Hashable,
+        generation: int,
+        outbox: Outbox,
+    ) -> None:
+        if entry.state in (ChunkState.NEW, ChunkState.EVICTED):
+            reason = (
+                EventReason.PREFETCH if load_class is LoadClass.PREFETCH else EventReason.REQUESTED
+            )
+            self._transition(entry, ChunkState.QUEUED, reason, outbox)
+        elif entry.state not in (ChunkState.QUEUED, ChunkState.LOADING):
+            return  # READY, or FAILED (no retry storms)
+        item = self.queue.make(
+            entry.key,
+            load_class=load_class,
+            level=level,
+            distance=distance(entry.key, center),
+            view=view,
+            generation=generation,
+            cost=entry.cost,
+        )
+        if entry.state is ChunkState.LOADING:
+            entry.wants[view] = item  # wanted again: not to be cancelled (or re-queued if it is)
+            return
+        self.push(entry, item)
+        self.queue.push_item(item)
+
+    def enqueue_input(self, entry: Entry, item: QueueItem, outbox: Outbox) -> None:
+        """Queue an input of a derived chunk with that chunk's `item` (unless it is loading)."""
+        if entry.state in (ChunkState.NEW, ChunkState.EVICTED):
+            reason = (
+                EventReason.PREFETCH
+                if item.load_class == LoadClass.PREFETCH
+                else EventReason.REQUESTED
+            )
+            self._transition(entry, ChunkState.QUEUED, reason, outbox)
+        elif entry.state is ChunkState.LOADING:
+            # It lands soon and reports to its dependents; wanted, not to be cancelled.
+            entry.wants[item.view] = replace(item, key=entry.key)
+            return
+        elif entry.state is not ChunkState.QUEUED:
+            return
+        own = replace(item, key=entry.key)
+        self.push(entry, own)
+        self.queue.push_item(own)
+
+    def push(self, entry: Entry, item: QueueItem) -> None:
+        """Account for one more queue item naming `entry` (the caller pushes `item`)."""
+        entry.queue_items += 1
+        entry.wants[item.view] = item
+        self.parked.discard(entry.key)
+
+    def queue_as_needed(self, entry: Entry) -> None:
+        """Queue a QUEUED chunk no view asked for (a retry, a pinned cancelled load) as
+        needed now."""
+        item = self.queue.make(
+            entry.key,
+            load_class=LoadClass.NEEDED,
+            level=0,
+            distance=0.0,
+            view=None,
+            generation=0,
+            cost=entry.cost,
+        )
+        self.push(entry, item)
+        self.queue.push_item(item)
+
+    def park(self, entry: Entry) -> None:
+        """Leave a QUEUED chunk out of the queue until a view asks again.
+
+        Derived chunks waiting for it are parked too (their gathered inputs are
+        dropped), unless queued again meanwhile; then they re-gather when taken.
+        """
+        self.parked.add(entry.key)
+        entry.wants.clear()
+        self._dependencies.drop_deferred(entry)
+        self._dependencies.park_dependents(entry)
+
+    def batch_moved(self, entry: Entry, previous: ChunkState, current: ChunkState) -> None:
+        """Keep `batches` to the QUEUED chunks of batchable sources (from `_transition`)."""
+        if previous is ChunkState.QUEUED:
+            batch = (entry.key.source, entry.batch)
+            members = self.batches.get(batch)
+            if members is not None:
+                members.pop(entry.key, None)
+                if not members:
+                    del self.batches[batch]
+        elif current is ChunkState.QUEUED:
+            self.batches.setdefault((entry.key.source, entry.batch), {})[entry.key] = entry
+
+    # -- workers -----------------------------------------------------------
+
+    def schedule_starts(self, outbox: Outbox) -> None:
+        if self.closed:
+            return
+        wanted = min(self.concurrency, len(self.queue)) - self.active_tasks
+        if wanted > 0:
+            self.active_tasks += wanted
+            outbox.starts += wanted
+        self.arm_watchdog(outbox)
+
+    def take_next(self, outbox: Outbox, *, retire: bool = False) -> Entry | None:
+        """Move the most urgent QUEUED chunk to LOADING, or retire this task (at once
+        with `retire`: an executor running one load per task, `ManualExecutor`)."""
+        if not retire and not self.closed and self.active_tasks <= self.concurrency:
+            entries = self._residency.entries
+            # While loads of a source are stalled, its storage is likely stuck: chunks of
+            # other sources go first, so one stuck store never holds up another view.
+            slow = {entries[k].key.source for k in self.stalled if k in entries}
+            for avoid in (slow, set()) if slow else (set(),):
+                skipped: list[QueueItem] = []
+                try:
+                    while (item := self.pop_runnable(avoid, skipped)) is not None:
+                        entry = entries[item.key]
+                        if (
+                            entry.derived
+                            and entry.inputs is None
+                            and not self._dependencies.gather(entry, item, outbox)
+                        ):
+                            continue  # deferred until its inputs land, or failed
+                        # QUEUED -> LOADING for this worker, with its batch's riders if any.
+                        named = getattr(entry.source, "load_reason", None)
+                        reason = loading_reason(named) if named else EventReason.STARTED
+                        self._transition(entry, ChunkState.LOADING, reason, outbox)
+                        entry.started = time.perf_counter()
+                        entry.cancelled = False
+                        self.loading[entry.key] = entry
+                        if entry.batch is not None:
+                            self.take_riders(entry, reason, outbox)
+                        return entry
+                finally:
+                    for item in skipped:
+                        self.queue.push_item(item)
+        self.active_tasks -= 1
+        return None
+
+    def pop_runnable(self, avoid: set[Hashable], skipped: list[QueueItem]) -> QueueItem | None:
+        """Pop the most urgent item of a QUEUED chunk a live view wants, or None.
+
+        On the way, items of chunks no longer QUEUED are dropped; stale ones are
+        demoted (`fetch_superseded`) or their chunk parked; items of the sources
+        in `avoid` go to `skipped`, for the caller to push back.
+        """
+        queue = self.queue
+        entries = self._residency.entries
+        while (item := queue.pop()) is not None:
+            entry = entries[item.key]
+            entry.queue_items -= 1
+            if entry.state is not ChunkState.QUEUED:
+                continue
+            if queue.is_stale(item, self.current_generation):
+                if self.fetch_superseded:
+                    entry.queue_items += 1
+                    queue.push_demoted(item)
+                elif entry.queue_items == 0 and not self._dependencies.awaits_inputs(entry):
+                    self.park(entry)  # no view wants it any more
+                continue
+            if avoid and entry.key.source in avoid:
+                entry.queue_items += 1  # still queued: put back below
+                skipped.append(item)
+                continue
+            return item
+        return None
+
+    def take_riders(self, leader: Entry, reason: EventReason, outbox: Outbox) -> None:
+        """Move the QUEUED chunks of `leader`'s batch a view still wants to LOADING with it.
+
+        They are read by `leader`'s worker in one `read_chunks` call and count as
+        one task; their queue items stay in the queue and are skipped when popped
+        (no longer QUEUED). Parked chunks (no view wants them) stay behind.
+        """
+        members = self.batches.get((leader.key.source, leader.batch))
+        if not members:
+            return
+        riders: list[Entry] = []
+        for entry in list(members.values()):
+            if len(riders) + 1 >= _BATCH_LIMIT:
+                break
+            if entry.key in self.parked or not self.wanted(entry):
+                continue
+            self._transition(entry, ChunkState.LOADING, reason, outbox)
+            entry.started = leader.started
+            entry.cancelled = False
+            self.loading[entry.key] = entry
+            self.riding.add(entry.key)
+            riders.append(entry)
+        if riders:
+            leader.riders = riders
+
+    def finished(self, entry: Entry) -> None:
+        """A load of `entry` ended (whatever its outcome): it no longer counts as loading."""
+        entry.inputs = None
+        entry.riders = None
+        self.riding.discard(entry.key)
+        del self.loading[entry.key]
+        if entry.key in self.stalled:
+            self.stalled.discard(entry.key)
+            self.active_tasks += 1  # counts again; retires later if over `concurrency`
+
+    # -- stalled and cancelled loads ---------------------------------------
+
+    def stall_cap(self) -> int:
+        return max(8, 2 * self.concurrency)
+
+    def arm_watchdog(self, outbox: Outbox) -> None:
+        """Wake up when the oldest counted load becomes stalled, if work waits behind it.
+
+        One timer at a time, armed only while chunks are queued and every
+        worker is busy: an idle cache runs no timer.
+        """
+        if (
+            self.stalled_after is None
+            or self.watchdog is not None
+            or self.closed
+            or not self.queue
+            or self.active_tasks < self.concurrency
+            or len(self.stalled) >= self.stall_cap()
+        ):
+            return
+        oldest = next(
+            (
+                e.started
+                for e in self.loading.values()
+                if e.key not in self.stalled and not e.derived and e.key not in self.riding
+            ),
+            None,
+        )
+        if oldest is None:
+            return
+        delay = max(0.0, oldest + self.stalled_after - time.perf_counter())
+        timer = threading.Timer(delay, self._on_watchdog)
+        timer.name = "lazy-zarr-watchdog"
+        timer.daemon = True  # cancelled by close; never holds up the interpreter's exit
+        self.watchdog = outbox.watchdog = timer
+
+    def watchdog_fired(self, outbox: Outbox) -> None:
+        """Set stalled loads aside so new workers start (the timer's thread, lock held)."""
+        if self.watchdog is None or self.closed:
+            return
+        self.watchdog = None
+        assert self.stalled_after is not None
+        now = time.perf_counter()
+        for entry in self.loading.values():
+            if len(self.stalled) >= self.stall_cap():
+                break
+            if (
+                entry.key not in self.stalled
+                and not entry.derived  # combining is CPU work: more threads do not help
+                and entry.key not in self.riding  # not a task: its leader counts
+                and now - entry.started >= self.stalled_after
+            ):
+                self.stalled.add(entry.key)
+                self.active_tasks -= 1  # its worker no longer counts
+        self.schedule_starts(outbox)
+
+    def wanted(self, entry: Entry) -> bool:
+        """Whether anyone still wants a chunk being read, or about to be (if not, its read
+        may be cancelled, and it does not ride along in another chunk's batch)."""
+        if entry.pins or self.fetch_superseded:
+            return True
+        if any(not self.is_stale(i) for i in entry.wants.values()):
+            return True
+        return self._dependencies.wanted_by_dependents(entry)
+
+    def cancel_unwanted(self, outbox: Outbox) -> None:
+        """Ask to cancel the reads of LOADING chunks nobody wants any more.
+
+        Looks only at the loads in flight (a few: about `concurrency`).
+        """
+        for entry in self.loading.values():
+            if (
+                not entry.cancelled
+                and cancellable(entry)
+                and getattr(entry.source, "cancel_superseded", True)
+                and not self.wanted(entry)
+            ):
+                entry.cancelled = True
+                outbox.cancels.append(entry)
+
+    def return_cancelled(self, entry: Entry, outbox: Outbox) -> None:
+        """A cancelled load goes back to QUEUED: queued again if wanted, else parked."""
+        self._transition(entry, ChunkState.QUEUED, EventReason.CANCELLED, outbox)
+        live = [item for item in entry.wants.values() if not self.is_stale(item)]
+        entry.wants.clear()
+        for item in live:
+            self.push(entry, item)
+            self.queue.push_item(item)
+        if not live and entry.pins:
+            # A live request still pins it, but no view queued it: queue it as needed.
+            self.queue_as_needed(entry)
+        if entry.queue_items == 0:
+            self.park(entry)  # parks (or re-queues) the derived chunks waiting for it
+
+    def close(self) -> list[Entry]:
+        """Stop scheduling: drop the queue, the deferred chunks and the watchdog; the loads
+        to cancel."""
+        self.closed = True
+        self.queue.clear()
+        self._dependencies.clear()
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+            self.watchdog = None
+        cancels: list[Entry] = []
+        for entry in self.loading.values():
+            if not entry.cancelled and cancellable(entry):
+                entry.cancelled = True
+                cancels.append(entry)
+        return cancels
+
+
+def cancellable(entry: Entry) -> bool:
+    """Whether a LOADING chunk's read can be cancelled (its source is a `CancellableSource`).
+
+    Duck-typed like `is_derived` (cheaper than a runtime protocol check); a
+    derived chunk's `combine` has no cancel hook.
+    """
+    return not entry.derived and callable(getattr(entry.source, "cancel_load", None))
+
+
+def loading_reason(named: str) -> EventReason:
+    """The reason of a chunk's move to LOADING for a source whose `load_reason` is `named`:
+    that reason when it is one of the vocabulary (a dask source: `EventReason.COMPUTING`),
+    else STARTED."""
+    try:
+        return EventReason(named)
+    except ValueError:  # not in the closed vocabulary: the move is a plain start
+        return EventReason.STARTED
+
+
+def distance(key: ChunkKey, center: Sequence[float] | None) -> float:
+    """Squared distance of `key`'s centre from `center` (0 without one)."""
+    if center is None or len(center) != len(key.inclusive_min):
+        return 0.0
+    return math.fsum(
+        ((lo + hi) / 2 - c) ** 2
+        for lo, hi, c in zip(key.inclusive_min, key.exclusive_max, center, strict=True)
+    )

@@ -1,0 +1,129 @@
+"""`Request`: one view's live need of chunks, pinned in a `ChunkCache` until released.
+
+Thread contract
+---------------
+A request is made by `ChunkCache.request` under the cache's lock; its private
+counters (`_remaining`, `_released`) are only touched under that lock. `done`
+(a `concurrent.futures.Future`) and `landed` (a thread-safe queue) may be
+waited on from any thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import time
+from concurrent.futures import Future, InvalidStateError
+from typing import TYPE_CHECKING
+
+from napari_lazy_zarr.core.errors import CacheClosedError
+
+if TYPE_CHECKING:
+    from collections.abc import Hashable, Iterator
+
+    from napari_lazy_zarr.core.cache.cache import ChunkCache
+    from napari_lazy_zarr.core.keys import ChunkKey
+
+__all__ = ["Request"]
+
+
+class Request:
+    """One view's need: the chunks it touches (pinned while the request is live).
+
+    `done` resolves when every needed chunk is READY or FAILED; it is cancelled
+    if the request is superseded or released first, and fails with
+    `CacheClosedError` if the cache closes first. Release the request (or use
+    it as a context manager) when the view no longer needs its chunks; a newer
+    request for the same `view` releases it automatically.
+
+    Attributes
+    ----------
+    keys
+        The needed chunks' keys, each once, in the order asked.
+    view
+        Who asked (a layer, a controller); None for a request no newer one supersedes.
+    generation
+        The view's request count when this one was made (0 without a view): queue
+        items of an older generation are stale.
+    done
+        Resolves (None) when every needed chunk is READY or FAILED.
+    """
+
+    __slots__ = (
+        "_cache",
+        "_landed",
+        "_released",
+        "_remaining",
+        "done",
+        "generation",
+        "keys",
+        "view",
+    )
+
+    def __init__(
+        self, cache: ChunkCache, keys: tuple[ChunkKey, ...], view: Hashable, generation: int
+    ) -> None:
+        self._cache = cache
+        self.keys = keys
+        self.view = view
+        self.generation = generation
+        self.done: Future[None] = Future()
+        self._remaining = 0
+        self._released = False
+        # Each needed key, once, as it is (or already was) READY or FAILED; None
+        # when the cache closes first.
+        self._landed: queue.SimpleQueue[ChunkKey | None] = queue.SimpleQueue()
+
+    def landed(self, timeout: float | None = None) -> Iterator[ChunkKey]:
+        """Yield each needed chunk's key once, as soon as it is READY or FAILED.
+
+        Chunks already finished when the request was made come first. Lets a
+        reader copy chunks while the others still load. Raises `TimeoutError`
+        if the whole iteration takes longer than `timeout` seconds, and
+        `CacheClosedError` as soon as the cache closes with chunks still missing.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for _ in range(len(self.keys)):
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                key = self._landed.get(timeout=wait)
+            except queue.Empty:
+                raise TimeoutError(f"{self!r}: chunks still loading after {timeout} s") from None
+            if key is None:
+                raise CacheClosedError(f"{self!r}: the chunk cache closed while chunks loaded")
+            yield key
+
+    @property
+    def complete(self) -> bool:
+        """Whether every needed chunk has finished loading (READY or FAILED)."""
+        done = self.done
+        return done.done() and not done.cancelled() and done.exception() is None
+
+    def failed(self) -> dict[ChunkKey, BaseException]:
+        """The needed chunks that FAILED, with their errors."""
+        return self._cache._errors(self.keys)
+
+    def release(self) -> None:
+        """Unpin the chunks; idempotent."""
+        self._cache._release(self)
+
+    def _wake_closed(self) -> None:
+        """The cache closed with chunks of this request missing: wake its waiters with
+        `CacheClosedError` (called by `ChunkCache.close`, without its lock)."""
+        self._landed.put(None)
+        error = CacheClosedError(f"{self!r}: the chunk cache closed before it completed")
+        # A release may resolve it meanwhile (then set_exception raises InvalidStateError).
+        with contextlib.suppress(InvalidStateError):
+            self.done.set_exception(error)
+
+    def __enter__(self) -> Request:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return (
+            f"Request(view={self.view!r}, generation={self.generation}, "
+            f"chunks={len(self.keys)}, complete={self.complete})"
+        )
