@@ -19,6 +19,7 @@ from napari_lazy_zarr.core.sample import (
     SAMPLE_SIZE,
     SampleWrite,
     is_complete,
+    latest_write,
     running_write,
     sample_image_spec,
     sample_level_shapes,
@@ -198,7 +199,8 @@ def test_a_sample_that_cannot_be_stored_is_still_shown_and_says_why(
     notification_manager.notification_ready.connect(notes.append)
     try:
         ((levels, kwargs, _),) = sample_layers(1024, blocker)
-        write = running_write(sample_location(1024, blocker))
+        # The write may have failed already (its folder cannot be made): the latest one.
+        write = latest_write(sample_location(1024, blocker))
         assert write is not None
         viewer.add_image(levels, **kwargs)
         assert write.wait(timeout=60)

@@ -34,6 +34,7 @@ __all__ = [
     "SampleWrite",
     "default_cache_dir",
     "is_complete",
+    "latest_write",
     "running_write",
     "sample_image_spec",
     "sample_level_shapes",
@@ -553,6 +554,8 @@ class SampleWrite:
 
 _writes_lock = threading.Lock()
 _writes: dict[Path, SampleWrite] = {}
+# The latest write of each path, finished or not (one per path: a handful per process).
+_latest: dict[Path, SampleWrite] = {}
 
 
 def sample_write(
@@ -568,7 +571,7 @@ def sample_write(
         running = _writes.get(key)
         if running is not None:
             return running, False
-        write = _writes[key] = SampleWrite(key, size, yield_to=yield_to)
+        write = _writes[key] = _latest[key] = SampleWrite(key, size, yield_to=yield_to)
     return write, True
 
 
@@ -576,6 +579,16 @@ def running_write(path: str | os.PathLike[str]) -> SampleWrite | None:
     """The write of `path` running (or about to start) in this process, else None."""
     with _writes_lock:
         return _writes.get(Path(path))
+
+
+def latest_write(path: str | os.PathLike[str]) -> SampleWrite | None:
+    """The latest write of `path` started in this process, finished or not, else None.
+
+    A write that fails at once (its folder cannot be made) is no longer
+    running by the time its starter looks for it; this one still has it.
+    """
+    with _writes_lock:
+        return _latest.get(Path(path))
 
 
 def _remove_abandoned(path: Path) -> None:
