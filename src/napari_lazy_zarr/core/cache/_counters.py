@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, deque
+from dataclasses import fields
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
@@ -72,22 +73,11 @@ class Counters:
     def statistics(self, residency: Residency, parked: int, deferred: int) -> CacheStatistics:
         """The counters with the load latencies and the state and move tables."""
         latencies = np.fromiter(self.latencies, dtype=np.float64, count=len(self.latencies))
+        counters = self.counters(residency, parked, deferred)
         return CacheStatistics(
-            hits=self.hits,
-            misses=self.misses,
-            loads=self.loads,
-            failures=self.failures,
-            evictions=self.evictions,
-            resident_bytes=residency.resident,
-            pinned_bytes=residency.pinned,
-            total_bytes_limit=residency.limit,
-            in_flight=self.state_counts[ChunkState.LOADING],
-            queued=self.state_counts[ChunkState.QUEUED] - parked - deferred,
-            parked=parked,
-            deferred=deferred,
+            **{field.name: getattr(counters, field.name) for field in fields(CacheCounters)},
             load_latency_mean=float(latencies.mean()) if latencies.size else math.nan,
             load_latency_p95=float(np.percentile(latencies, 95)) if latencies.size else math.nan,
-            kept_bytes=residency.kept_bytes(),
             states={state: self.state_counts[state] for state in ChunkState},
             transitions=dict(self.transition_counts),
         )
