@@ -36,7 +36,12 @@ from napari_lazy_zarr.core import (
 )
 from napari_lazy_zarr.core.sources._decode import ExpansionError, bounded_decode
 from napari_lazy_zarr.core.sources.zarr import ZarrChunkSource
-from napari_lazy_zarr.core.storage.files import FileChangedError, load_json, read_regular_file
+from napari_lazy_zarr.core.storage.files import (
+    SETTLE_SECONDS,
+    FileChangedError,
+    load_json,
+    read_regular_file,
+)
 from napari_lazy_zarr.core.storage.local import BoundedZipStore
 from napari_lazy_zarr.core.storage.retry import NO_RETRY
 
@@ -494,37 +499,35 @@ def test_a_zip_that_is_a_fifo_fails_fast(tmp_path: Path) -> None:
 # -- torn reads ------------------------------------------------------------------------------
 
 
-def test_a_chunk_rewritten_while_read_is_never_served_torn(tmp_path: Path) -> None:
-    """A writer thread rewrites an uncompressed chunk in place, all-1 or all-2, nonstop."""
+def _read_while_written(
+    tmp_path: Path,
+    write: Callable[[int, list[bytes], threading.Event], None],
+    reads: int,
+    done: threading.Event | None = None,
+) -> tuple[dict[str, int], list[ChunkReadError]]:
+    """Read chunk (0, 0) `reads` times (or until `done` is set, at most `reads`) while
+    `write(fd, versions, stop)` rewrites it in place.
+
+    The two versions are all-1 and all-2 (uncompressed); a read is one of them or a
+    retryable failure, never torn.
+    """
     path = tmp_path / "a.zarr"
     _write(path, compressors=None)
     chunk = path / "c/0/0"
     size = chunk.stat().st_size
     versions = [np.full(size // 2, value, dtype="<u2").tobytes() for value in (1, 2)]
     stop = threading.Event()
-    written = threading.Event()
-    writes = 0
-
-    def write() -> None:
-        nonlocal writes
-        fd = os.open(chunk, os.O_WRONLY)
-        try:
-            while not stop.is_set():
-                for version in versions:  # in place, one write each (a file left half
-                    os.pwrite(fd, version, 0)  # written between writes looks at rest)
-                    writes += 1
-                    written.set()
-        finally:
-            os.close(fd)
-
+    fd = os.open(chunk, os.O_WRONLY)
+    os.pwrite(fd, versions[0], 0)  # from here on every read must be all-1 or all-2
     source = open_zarr_source(path, retry=NO_RETRY)  # each read once: tearing, not retries
-    writer = threading.Thread(target=write, daemon=True)
+    writer = threading.Thread(target=write, args=(fd, versions, stop), daemon=True)
     writer.start()
-    assert written.wait(WAIT)  # from here on every version on disk is all-1 or all-2
     outcomes = {"1": 0, "2": 0, "changed": 0}
     failures: list[ChunkReadError] = []
     try:
-        for _ in range(150):
+        for _ in range(reads):
+            if done is not None and done.is_set():
+                break
             try:
                 values = np.unique(source.read_chunk((0, 0)))
             except ChunkReadError as error:
@@ -536,11 +539,43 @@ def test_a_chunk_rewritten_while_read_is_never_served_torn(tmp_path: Path) -> No
     finally:
         stop.set()
         writer.join(WAIT)
-    assert writes > 0
+        os.close(fd)
     # A file that kept changing is a retryable failure naming the chunk, never pixels.
     assert all(isinstance(e.__cause__, FileChangedError) for e in failures), failures
     assert all("c/0/0" in str(e) for e in failures)
-    assert outcomes["1"] + outcomes["2"] + outcomes["changed"] == 150
+    assert sum(outcomes.values()) == reads or done is not None
+    return outcomes, failures
+
+
+def test_a_chunk_rewritten_nonstop_is_never_served_torn(tmp_path: Path) -> None:
+    """A writer thread rewrites an uncompressed chunk in place, all-1 or all-2, nonstop."""
+
+    def write(fd: int, versions: list[bytes], stop: threading.Event) -> None:
+        while not stop.is_set():
+            for version in versions:  # in place, one write each
+                os.pwrite(fd, version, 0)
+
+    # Never quiet for SETTLE_SECONDS: every read is whole or, mostly, "kept changing".
+    _read_while_written(tmp_path, write, reads=12)
+
+
+def test_a_rewrite_in_two_writes_is_never_served_torn(tmp_path: Path) -> None:
+    """The writer is "descheduled" between its two halves (less than SETTLE_SECONDS apart):
+    the file at rest is half old, half new, and two back-to-back reads of it agree."""
+    pause = SETTLE_SECONDS / 5
+    done = threading.Event()
+
+    def write(fd: int, versions: list[bytes], stop: threading.Event) -> None:
+        for version in versions * 3:
+            half = len(version) // 2
+            os.pwrite(fd, version[:half], 0)
+            stop.wait(pause)
+            os.pwrite(fd, version[half:], half)
+            stop.wait(2 * SETTLE_SECONDS)  # then whole for a while: readable
+        done.set()
+
+    outcomes, _ = _read_while_written(tmp_path, write, reads=100_000, done=done)
+    assert outcomes["1"] + outcomes["2"] > 0  # quiet spells are read, not refused
 
 
 def test_read_regular_file_refuses_oversized_files_before_reading(tmp_path: Path) -> None:

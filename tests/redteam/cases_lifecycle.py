@@ -361,17 +361,28 @@ def _stale_cases() -> Iterator[Case]:
 
 
 _TORN_SECONDS = 1.5
+_REST = 0.1  # seconds a writer "in two writes" leaves a whole version on disk
 
 
 def _torn(
-    zarr_format: int, shards: tuple[int, int] | None, readers: int, writer: str
+    zarr_format: int,
+    shards: tuple[int, int] | None,
+    readers: int,
+    writer: str,
+    pause: float = 0.0,
+    *,
+    checksum: bool = False,
 ) -> Callable[[Context], str]:
     """A writer rewrites an uncompressed chunk, A, B, A, ..., while readers read it.
 
-    `writer` is ``"zarr"`` (zarr-python's own writes: the file truncated, then
-    written) or ``"in place"`` (one ``write`` of the whole file over the old bytes,
-    same size). Either way the file is never left half-written between writes, so
-    every torn read is one that overlapped a write.
+    `writer` is ``"zarr"`` (zarr-python's own writes: a temporary file renamed
+    over the chunk), ``"in place"`` (one ``write`` of the whole file over the old
+    bytes, same size, nonstop), or ``"in two writes"`` (the first half, `pause`
+    seconds, the second half, then a rest of `_REST` seconds: between its writes
+    the file is half old, half new, at rest -- a writer descheduled mid-rewrite).
+    `checksum` adds zarr's ``crc32c`` codec (v3). In-place writers may make a read
+    a clear error (the file kept changing, or its checksum does not match), never
+    torn pixels; zarr-python's atomic writes must always be read whole.
     """
 
     def run(context: Context) -> str:
@@ -385,14 +396,25 @@ def _torn(
         path = store / ("0.0" if zarr_format == 2 else "c/0/0")
         encoded = {}
         for name in ("B", "A"):  # A stays on disk
-            zarr_array(
-                store,
-                oracles[name],
-                chunks,
-                zarr_format=zarr_format,
-                shards=shards,
-                overwrite=True,
-            )
+            if checksum:
+                zarr.create_array(
+                    str(store),
+                    shape=SHAPE,
+                    chunks=chunks,
+                    dtype=oracles[name].dtype,
+                    compressors=[zarr.codecs.Crc32cCodec()],
+                    fill_value=0,
+                    overwrite=True,
+                )[...] = oracles[name]
+            else:
+                zarr_array(
+                    store,
+                    oracles[name],
+                    chunks,
+                    zarr_format=zarr_format,
+                    shards=shards,
+                    overwrite=True,
+                )
             encoded[name] = path.read_bytes()
         assert len(encoded["A"]) == len(encoded["B"]), "versions must be the same size"
         stop = threading.Event()
@@ -404,12 +426,22 @@ def _torn(
                 name = "BA"[turn % 2]
                 if writer == "zarr":
                     target[...] = oracles[name]
-                else:
+                elif writer == "in place":
                     handle = os.open(path, os.O_WRONLY)
                     try:
                         os.write(handle, encoded[name])
                     finally:
                         os.close(handle)
+                else:
+                    half = len(encoded[name]) // 2
+                    handle = os.open(path, os.O_WRONLY)
+                    try:
+                        os.pwrite(handle, encoded[name][:half], 0)
+                        stop.wait(pause)
+                        os.pwrite(handle, encoded[name][half:], half)
+                    finally:
+                        os.close(handle)
+                    stop.wait(_REST)
                 turn += 1
 
         context.begin()
@@ -464,7 +496,7 @@ def _torn(
         )
         if counts["torn"]:
             raise Finding("wrong-pixels", text)
-        if not counts["A"] + counts["B"]:
+        if not total or (writer == "zarr" and not counts["A"] + counts["B"]):
             raise Finding("hang", "no read completed: " + text)
         return text
 
@@ -486,6 +518,21 @@ def _torn_cases() -> Iterator[Case]:
     }
     for label, (zarr_format, shards, readers, writer) in table.items():
         yield Case(label, TORN, _torn(zarr_format, shards, readers, writer), accept=ok)
+    # The promise that remains for in-place rewrites (storage/files.py SETTLE_SECONDS):
+    # writes of one file less than 50 ms apart are never served torn, whatever the pause.
+    for pause in (0.0, 0.005, 0.03):
+        for zarr_format, shards in ((2, None), (3, (32, 32))):
+            what = "shard" if shards else "chunk"
+            label = (
+                f"v{zarr_format} {what} rewritten in place in two writes "
+                f"{pause * 1e3:.0f} ms apart while 2 threads read"
+            )
+            run = _torn(zarr_format, shards, 2, "in two writes", pause)
+            yield Case(label, TORN, run, accept=ok)
+    # Longer pauses are caught by a checksum only.
+    label = "v3 crc32c chunk rewritten in place in two writes 200 ms apart while 2 threads read"
+    run = _torn(3, None, 2, "in two writes", 0.2, checksum=True)
+    yield Case(label, TORN, run, accept=ok)
 
 
 # -- eviction cost --------------------------------------------------------------------

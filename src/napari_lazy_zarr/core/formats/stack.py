@@ -78,7 +78,7 @@ def reference_file_kind(path: str | os.PathLike[str]) -> ReferenceFileKind | Non
             return None
         if lower.endswith(STACK_SUFFIX):
             return "stack"
-        head = read_regular_file(location, limit=_SNIFF_BYTES, length=_SNIFF_BYTES)
+        head = read_regular_file(location, limit=_SNIFF_BYTES, length=_SNIFF_BYTES, settle=False)
         if head.lstrip().startswith(b"{") and any(m in head for m in _KERCHUNK_MARKERS):
             return "kerchunk"
         return None

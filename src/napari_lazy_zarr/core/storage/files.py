@@ -8,7 +8,9 @@ second (decoding within the expected size).
   with ``O_NONBLOCK`` so that a FIFO or a device cannot block, and anything
   that is not a regular file is refused; at most the caller's cap is read (one
   byte more tells an oversized file); a file whose size, mtime or inode
-  changes while it is read is read again, never served torn.
+  changes while it is read is read again, and a file modified moments ago is
+  read again once quiet (`SETTLE_SECONDS`): never served torn by a writer whose
+  writes of one file are less than that apart.
 - **JSON** (`load_json`): a document is parsed only after its nesting depth is
   checked (`MAX_JSON_DEPTH`).
 
@@ -38,6 +40,7 @@ from napari_lazy_zarr.core.errors import (
 
 __all__ = [
     "MAX_JSON_DEPTH",
+    "SETTLE_SECONDS",
     "FileChangedError",
     "FileStamp",
     "load_json",
@@ -53,10 +56,21 @@ MAX_JSON_DEPTH: Final = 256
 TORN_READ_ATTEMPTS: Final = 5
 """Reads of a file that keeps changing before `FileChangedError`."""
 
-_RACY_NS: Final = 50_000_000
-# A file modified this recently (ns) may have changed again within one tick of the
-# filesystem's timestamp clock (jiffy-grained on many kernels), unseen by fstat: such a
-# read is confirmed by a second, identical read (git's "racy clean" problem).
+SETTLE_SECONDS: Final = 0.05
+"""How long a file must have been left alone before one read of it is trusted.
+
+A file modified more recently than this may be in the middle of an in-place
+rewrite: a writer descheduled between two ``write`` calls leaves the file half
+old, half new with a stamp that no longer changes (and within one tick of the
+filesystem's timestamp clock, jiffy-grained on many kernels, a change is not even
+seen by ``fstat``: git's "racy clean" problem). Such a read waits until the file
+has been quiet this long, then reads it again: it is served only if both reads and
+the stamps agree. So an in-place rewrite whose writes are less than this apart is
+never served torn; a writer that pauses longer between its writes of one file is
+safe only if it replaces files atomically (write, then rename: zarr-python 3's
+``LocalStore``) or its codec checks a checksum (``crc32c``).
+"""
+_SETTLE_NS: Final = int(SETTLE_SECONDS * 1e9)
 _BLOCK: Final = 16 << 20  # bytes per read call: the time cap is checked between blocks
 _OPEN_FLAGS: Final = (
     os.O_RDONLY
@@ -185,6 +199,7 @@ def read_stamped(
     length: int | None = ...,
     suffix: int | None = ...,
     timeout: float | None = ...,
+    settle: bool = ...,
     error: type[LazyZarrError] = ...,
     missing_ok: Literal[False] = ...,
 ) -> tuple[bytes, FileStamp]: ...
@@ -197,6 +212,7 @@ def read_stamped(
     length: int | None = ...,
     suffix: int | None = ...,
     timeout: float | None = ...,
+    settle: bool = ...,
     error: type[LazyZarrError] = ...,
     missing_ok: bool,
 ) -> tuple[bytes, FileStamp] | None: ...
@@ -208,6 +224,7 @@ def read_stamped(
     length: int | None = None,
     suffix: int | None = None,
     timeout: float | None = None,
+    settle: bool = True,
     error: type[LazyZarrError] = ChunkReadError,
     missing_ok: bool = False,
 ) -> tuple[bytes, FileStamp] | None:
@@ -250,11 +267,17 @@ def read_stamped(
             stamp = FileStamp.of(after)
             expected = count if whole else min(count, max(0, size - start))
             if stamp == FileStamp.of(before) and len(data) == expected:
-                if time.time_ns() - after.st_mtime_ns >= _RACY_NS:
+                age = time.time_ns() - after.st_mtime_ns
+                if age >= _SETTLE_NS:
                     return data, stamp
-                # Written moments ago: a writer may sit mid-write with the stamp unchanged.
-                # Read again at once (a pause would make a file written nonstop unreadable):
-                # equal reads are one version.
+                # Written moments ago: a writer may sit between two writes of one rewrite.
+                # Wait until the file has been quiet for the whole window (a future mtime,
+                # from clock skew, waits the window once), then read it again: two equal
+                # reads with one stamp across the window are one version. Without
+                # `settle` (JSON documents: a torn one does not parse) the second read
+                # follows at once, which still tells a write within one timestamp tick.
+                if settle:
+                    _settle(min(_SETTLE_NS, _SETTLE_NS - age) / 1e9, deadline)
                 again = _pread_all(fd, start, count + 1 if whole else count, deadline, where)
                 if again == data and FileStamp.of(os.fstat(fd)) == stamp:
                     return data, stamp
@@ -271,6 +294,14 @@ def read_stamped(
         os.close(fd)
 
 
+def _settle(seconds: float, deadline: float | None) -> None:
+    """Sleep `seconds`, or until `deadline` (monotonic) if that comes first."""
+    if deadline is not None:
+        seconds = min(seconds, deadline - time.monotonic())
+    if seconds > 0:
+        time.sleep(seconds)
+
+
 @overload
 def read_regular_file(
     path: str | os.PathLike[str],
@@ -280,6 +311,7 @@ def read_regular_file(
     length: int | None = ...,
     suffix: int | None = ...,
     timeout: float | None = ...,
+    settle: bool = ...,
     error: type[LazyZarrError] = ...,
     missing_ok: Literal[False] = ...,
 ) -> bytes: ...
@@ -292,6 +324,7 @@ def read_regular_file(
     length: int | None = ...,
     suffix: int | None = ...,
     timeout: float | None = ...,
+    settle: bool = ...,
     error: type[LazyZarrError] = ...,
     missing_ok: bool,
 ) -> bytes | None: ...
@@ -303,6 +336,7 @@ def read_regular_file(
     length: int | None = None,
     suffix: int | None = None,
     timeout: float | None = None,
+    settle: bool = True,
     error: type[LazyZarrError] = ChunkReadError,
     missing_ok: bool = False,
 ) -> bytes | None:
@@ -317,9 +351,11 @@ def read_regular_file(
 
     A file whose size, mtime, ctime or inode differs between the ``fstat``
     before and after the read is read again (`TORN_READ_ATTEMPTS` times in all,
-    then `FileChangedError`, retryable). A file modified in the last 50 ms is
-    read twice and the reads compared, since a write within one tick of the
-    filesystem clock leaves no trace in ``fstat``.
+    then `FileChangedError`, retryable). A file modified less than
+    `SETTLE_SECONDS` ago is read again once it has been quiet that long (at once
+    if not `settle`), and served only if both reads and stamps agree: a writer
+    between two writes of one in-place rewrite, or a write within one tick of the
+    filesystem clock, leaves no trace in ``fstat``.
 
     Raises
     ------
@@ -360,6 +396,7 @@ def read_regular_file(
         length=length,
         suffix=suffix,
         timeout=timeout,
+        settle=settle,
         error=error,
         missing_ok=missing_ok,
     )

@@ -120,6 +120,7 @@ class BoundedLocalStore(SyncReads, zarr.storage.LocalStore):
             length=length,
             suffix=suffix,
             timeout=self.timeout,
+            settle=not metadata,  # a torn JSON document does not parse
             error=error,
             missing_ok=True,
         )

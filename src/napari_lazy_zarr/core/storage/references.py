@@ -120,7 +120,7 @@ def read_json(location: str, what: str, limit: int) -> tuple[dict[str, Any], byt
         `limit`, malformed or too deeply nested JSON, or not an object; the
         message names the file.
     """
-    raw = read_regular_file(location, limit=limit, error=MetadataError)
+    raw = read_regular_file(location, limit=limit, error=MetadataError, settle=False)
     document = load_json(raw, where=f"{location}: the {what}")
     if not isinstance(document, dict):
         raise MetadataError(f"{location}: the {what} is not a JSON object")

@@ -128,7 +128,9 @@ def _attribute_files(path: str) -> list[str]:
 
 def _read_metadata(metadata_path: str) -> Any:
     """A metadata file's JSON, refusing devices, FIFOs, huge files and absurd nesting."""
-    data = read_regular_file(metadata_path, limit=MAX_METADATA_BYTES, error=MetadataError)
+    data = read_regular_file(
+        metadata_path, limit=MAX_METADATA_BYTES, error=MetadataError, settle=False
+    )
     return load_json(data, where=metadata_path)
 
 
