@@ -3,7 +3,8 @@
 The lowest layer above the leaves (the TensorStore "kvstore", zarr's "storage"): it knows
 bytes and stores, never a chunk. It imports only `errors`, `settings` and the leaves
 (`tests/core/test_layers.py`). Its private helpers are `_sync` (synchronous reads for zarr
-stores) and `_fetch` (referenced bytes).
+stores), `_fetch` (referenced bytes) and `_ranges` (a 206 answer checked against the
+range asked, for both HTTP clients).
 """
 
 from napari_lazy_zarr.core.storage.files import (
@@ -20,6 +21,7 @@ from napari_lazy_zarr.core.storage.http import (
     METADATA_DOCUMENTS,
     HttpAccessDeniedError,
     HttpError,
+    HttpRangeError,
     HttpStatusError,
     HttpStore,
     http_store_of,
@@ -94,6 +96,7 @@ __all__ = [
     "FileStamp",
     "HttpAccessDeniedError",
     "HttpError",
+    "HttpRangeError",
     "HttpStatusError",
     "HttpStore",
     "IPAddress",

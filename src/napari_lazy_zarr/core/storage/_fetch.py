@@ -21,6 +21,7 @@ from zarr.abc.store import (
     SuffixByteRequest,
 )
 
+from napari_lazy_zarr.core.storage._ranges import check_partial, range_header
 from napari_lazy_zarr.core.storage.files import (
     FileStamp,
     read_stamped,
@@ -118,6 +119,12 @@ def read_remote(
     return data
 
 
+class _RangeMismatchError(OSError):
+    """A ``206`` answer for another range than the one asked (`check_partial`): retried."""
+
+    retryable = True
+
+
 class _HttpStatusError(OSError):
     """An HTTP error status: `status` and `retry_after` (seconds) say if and when to retry."""
 
@@ -171,8 +178,11 @@ def _http_get(url: str, start: int, count: int | None, cap: Cap, timeouts: Timeo
 
     response: http.client.HTTPResponse | None = None
     try:
-        headers = {"Range": f"bytes={start}-{'' if count is None else start + count - 1}"}
-        connection.request("GET", target, headers={**headers, "Accept-Encoding": "identity"})
+        asked = (
+            OffsetByteRequest(start) if count is None else RangeByteRequest(start, start + count)
+        )
+        headers = {"Range": range_header(asked), "Accept-Encoding": "identity"}
+        connection.request("GET", target, headers=headers)
         sock = connection.sock
         assert sock is not None
         phase = f"no data for {timeouts.read:g} s"
@@ -181,6 +191,14 @@ def _http_get(url: str, start: int, count: int | None, cap: Cap, timeouts: Timeo
         _check_answer(url, response, start)
         if response.status == 416:  # the range starts past the end: a short file
             return b""
+        if response.status == 206:
+            span = check_partial(response.getheader("Content-Range"), asked, None)
+            if isinstance(span, str):
+                raise _RangeMismatchError(
+                    f"{url}: asked for {headers['Range']}, the 206 answer is "
+                    f"{response.getheader('Content-Range')!r}: {span}; refused"
+                )
+            wanted = min(wanted, span.length)
         declared = response.getheader("Content-Length", "")
         if declared.isdigit() and int(declared) > cap.size and count is None:
             raise _TooLargeError(cap.refusal(f"{url} declares", int(declared)))
