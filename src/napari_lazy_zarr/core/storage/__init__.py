@@ -29,6 +29,8 @@ from napari_lazy_zarr.core.storage.http import (
 )
 from napari_lazy_zarr.core.storage.local import (
     DEFAULT_MAX_VALUE_BYTES,
+    MAX_ZIP_DIRECTORY_BYTES,
+    MAX_ZIP_MEMBERS,
     BoundedLocalStore,
     BoundedZipStore,
     bounded_store,
@@ -52,6 +54,7 @@ from napari_lazy_zarr.core.storage.policy import (
 )
 from napari_lazy_zarr.core.storage.references import (
     MAX_MANIFEST_BYTES,
+    MAX_MANIFEST_REFERENCES,
     ManifestStore,
     Resolver,
     policy_source,
@@ -86,7 +89,10 @@ __all__ = [
     "DEFAULT_MAX_VALUE_BYTES",
     "MAX_JSON_DEPTH",
     "MAX_MANIFEST_BYTES",
+    "MAX_MANIFEST_REFERENCES",
     "MAX_METADATA_BYTES",
+    "MAX_ZIP_DIRECTORY_BYTES",
+    "MAX_ZIP_MEMBERS",
     "METADATA_DOCUMENTS",
     "METADATA_FILES",
     "NO_RETRY",
