@@ -193,6 +193,10 @@ def test_the_reference_reader_checks_content_range_too(served: Served, tmp_path:
         server.faults.shifted.clear()
         server.faults.unlabelled.clear()
         server.faults.garbled.clear()
+    server.faults.total_off["pixels.raw"] = 2  # as if rewritten since the last answer
+    with pytest.raises(ChunkReadError, match=r"earlier answer said 128 \(it changed"):
+        source.read_chunk((1, 0))
+    server.faults.total_off.clear()
     server.faults.errors["pixels.raw"] = 410
     with pytest.raises(LazyZarrError, match=r"HTTP 410"):
         source.read_chunk((0, 0))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import functools
 import http.client
 import time
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ from napari_lazy_zarr.core.storage.files import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from napari_lazy_zarr.core.settings import (
         Timeouts,
     )
@@ -96,13 +99,17 @@ def read_remote(
     byte_range: ByteRequest | None,
     cap: Cap,
     timeouts: Timeouts,
+    totals: dict[str, int] | None = None,
 ) -> bytes:
     """What `byte_range` asks of a remote reference, within `cap` bytes and `timeouts`.
 
     A byte range is fetched as asked; a whole file (`length` None) is fetched
-    whole, at most `cap` bytes, and then windowed.
+    whole, at most `cap` bytes, and then windowed. `totals` (URL -> size) holds
+    the sizes earlier HTTP answers gave: a later answer must agree.
     """
-    get = _http_get if url.split("://", 1)[0].lower() in ("http", "https") else _fsspec_get
+    get: Callable[[str, int, int | None, Cap, Timeouts], bytes] = _fsspec_get
+    if url.split("://", 1)[0].lower() in ("http", "https"):
+        get = functools.partial(_http_get, totals=totals)
     if length is None:
         whole = get(url, offset, None, cap, timeouts)
         start, stop = window(len(whole), byte_range)
@@ -149,7 +156,15 @@ def _retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def _http_get(url: str, start: int, count: int | None, cap: Cap, timeouts: Timeouts) -> bytes:
+def _http_get(
+    url: str,
+    start: int,
+    count: int | None,
+    cap: Cap,
+    timeouts: Timeouts,
+    *,
+    totals: dict[str, int] | None = None,
+) -> bytes:
     """`count` bytes of `url` from `start` (None: to its end, at most `cap`), with time caps.
 
     One ``GET`` with a ``Range`` header and no content coding: a declared
@@ -192,13 +207,16 @@ def _http_get(url: str, start: int, count: int | None, cap: Cap, timeouts: Timeo
         if response.status == 416:  # the range starts past the end: a short file
             return b""
         if response.status == 206:
-            span = check_partial(response.getheader("Content-Range"), asked, None)
+            known = None if totals is None else totals.get(url)
+            span = check_partial(response.getheader("Content-Range"), asked, known)
             if isinstance(span, str):
                 raise _RangeMismatchError(
                     f"{url}: asked for {headers['Range']}, the 206 answer is "
                     f"{response.getheader('Content-Range')!r}: {span}; refused"
                 )
             wanted = min(wanted, span.length)
+            if totals is not None and span.total is not None:
+                totals[url] = span.total
         declared = response.getheader("Content-Length", "")
         if declared.isdigit() and int(declared) > cap.size and count is None:
             raise _TooLargeError(cap.refusal(f"{url} declares", int(declared)))

@@ -552,6 +552,9 @@ class ManifestStore(SyncReads, Store):
         }
         del self._targets
         self._caps: dict[str, int] = {}  # array path -> cap of one stored chunk (bytes)
+        # Remote URL -> its size as a 206 answer gave it; later answers must agree (at most
+        # one entry per distinct URL the references name).
+        self._totals: dict[str, int] = {}
         metadata = [k for k in self._entries if k.endswith(_METADATA_TAILS) and _is_metadata(k)]
         for key in metadata:
             self._decode_inline(key)
@@ -718,7 +721,13 @@ class ManifestStore(SyncReads, Store):
         try:
             if entry.target.remote:
                 return read_remote(
-                    entry.target.path, entry.offset, entry.length, byte_range, cap, self._timeouts
+                    entry.target.path,
+                    entry.offset,
+                    entry.length,
+                    byte_range,
+                    cap,
+                    self._timeouts,
+                    self._totals,
                 )
             return read_local(
                 entry.target.path,
