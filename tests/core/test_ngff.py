@@ -31,8 +31,11 @@ import copy
 import itertools
 import json
 import math
+import pathlib
+import re
 import subprocess
 import sys
+import tempfile
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -811,3 +814,85 @@ def test_describing_an_ome_zarr_store_imports_no_pydantic(tmp_path: Path) -> Non
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "('c', 'y', 'x')" in result.stdout
+
+
+# -- transforms napari can draw (core.formats.ome) -----------------------------------------
+
+
+def _image_store(tmp_path: Path, scales: list[list[float]], translation: Any = None) -> Path:
+    """A 0.5 image of two levels (1 x 8 x 8, 1 x 4 x 4) with these dataset scales."""
+    document = _valid("0.5")
+    for dataset, scale in zip(document["multiscales"][0]["datasets"], scales, strict=True):
+        dataset["coordinateTransformations"] = [{"type": "scale", "scale": scale}]
+        if translation is not None:
+            dataset["coordinateTransformations"].append(
+                {"type": "translation", "translation": translation}
+            )
+    path = tmp_path / "image.ome.zarr"
+    group = zarr.create_group(str(path), zarr_format=3, attributes={"ome": document})
+    for level in range(2):
+        group.create_array(str(level), shape=(1, 8 >> level, 8 >> level), dtype="u1")
+    return path
+
+
+UNDRAWABLE = [
+    ([[1, 1e308, 1e308], [1, 1e308, 1e308]], None, r"scale 1e\+308 outside \[1e-15, 1e\+15\]"),
+    ([[1, 5e-324, 5e-324], [1, 1e-323, 1e-323]], None, r"scale 4\.94066e-324 outside"),
+    ([[1, -0.5, -0.5], [1, -0.25, -0.25]], None, r"scale -0\.5 outside"),
+    ([[1, 1e-6, 1e4], [1, 2e-6, 2e4]], None, r"differ more than 1e\+09-fold between axes"),
+    ([[1, 1, 1], [1e10, 1e10, 1e10]], None, r"more than 1e\+09 times the finest level.s 1"),
+    ([[1, 1, 1], [1, 2, 2]], [0, 1e300, 0], r"translation 1e\+300 beyond"),
+]
+
+
+@pytest.mark.parametrize(("scales", "translation", "problem"), UNDRAWABLE)
+def test_undrawable_transforms_open_in_pixel_units_with_a_warning(
+    tmp_path: Path, scales: list[list[float]], translation: Any, problem: str
+) -> None:
+    from napari_lazy_zarr.core.formats.ome import TransformWarning, describe_store
+
+    path = _image_store(tmp_path, scales, translation)
+    with pytest.warns(TransformWarning) as caught:
+        (image,) = describe_store(str(path))
+    (warning,) = caught
+    message = str(warning.message)
+    assert message.startswith(f"{path}: the OME coordinate transforms cannot be drawn (")
+    assert re.search(problem, message), message
+    assert [level.scale for level in image.levels] == [(1.0, 1.0, 1.0), (1.0, 2.0, 2.0)]
+    assert [level.translate for level in image.levels] == [(0.0, 0.0, 0.0)] * 2
+
+
+def test_a_composed_scale_that_overflows_is_caught(tmp_path: Path) -> None:
+    from napari_lazy_zarr.core.formats.ome import TransformWarning, describe_store
+
+    path = _image_store(tmp_path, [[1, 1e200, 1e200], [1, 2e200, 2e200]])
+    group = zarr.open_group(str(path), mode="r+")
+    document = dict(group.attrs)["ome"]
+    document["multiscales"][0]["coordinateTransformations"] = [
+        {"type": "scale", "scale": [1, 1e200, 1e200]}
+    ]
+    group.attrs["ome"] = document
+    with pytest.warns(TransformWarning, match=r"scale inf outside"):
+        (image,) = describe_store(str(path))
+    assert image.levels[0].scale == (1.0, 1.0, 1.0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    fine=st.lists(st.floats(1e-4, 1e4), min_size=2, max_size=2),
+    factors=st.lists(st.floats(1, 1e3), min_size=2, max_size=2),
+    shift=st.lists(st.floats(-1e12, 1e12), min_size=3, max_size=3),
+)
+def test_drawable_transforms_are_kept_as_written(
+    fine: list[float], factors: list[float], shift: list[float]
+) -> None:
+    from napari_lazy_zarr.core.formats.ome import describe_store
+
+    scales = [[1.0, *fine], [1.0, *(f * k for f, k in zip(fine, factors, strict=True))]]
+    with tempfile.TemporaryDirectory() as folder:
+        path = _image_store(pathlib.Path(folder), scales, shift)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no TransformWarning
+            (image,) = describe_store(str(path))
+    assert [list(level.scale) for level in image.levels] == scales
+    assert all(list(level.translate) == shift for level in image.levels)

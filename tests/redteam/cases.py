@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tests.redteam import (
+    cases_bytes,
     cases_contract,
     cases_decode,
     cases_files,
@@ -17,5 +18,6 @@ CASES: tuple[Case, ...] = (
     *cases_files.cases(),
     *cases_lifecycle.cases(),
     *cases_contract.cases(),
+    *cases_bytes.cases(),
 )
 CASES_BY_ID: dict[str, Case] = {case.id: case for case in CASES}

@@ -19,6 +19,12 @@ the reverse, ``all-*`` ones on every key; ``plain`` serves everything normally
   with ``Retry-After`` until that time has passed (as a rate limiter does: asking
   sooner is refused again), then serve normally. ``N`` = 3600 never relents
   within a test.
+- ``shifted-range``: a ranged request (``bytes=a-b``) is answered with the range two
+  bytes further on, honestly labelled so in ``Content-Range`` (a suffix request, and a
+  request without ``Range``, is served right: a shard's index is found).
+- ``unlabelled-range`` / ``garbled-range``: a ``206`` without ``Content-Range``, or with
+  one that is not ``bytes a-b/total``.
+- ``gone-410``: ``410 Gone``.
 
 Handlers are daemon threads; `stop` releases the silent ones.
 """
@@ -101,8 +107,12 @@ class _Handler(BaseHTTPRequestHandler):
         with open(path, "rb") as handle:
             return handle.read(1 << 20)
 
-    def serve_file(self, key: str, body: bool) -> None:
-        """Serve a file (or the asked range of it) in pieces: a range may be a gigabyte."""
+    def serve_file(self, key: str, body: bool, *, shift: int = 0, label: str = "honest") -> None:
+        """Serve a file (or the asked range of it) in pieces: a range may be a gigabyte.
+
+        `shift` moves a ``bytes=a-b`` range (the answer is another range); `label`
+        ``"none"`` or ``"garbled"`` sends a 206 without a proper ``Content-Range``.
+        """
         path = os.path.realpath(os.path.join(self.server.root, key))
         if not path.startswith(self.server.root + os.sep) or not os.path.isfile(path):
             self._empty(404)
@@ -115,11 +125,13 @@ class _Handler(BaseHTTPRequestHandler):
             if first == "":
                 start = max(0, size - int(last))
             else:
-                start = min(int(first), size)
-                end = min(size, int(last) + 1) if last else size
+                start = min(int(first) + shift, size)
+                end = min(size, int(last) + 1 + shift) if last else size
         self.send_response(206 if ranged else 200)
-        if ranged:
+        if ranged and label == "honest":
             self.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
+        elif ranged and label == "garbled":
+            self.send_header("Content-Range", f"bytes {start}+{end - start}")
         self.send_header("Content-Length", str(max(0, end - start)))
         self.send_header("Content-Type", "application/octet-stream")
         # What real servers send, so that a client can tell a rewritten file.
@@ -239,6 +251,22 @@ def _retry_after(
     return serve
 
 
+def _shifted_range(handler: _Handler, behaviour: str, key: str, body: bool) -> None:
+    handler.serve_file(key, body, shift=2)
+
+
+def _unlabelled_range(handler: _Handler, behaviour: str, key: str, body: bool) -> None:
+    handler.serve_file(key, body, label="none")
+
+
+def _garbled_range(handler: _Handler, behaviour: str, key: str, body: bool) -> None:
+    handler.serve_file(key, body, label="garbled")
+
+
+def _gone(handler: _Handler, behaviour: str, key: str, body: bool) -> None:
+    handler._empty(410)
+
+
 type Action = Callable[[_Handler, str, str, bool], None]
 _ACTIONS: dict[str, Action] = {
     "huge-length": _huge_length,
@@ -254,6 +282,10 @@ _ACTIONS: dict[str, Action] = {
     "retry-after-503-1": _retry_after(503, 1.0),
     "retry-after-429-date": _retry_after(429, "date"),
     "retry-after-503-3600": _retry_after(503, 3600.0),
+    "shifted-range": _shifted_range,
+    "unlabelled-range": _unlabelled_range,
+    "garbled-range": _garbled_range,
+    "gone-410": _gone,
 }
 BEHAVIOURS: dict[str, tuple[Target | None, Action]] = {
     "plain": (None, _silent),

@@ -7,7 +7,9 @@ always, with a ``Retry-After`` header if asked), stalls (a request waits until
 released), truncated bodies and corrupt payloads, and hostile answers: silence
 (the request is read and never answered), a declared ``Content-Length`` of
 10**12, an endless body, a ``Content-Encoding: gzip`` bomb and a body trickled
-one byte at a time. Each request is counted per path. Range requests are
+one byte at a time; mislabelled ranges (another range than asked, honestly
+labelled, a ``206`` without or with a garbled ``Content-Range``, a total that
+changes). Each request is counted per path. Range requests are
 served (sharded stores read inner chunks by byte range). Connections are kept
 alive (HTTP/1.1), as real servers keep them, unless ``keep_alive=False``.
 """
@@ -51,6 +53,13 @@ class Faults:
     bomb_bytes: int = 256 << 20  # what the gzip bomb inflates to
     trickle: set[str] = field(default_factory=set)  # the body, one byte per `trickle_every`
     trickle_every: float = 0.1
+    # Ranges answered wrongly, per key: another range (shifted by this many bytes, and
+    # labelled so), a 206 without Content-Range, with a garbled one, or with a total
+    # this many bytes off (as a file rewritten since an earlier answer would have).
+    shifted: dict[str, int] = field(default_factory=dict)
+    unlabelled: set[str] = field(default_factory=set)
+    garbled: set[str] = field(default_factory=set)
+    total_off: dict[str, int] = field(default_factory=dict)
     random_rate: float = 0.0  # fraction of chunk requests answered 503 (deterministic by count)
     lock: threading.Lock = field(default_factory=threading.Lock)
     requests: dict[str, int] = field(default_factory=dict)
@@ -152,12 +161,19 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 start = int(first)
                 end = min(len(data), int(last) + 1) if last else len(data)
+        suffix = bool(ranged) and ranged.startswith("bytes=-")
+        if ranged and not suffix and key in faults.shifted:  # another range, as long
+            shift = faults.shifted[key]
+            start, end = max(0, start + shift), min(len(data), end + shift)
         payload = data[start:end]
         if key in faults.corrupt:
             payload = bytes(b ^ 0x5A for b in payload)
         self.send_response(206 if ranged else 200)
-        if ranged:
-            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
+        total = len(data) + faults.total_off.get(key, 0)
+        if ranged and key in faults.garbled:
+            self.send_header("Content-Range", f"bytes {start}+{end - start}")
+        elif ranged and key not in faults.unlabelled:
+            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{total}")
         self.send_header("Content-Length", str(len(payload)))
         self.send_header("Content-Type", "application/octet-stream")
         self.end_headers()

@@ -3,7 +3,8 @@
 The lowest layer above the leaves (the TensorStore "kvstore", zarr's "storage"): it knows
 bytes and stores, never a chunk. It imports only `errors`, `settings` and the leaves
 (`tests/core/test_layers.py`). Its private helpers are `_sync` (synchronous reads for zarr
-stores) and `_fetch` (referenced bytes).
+stores), `_fetch` (referenced bytes) and `_ranges` (a 206 answer checked against the
+range asked, for both HTTP clients).
 """
 
 from napari_lazy_zarr.core.storage.files import (
@@ -20,6 +21,7 @@ from napari_lazy_zarr.core.storage.http import (
     METADATA_DOCUMENTS,
     HttpAccessDeniedError,
     HttpError,
+    HttpRangeError,
     HttpStatusError,
     HttpStore,
     http_store_of,
@@ -27,6 +29,8 @@ from napari_lazy_zarr.core.storage.http import (
 )
 from napari_lazy_zarr.core.storage.local import (
     DEFAULT_MAX_VALUE_BYTES,
+    MAX_ZIP_DIRECTORY_BYTES,
+    MAX_ZIP_MEMBERS,
     BoundedLocalStore,
     BoundedZipStore,
     bounded_store,
@@ -50,6 +54,7 @@ from napari_lazy_zarr.core.storage.policy import (
 )
 from napari_lazy_zarr.core.storage.references import (
     MAX_MANIFEST_BYTES,
+    MAX_MANIFEST_REFERENCES,
     ManifestStore,
     Resolver,
     policy_source,
@@ -84,7 +89,10 @@ __all__ = [
     "DEFAULT_MAX_VALUE_BYTES",
     "MAX_JSON_DEPTH",
     "MAX_MANIFEST_BYTES",
+    "MAX_MANIFEST_REFERENCES",
     "MAX_METADATA_BYTES",
+    "MAX_ZIP_DIRECTORY_BYTES",
+    "MAX_ZIP_MEMBERS",
     "METADATA_DOCUMENTS",
     "METADATA_FILES",
     "NO_RETRY",
@@ -94,6 +102,7 @@ __all__ = [
     "FileStamp",
     "HttpAccessDeniedError",
     "HttpError",
+    "HttpRangeError",
     "HttpStatusError",
     "HttpStore",
     "IPAddress",

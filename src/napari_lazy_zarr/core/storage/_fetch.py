@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import functools
 import http.client
 import time
 from dataclasses import dataclass
@@ -21,12 +22,15 @@ from zarr.abc.store import (
     SuffixByteRequest,
 )
 
+from napari_lazy_zarr.core.storage._ranges import check_partial, range_header
 from napari_lazy_zarr.core.storage.files import (
     FileStamp,
     read_stamped,
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from napari_lazy_zarr.core.settings import (
         Timeouts,
     )
@@ -95,13 +99,17 @@ def read_remote(
     byte_range: ByteRequest | None,
     cap: Cap,
     timeouts: Timeouts,
+    totals: dict[str, int] | None = None,
 ) -> bytes:
     """What `byte_range` asks of a remote reference, within `cap` bytes and `timeouts`.
 
     A byte range is fetched as asked; a whole file (`length` None) is fetched
-    whole, at most `cap` bytes, and then windowed.
+    whole, at most `cap` bytes, and then windowed. `totals` (URL -> size) holds
+    the sizes earlier HTTP answers gave: a later answer must agree.
     """
-    get = _http_get if url.split("://", 1)[0].lower() in ("http", "https") else _fsspec_get
+    get: Callable[[str, int, int | None, Cap, Timeouts], bytes] = _fsspec_get
+    if url.split("://", 1)[0].lower() in ("http", "https"):
+        get = functools.partial(_http_get, totals=totals)
     if length is None:
         whole = get(url, offset, None, cap, timeouts)
         start, stop = window(len(whole), byte_range)
@@ -116,6 +124,12 @@ def read_remote(
             "(the file is shorter than the reference)"
         )
     return data
+
+
+class _RangeMismatchError(OSError):
+    """A ``206`` answer for another range than the one asked (`check_partial`): retried."""
+
+    retryable = True
 
 
 class _HttpStatusError(OSError):
@@ -142,7 +156,15 @@ def _retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def _http_get(url: str, start: int, count: int | None, cap: Cap, timeouts: Timeouts) -> bytes:
+def _http_get(
+    url: str,
+    start: int,
+    count: int | None,
+    cap: Cap,
+    timeouts: Timeouts,
+    *,
+    totals: dict[str, int] | None = None,
+) -> bytes:
     """`count` bytes of `url` from `start` (None: to its end, at most `cap`), with time caps.
 
     One ``GET`` with a ``Range`` header and no content coding: a declared
@@ -171,8 +193,11 @@ def _http_get(url: str, start: int, count: int | None, cap: Cap, timeouts: Timeo
 
     response: http.client.HTTPResponse | None = None
     try:
-        headers = {"Range": f"bytes={start}-{'' if count is None else start + count - 1}"}
-        connection.request("GET", target, headers={**headers, "Accept-Encoding": "identity"})
+        asked = (
+            OffsetByteRequest(start) if count is None else RangeByteRequest(start, start + count)
+        )
+        headers = {"Range": range_header(asked), "Accept-Encoding": "identity"}
+        connection.request("GET", target, headers=headers)
         sock = connection.sock
         assert sock is not None
         phase = f"no data for {timeouts.read:g} s"
@@ -181,6 +206,17 @@ def _http_get(url: str, start: int, count: int | None, cap: Cap, timeouts: Timeo
         _check_answer(url, response, start)
         if response.status == 416:  # the range starts past the end: a short file
             return b""
+        if response.status == 206:
+            known = None if totals is None else totals.get(url)
+            span = check_partial(response.getheader("Content-Range"), asked, known)
+            if isinstance(span, str):
+                raise _RangeMismatchError(
+                    f"{url}: asked for {headers['Range']}, the 206 answer is "
+                    f"{response.getheader('Content-Range')!r}: {span}; refused"
+                )
+            wanted = min(wanted, span.length)
+            if totals is not None and span.total is not None:
+                totals[url] = span.total
         declared = response.getheader("Content-Length", "")
         if declared.isdigit() and int(declared) > cap.size and count is None:
             raise _TooLargeError(cap.refusal(f"{url} declares", int(declared)))

@@ -18,10 +18,16 @@ call it:
   the cap is refused before a byte of the body is read; a body without one is
   cut at the cap plus one byte. Content is asked for and accepted only
   uncompressed in transit (``Accept-Encoding: identity``): nothing is inflated.
-- **Statuses**: 404 is an absent key (`None`, zarr's fill value); 416 an empty
-  range; 401/403 `HttpAccessDeniedError` (never retried); 408, 429 and 5xx an
-  `HttpStatusError` carrying `status` and the server's `Retry-After`, in
-  seconds, as `retry_after`. Redirects are followed (at most 5).
+- **Statuses**: 404 only is an absent key (`None`, zarr's fill value); 416 an
+  empty range; 401/403 `HttpAccessDeniedError` (never retried); 408, 429 and
+  5xx an `HttpStatusError` carrying `status` and the server's `Retry-After`, in
+  seconds, as `retry_after`; any other (410 Gone, 451) an `HttpStatusError`
+  that is not retried. Redirects are followed (at most 5).
+- **Ranges**: a ``206`` answer is taken only when its ``Content-Range`` is the
+  range asked (first byte, length, and the file's total as earlier answers for
+  the URL gave it, `core.storage._ranges`); else `HttpRangeError`, retried as
+  transient. A ``200`` answer to a range request (a server that ignores
+  ``Range``) is the whole file: read within the key's whole-body cap, then sliced.
 - **Retries**: metadata documents are retried with the store's `RetryPolicy`
   (except after a timeout: a server silent for a whole cap is not asked again
   while someone waits for the store to open); chunks are not
@@ -74,6 +80,7 @@ from napari_lazy_zarr.core.errors import (
     ReadOnlyError,
 )
 from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS, Timeouts
+from napari_lazy_zarr.core.storage._ranges import check_partial, range_header
 from napari_lazy_zarr.core.storage._sync import SyncReads
 from napari_lazy_zarr.core.storage.retry import RetryPolicy
 
@@ -88,6 +95,7 @@ __all__ = [
     "METADATA_DOCUMENTS",
     "HttpAccessDeniedError",
     "HttpError",
+    "HttpRangeError",
     "HttpStatusError",
     "HttpStore",
     "http_store_of",
@@ -108,6 +116,7 @@ _HREF: Final = re.compile(rb"""href\s*=\s*["']([^"'#?]+)["']""", re.IGNORECASE)
 _TRANSIENT: Final = frozenset({408, 425, 429, 500, 502, 503, 504})
 _METADATA_RETRY: Final = RetryPolicy()
 _WATCHDOG_LINGER: Final = 0.2  # seconds the deadline thread outlives the last request
+_KNOWN_TOTALS: Final = 4096  # file sizes remembered per store (URLs), oldest forgotten first
 
 
 # -- errors ----------------------------------------------------------------------
@@ -135,6 +144,16 @@ class HttpStatusError(HttpError):
 
 class HttpAccessDeniedError(HttpStatusError, PermissionError):
     """HTTP 401 or 403: credentials are missing or refused; never retried."""
+
+
+class HttpRangeError(HttpError):
+    """A ``206`` answer whose ``Content-Range`` is not the range asked (or is missing).
+
+    Retried as transient (`retryable`): a proxy or a server mid-update may answer
+    right next time; its bytes are never served as the range asked.
+    """
+
+    retryable = True
 
 
 class _TruncatedError(HttpError, ConnectionError):
@@ -268,6 +287,9 @@ class _Connections:
         self._closed = False
         self._tls: ssl.SSLContext | None = None
         self.limits: dict[str, int] = {}  # array path -> body cap of its keys (`HttpStore.limit`)
+        # URL -> the file's size as a 206 answer's Content-Range gave it (a later answer must
+        # agree: a shard rewritten between its index and its inner chunk is not read torn).
+        self.totals: dict[str, int] = {}
         # Nobody need close a store: idle sockets are closed when it is collected.
         weakref.finalize(self, _close_idle, self._idle, self._lock)
 
@@ -312,6 +334,16 @@ class _Connections:
                 idle.append(connection)
                 return
         connection.close()
+
+    def total_of(self, url: str) -> int | None:
+        with self._lock:
+            return self.totals.get(url)
+
+    def remember_total(self, url: str, total: int) -> None:
+        with self._lock:
+            if url not in self.totals and len(self.totals) >= _KNOWN_TOTALS:
+                del self.totals[next(iter(self.totals))]  # bounded: the oldest goes
+            self.totals[url] = total
 
     def cancel_thread(self, thread: int) -> bool:
         with self._lock:
@@ -526,22 +558,14 @@ class HttpStore(SyncReads, Store):
     ) -> bytearray | None:
         """One request, redirects followed; the body (within its cap) or None for 404."""
         headers = {"Accept-Encoding": "identity", "User-Agent": "napari-lazy-zarr"}
-        ranged_cap: int | None = None
-        if isinstance(byte_range, RangeByteRequest):
-            headers["Range"] = f"bytes={byte_range.start}-{byte_range.end - 1}"
-            ranged_cap = byte_range.end - byte_range.start
-        elif isinstance(byte_range, OffsetByteRequest):
-            headers["Range"] = f"bytes={byte_range.offset}-"
-            ranged_cap = cap
-        elif isinstance(byte_range, SuffixByteRequest):
-            headers["Range"] = f"bytes=-{byte_range.suffix}"
-            ranged_cap = byte_range.suffix
-        elif byte_range is not None:
-            raise ValueError(f"{url}: unexpected byte range {byte_range!r}")
+        if byte_range is not None:
+            if not isinstance(
+                byte_range, RangeByteRequest | OffsetByteRequest | SuffixByteRequest
+            ):
+                raise ValueError(f"{url}: unexpected byte range {byte_range!r}")
+            headers["Range"] = range_header(byte_range)
         for _ in range(_MAX_REDIRECTS + 1):
-            status, body, location = self._request(
-                method, url, headers, cap, ranged_cap=ranged_cap
-            )
+            status, body, location = self._request(method, url, headers, cap, byte_range)
             if location is None:
                 break
             url = urljoin(url, location)
@@ -549,7 +573,9 @@ class HttpStore(SyncReads, Store):
             raise HttpError(f"{url}: more than {_MAX_REDIRECTS} redirects", url=url)
         if status == 404 or body is None:
             return None
-        if status == 200 and byte_range is not None:  # the server ignored the range
+        if status == 200 and byte_range is not None:
+            # The server ignored the range and sent the whole file, within the key's
+            # whole-body cap (as `FsspecStore` would take it): the range is a slice of it.
             return _slice(body, byte_range)
         return body
 
@@ -559,10 +585,12 @@ class HttpStore(SyncReads, Store):
         url: str,
         headers: dict[str, str],
         cap: int,
-        *,
-        ranged_cap: int | None,
+        byte_range: ByteRequest | None,
     ) -> tuple[int, bytearray | None, str | None]:
-        """(status, body, redirect location) of one exchange, on a pooled connection."""
+        """(status, body, redirect location) of one exchange, on a pooled connection.
+
+        A ``206`` body is read only once its ``Content-Range`` is the range asked.
+        """
         origin, _, _ = _split(url)
         parts = urlsplit(url)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
@@ -575,14 +603,18 @@ class HttpStore(SyncReads, Store):
                 body: bytearray | None = None
                 if status in (301, 302, 303, 307, 308) and location:
                     _drain(response)
-                elif status == 206 and ranged_cap is not None:
-                    body = _read_body(response, ranged_cap, url)
+                elif status == 206 and byte_range is not None:
+                    body = self._read_partial(response, url, byte_range, head=method == "HEAD")
                 elif status == 200:
                     body = _read_body(response, cap, url, head=method == "HEAD")
                 elif status == 416:  # a range past the end: empty, as FsspecStore answers
                     body = bytearray()
                     _drain(response)
-                elif status in (404, 410):
+                elif status == 404:
+                    # Only 404 is an absent key, as for zarr's FsspecStore (fsspec's HTTP
+                    # filesystem raises FileNotFoundError for 404 alone) and ObjectStore
+                    # (obstore's NotFound): both return None for FileNotFoundError only.
+                    # 410 Gone, 451 and the like are errors: never served as fill value.
                     _drain(response)
                 else:
                     _drain(response)
@@ -603,6 +635,36 @@ class HttpStore(SyncReads, Store):
             raise self._failure(url, request, error) from error
         finally:
             self._connections.end(request)
+
+    def _read_partial(
+        self,
+        response: http.client.HTTPResponse,
+        url: str,
+        byte_range: ByteRequest,
+        *,
+        head: bool,
+    ) -> bytearray:
+        """A ``206`` body, once its ``Content-Range`` says it is `byte_range` of the file."""
+        header = response.getheader("Content-Range")
+        span = check_partial(header, byte_range, self._connections.total_of(url))
+        if not isinstance(span, str) and response.length not in (None, span.length):
+            span = f"its Content-Length {response.length} is not the {span.length} it declares"
+        if isinstance(span, str):
+            response.will_close = True  # its body is not read: the connection goes
+            raise HttpRangeError(
+                f"{url}: asked for {range_header(byte_range)}, the 206 answer is "
+                f"{header!r}: {span}; refused (retried)",
+                url=url,
+            )
+        if span.total is not None:
+            self._connections.remember_total(url, span.total)
+        body = _read_body(response, span.length, url, head=head)
+        if not head and len(body) != span.length:  # no Content-Length, and a short body
+            raise _TruncatedError(
+                f"{url}: {len(body)} of the {span.length} bytes of {span.text()!r} arrived",
+                url=url,
+            )
+        return body
 
     def _exchange(
         self,

@@ -13,7 +13,8 @@ resolves inside that folder is accepted, anything else is refused with
 
 Every read is bounded, whatever the files say: only regular files are read
 (`napari_lazy_zarr.core.storage.files`), the reference file up to
-`MAX_MANIFEST_BYTES` and a JSON depth limit, each reference up to its key's
+`MAX_MANIFEST_BYTES`, `MAX_MANIFEST_REFERENCES` and a JSON depth limit (both
+counted before it is parsed), offsets and lengths below 2**63, each reference up to its key's
 byte cap (checked before reading or decoding) and, when remote, within
 `Timeouts`. A referenced file changed since the references were opened is
 refused, never served torn or under the old version's identity.
@@ -28,7 +29,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, NoReturn
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -82,6 +83,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_MANIFEST_BYTES",
+    "MAX_MANIFEST_REFERENCES",
     "ManifestStore",
     "Resolver",
     "policy_source",
@@ -91,17 +93,54 @@ __all__ = [
 
 # Keys whose values zarr-python parses as array or group metadata: vetted before it does.
 _METADATA_KEYS: Final = frozenset({".zarray", ".zgroup", "zarr.json", ".zmetadata"})
+_METADATA_TAILS: Final = tuple(_METADATA_KEYS)  # for str.endswith, before the exact test
 
 
 _TEMPLATE: Final = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
 
 _METADATA_RETRY: Final = RetryPolicy()  # metadata read at open, retried as chunks are
+_DOCUMENT_MEMBERS: Final = 1024  # members of a manifest besides its references (templates...)
 
 
-MAX_MANIFEST_BYTES: Final = 256 << 20
-"""Reference files larger than this are refused (kerchunk's output for a million chunks is
-~100 MB; parsed, it takes several times that in memory)."""
+MAX_MANIFEST_REFERENCES: Final = 200_000
+"""Reference files with more references than this are refused, counted before parsing.
+
+Measured (2-core machine, busy; ``[url, offset, length]`` references into one
+file): opening 200,000 takes 1.8 s and +85 MiB at its peak (4.5 s before the
+per-reference fast path); each reference keeps some 380 B of Python objects
+(its key, its entry, its offset). 1,000,000 took 13-22 s and +400 MiB before
+this cap; now they are refused in 0.3 s (+72 MiB: the file read, to count).
+A store of more chunks is better served as a zarr store (or kerchunk's Parquet
+references, which this reader does not take).
+"""
+MAX_MANIFEST_BYTES: Final = 64 << 20
+"""Reference files larger than this are refused before reading (`MAX_MANIFEST_REFERENCES`
+references take 10-30 MB; JSON parsed takes several times its size in memory)."""
+
+_OFFSET_LIMIT: Final = 1 << 63  # offsets and lengths are below it: a file offset is an off_t
+_MEMBER_SKELETON: Final = bytes(range(256)).translate(None, b'":')  # deleted: all but '"' and ':'
+
+
+def json_members(data: bytes) -> int:
+    r"""How many members all the objects of JSON text `data` have, counted without parsing it.
+
+    The colons outside strings: escaped backslashes and quotes removed, then
+    all but quotes and colons (`bytes.replace`, `bytes.translate`), then a
+    quote parity in NumPy; no Python loop per character and no object per
+    token, so a 35 MB manifest of 1,000,000 references costs 0.1 s and a
+    few times its references in bytes.
+
+    Examples
+    --------
+    >>> json_members(rb'{"a": 1, "b": {"c:d": "x:y"}, "e\\": ["f\":"]}')
+    4
+    """
+    skeleton = data.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _MEMBER_SKELETON)
+    codes = np.frombuffer(skeleton, dtype=np.uint8)
+    quotes = (codes == ord('"')).view(np.uint8)
+    inside = np.bitwise_xor.accumulate(quotes)  # 1 from an opening quote to its closing one
+    return int(np.count_nonzero((codes == ord(":")) & (inside == 0)))
 
 
 def read_json(location: str, what: str, limit: int) -> tuple[dict[str, Any], bytes]:
@@ -121,10 +160,14 @@ def read_json(location: str, what: str, limit: int) -> tuple[dict[str, Any], byt
         message names the file.
     """
     raw = read_regular_file(location, limit=limit, error=MetadataError, settle=False)
+    return _json_object(raw, location, what), raw
+
+
+def _json_object(raw: bytes, location: str, what: str) -> dict[str, Any]:
     document = load_json(raw, where=f"{location}: the {what}")
     if not isinstance(document, dict):
         raise MetadataError(f"{location}: the {what} is not a JSON object")
-    return document, raw
+    return document
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,14 +338,17 @@ def _inside(path: str, directory: str) -> bool:
         return False
 
 
-@dataclass(frozen=True, slots=True)
-class _Range:
-    """A reference into a file: `length` bytes from `offset` (None: to the end of the file)."""
+class _Range(NamedTuple):
+    """A reference into a file: `length` bytes from `offset` (None: to the end of the file).
+
+    A named tuple, not a frozen dataclass: one is made per reference, and a frozen
+    dataclass's ``__init__`` (``object.__setattr__`` per field) took 40% of opening.
+    """
 
     target: _Target
     offset: int
     length: int | None
-    url: str  # as written in the manifest, for messages
+    url: str  # as written in the manifest, for messages (one string per distinct URL)
 
     def text(self) -> str:
         if self.length is None:
@@ -478,9 +524,24 @@ class ManifestStore(SyncReads, Store):
         self._timeouts = timeouts
         protocols = tuple(allow_protocols)
         self._options = (policy, bool(allow_outside), tuple(sorted(protocols)))
-        document, raw = read_json(self._manifest, "manifest", MAX_MANIFEST_BYTES)
+        raw = read_regular_file(
+            self._manifest, limit=MAX_MANIFEST_BYTES, error=MetadataError, settle=False
+        )
+        members = json_members(raw)  # the references, and a few more (templates, version)
+        if members > MAX_MANIFEST_REFERENCES + _DOCUMENT_MEMBERS:
+            raise MetadataError(
+                f"{self._manifest}: about {members:,} references (JSON members), more than the "
+                f"{MAX_MANIFEST_REFERENCES:,} this reader opens; refused before parsing"
+            )
+        document = _json_object(raw, self._manifest, "manifest")
         references, templates = _references(self._manifest, document)
+        if len(references) > MAX_MANIFEST_REFERENCES:
+            raise MetadataError(
+                f"{self._manifest}: {len(references):,} references, more than the "
+                f"{MAX_MANIFEST_REFERENCES:,} this reader opens"
+            )
         resolver = Resolver(self._manifest, policy_source(policy, allow_outside, protocols))
+        self._targets: dict[str, tuple[str, _Target]] = {}  # URL as written -> it, resolved
         self._entries: dict[str, bytes | _Range | _Inline | _Refused] = {
             key: self._entry(key, value, templates, resolver) for key, value in references.items()
         }
@@ -488,19 +549,21 @@ class ManifestStore(SyncReads, Store):
         # The referenced files' versions now: reads check them, and they are the identity.
         self._opened = {
             path: _version_of(path)
-            for path in sorted(
-                {e.target.path for e in self._entries.values() if isinstance(e, _Range)}
-            )
+            for path in sorted({target.path for _, target in self._targets.values()})
             if not is_url(path)
         }
+        del self._targets
         self._caps: dict[str, int] = {}  # array path -> cap of one stored chunk (bytes)
-        metadata = [key for key in self._entries if _is_metadata(key)]
+        # Remote URL -> its size as a 206 answer gave it; later answers must agree (at most
+        # one entry per distinct URL the references name).
+        self._totals: dict[str, int] = {}
+        metadata = [k for k in self._entries if k.endswith(_METADATA_TAILS) and _is_metadata(k)]
         for key in metadata:
             self._decode_inline(key)
             cap = _chunk_cap(self._vet_metadata(key))
             if cap is not None:
                 self._caps[key.rpartition("/")[0]] = cap
-        for key in self._entries:
+        for key in [k for k, e in self._entries.items() if type(e) is _Inline]:
             self._decode_inline(key)
         digest = hashlib.blake2b(raw, digest_size=16)
         digest.update(repr(sorted(self._opened.items())).encode())
@@ -536,6 +599,17 @@ class ManifestStore(SyncReads, Store):
     def _entry(
         self, key: str, value: Any, templates: dict[str, str], resolver: Resolver
     ) -> _Range | _Inline:
+        if (
+            type(value) is list
+            and len(value) == 3
+            and type(value[0]) is str
+            and type(value[1]) is int
+            and type(value[2]) is int
+            and 0 <= value[1] < _OFFSET_LIMIT
+            and 0 <= value[2] < _OFFSET_LIMIT
+            and (known := self._targets.get(value[0])) is not None
+        ):  # the usual reference to a file seen before: no message built, no generator run
+            return _Range(known[1], value[1], value[2], known[0])
         where = f"key {key!r}"
         if not isinstance(key, str):
             raise MetadataError(f"{self._manifest}: reference key {key!r} is not a string")
@@ -558,11 +632,17 @@ class ManifestStore(SyncReads, Store):
                 f"{self._manifest}: {where}: reference {value!r} is none of inline text, "
                 "'base64:...', [url] or [url, offset, length]"
             )
-        url = self._render(value[0], templates, where)
-        target = resolver.resolve(url, where)
+        if any(n >= _OFFSET_LIMIT for n in value[1:]):
+            raise MetadataError(
+                f"{self._manifest}: {where}: reference {value!r}: offsets and lengths must "
+                "be below 2**63 (no file holds more)"
+            )
+        target = resolver.resolve(self._render(value[0], templates, where), where)
+        # One string per distinct URL (the parsed manifest's copies go with it), and its target.
+        url, _ = self._targets.setdefault(value[0], (value[0], target))
         if len(value) == 1:
-            return _Range(target, 0, None, value[0])
-        return _Range(target, value[1], value[2], value[0])
+            return _Range(target, 0, None, url)
+        return _Range(target, value[1], value[2], url)
 
     def _decode_inline(self, key: str) -> None:
         """Inline data as bytes, or refused if its size (known before decoding) is over the cap."""
@@ -643,7 +723,13 @@ class ManifestStore(SyncReads, Store):
         try:
             if entry.target.remote:
                 return read_remote(
-                    entry.target.path, entry.offset, entry.length, byte_range, cap, self._timeouts
+                    entry.target.path,
+                    entry.offset,
+                    entry.length,
+                    byte_range,
+                    cap,
+                    self._timeouts,
+                    self._totals,
                 )
             return read_local(
                 entry.target.path,
