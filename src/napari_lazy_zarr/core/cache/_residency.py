@@ -20,6 +20,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
+from napari_lazy_zarr.core.errors import ChunkReadError
+from napari_lazy_zarr.core.executors import ThreadStartError
 from napari_lazy_zarr.core.sources.protocol import KeepingSource, is_derived
 from napari_lazy_zarr.core.states import ChunkState, EventReason
 
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.keys import ChunkKey, ChunkRef
     from napari_lazy_zarr.core.sources.protocol import BatchSource, DerivedSource
 
-__all__ = ["Entry", "Residency", "Transition"]
+__all__ = ["Entry", "Residency", "Transition", "not_started"]
 
 type Transition = Callable[[Entry, ChunkState, EventReason, Outbox], None]
 """The façade's `ChunkCache._transition`: the one place a chunk's state moves."""
@@ -215,8 +217,8 @@ class Residency:
                     lru.move_to_end(key)
                 assert entry.data is not None
                 ready[key] = entry.data
-            elif entry.state is ChunkState.FAILED:
-                failed.add(key)
+            elif entry.state is ChunkState.FAILED and not not_started(entry.error):
+                failed.add(key)  # (one that failed for want of a thread is read if asked)
         if count_hits:
             self._counters.hits += len(ready)
         return ready, failed
@@ -229,3 +231,9 @@ class Residency:
             if entry is not None and entry.state is ChunkState.FAILED and entry.error:
                 found[key] = entry.error
         return found
+
+
+def not_started(error: BaseException | None) -> bool:
+    """Whether a FAILED chunk failed only because no worker thread could start
+    (`Demand.fail_unstartable`): a request for it queues it again."""
+    return isinstance(error, ChunkReadError) and isinstance(error.__cause__, ThreadStartError)

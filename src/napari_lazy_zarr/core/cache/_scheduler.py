@@ -227,6 +227,11 @@ class Scheduler:
     def schedule_starts(self, outbox: Outbox) -> None:
         if self.closed:
             return
+        if self.watchdog is not None and not self.queue:
+            # Nothing waits behind the loads: no timer (a cache dropped unclosed keeps
+            # none, nor is it kept alive by one).
+            self.watchdog.cancel()  # sets an event: never waits
+            self.watchdog = None
         wanted = min(self.concurrency, len(self.queue)) - self.active_tasks
         if wanted > 0:
             self.active_tasks += wanted
