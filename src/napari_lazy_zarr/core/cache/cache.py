@@ -459,6 +459,23 @@ class ChunkCache:
         self._flush(outbox)
         return count
 
+    def discard(self, identities: Iterable[Hashable]) -> int:
+        """Evict and forget the chunks of the sources with these identities (`ChunkKey.source`)
+        that nothing holds; how many chunks were forgotten.
+
+        For data that can never be read again (napari's removed layer: a reopened
+        store has a new identity). READY and EVICTED chunks no live request pins,
+        and QUEUED ones parked, are dropped from the cache; pinned, loading and
+        failed ones stay. Asked for again, a forgotten chunk is read again
+        (NEW -> QUEUED): discarding data still in use only costs a re-read.
+        """
+        wanted = frozenset(identities)
+        outbox = Outbox()
+        with self._lock:
+            count = self._scheduler.forget_parked(wanted) + self._residency.forget(wanted, outbox)
+        self._flush(outbox)
+        return count
+
     def close(self) -> None:
         """Stop loading, at once, whatever storage does (idempotent; any thread).
 
