@@ -19,7 +19,12 @@ from napari_lazy_zarr.core import (
 )
 from napari_lazy_zarr.core.cache import LoadClass
 from napari_lazy_zarr.core.errors import ChunkReadError, LazyZarrError, LoadCancelledError
-from napari_lazy_zarr.core.executors import DaemonExecutor, InlineExecutor, ThreadStartError
+from napari_lazy_zarr.core.executors import (
+    DaemonExecutor,
+    InlineExecutor,
+    SerialDispatch,
+    ThreadStartError,
+)
 from napari_lazy_zarr.core.sources.decimated import virtual_levels
 from napari_lazy_zarr.core.testing import FaultySource
 
@@ -393,3 +398,17 @@ def test_arrays_dropped_without_close_hold_no_threads() -> None:
         peak = max(peak, threading.active_count())
     assert peak - before <= 8, f"threads {before} -> peak {peak} over 500 dropped arrays"
     executors.IDLE_THREADS.trim()  # the idle ones end at once (as after a close)
+
+
+def test_serial_dispatch_that_cannot_start_its_thread_tries_again(
+    thread_starts: Callable[[bool], None],
+) -> None:
+    dispatch = SerialDispatch("lazy-zarr-test-dispatch")
+    thread_starts(False)
+    with pytest.raises(ThreadStartError, match="can't start new thread"):
+        dispatch.submit(lambda: None)
+    thread_starts(True)
+    ran = threading.Event()
+    dispatch.submit(ran.set)  # not wedged by the failed start
+    assert ran.wait(WAIT)
+    dispatch.close()

@@ -5,7 +5,8 @@ A task takes the most urgent QUEUED chunk, reads it outside the lock
 section, until the queue is empty. Every load finishes: a read raising
 anything fails its chunk (an interrupt is re-raised on the task's thread
 once recorded, after the task gave back its count), and a task that cannot
-start (`ThreadStartError`: no thread could start) gives back its count; if
+start (`ThreadStartError`, which `DaemonExecutor` raises when no thread could
+start and it dropped the task; another executor's errors propagate) gives back its count; if
 then no task runs, the QUEUED chunks a view wants fail with a `ChunkReadError`
 naming the cause, which a later request re-queues by itself.
 
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from napari_lazy_zarr.core.cache._outbox import Outbox
 from napari_lazy_zarr.core.cache._reads import interruption, read_batch, read_one
+from napari_lazy_zarr.core.executors import ThreadStartError
 
 if TYPE_CHECKING:
     import threading
@@ -66,10 +68,10 @@ class Workers:
         task = self.work if count == 1 else functools.partial(self.work, count - 1)
         try:
             self._executor.submit(task)
-        except Exception as error:  # ThreadStartError (or an executor's RuntimeError)
+        except ThreadStartError as error:  # the task was dropped: nothing will run it
             self._not_started(count, error)
 
-    def _not_started(self, count: int, error: Exception) -> None:
+    def _not_started(self, count: int, error: ThreadStartError) -> None:
         """`count` counted tasks did not start: uncount them; fail the queue if none runs."""
         outbox = Outbox()
         with self._lock:
@@ -91,7 +93,7 @@ class Workers:
         for index in range(others):
             try:
                 self._executor.submit(self.work)
-            except Exception as error:  # this one runs; the others are given back
+            except ThreadStartError as error:  # this one runs; the others are given back
                 self._not_started(others - index, error)
                 break
         outbox = Outbox()
