@@ -194,7 +194,16 @@ class LayerLoader:
         self._reporter.throttle()  # ... and report what failed since (kept until taken)
 
     def detach(self) -> None:
-        """Stop refreshing the layer; release the views' pinned chunks."""
+        """Stop refreshing the layer; release the views' pinned chunks; forget its chunks.
+
+        napari calls it when the layer is removed. A removed layer's data is read
+        again only if the layer itself is added back (a reopened store is a new
+        identity), so the chunks of its sources that no other layer of the cache
+        shows are evicted and forgotten (`ChunkCache.discard`): added back, the
+        layer reads them again.
+        """
+        reporter = self._reporter
+        others = [] if reporter is None else [ref() for ref in reporter.loaders]
         if self._slots is not None:
             self.controller.view_changed.disconnect(self._slots[0])
             self.controller.failures_found.disconnect(self._slots[1])
@@ -211,6 +220,15 @@ class LayerLoader:
             self._reporter.leave(self)
         self._layer = self._throttle = self._volume_throttle = self._reporter = None
         self.controller.close()
+        shown = {
+            source.identity
+            for loader in others
+            if loader is not None and loader is not self
+            for source in loader.controller.sources
+        }
+        gone = {source.identity for source in self.controller.sources} - shown
+        if gone:
+            self.controller.cache.discard(gone)
 
     def _refresh_layer(self) -> None:
         layer = self.layer

@@ -82,9 +82,12 @@ class CacheMachine(RuleBasedStateMachine):
         self.cache = ChunkCache(
             4 * _CHUNK_BYTES, concurrency=2, executor=self.executor, event_log_size=1_000_000
         )
+        # Remember 2 evicted chunks: the oldest are forgotten (their entries dropped) often.
+        self.cache._residency.evicted_kept = 2
         self.live: list[Request] = []
         self.replayed: dict[ChunkKey, ChunkState] = {}
         self.seen = 0
+        self.forgotten = 0  # entries the cache had forgotten at the last check
 
     def ref(self, chunk: tuple[int, tuple[int, int]]) -> ChunkRef:
         level, coords = chunk
@@ -176,18 +179,42 @@ class CacheMachine(RuleBasedStateMachine):
         needed = {k for r in self.live if not r.done.cancelled() for k in r.keys}
         assert not queued & needed, "a chunk a live request needs was not loaded"
 
+    @rule(level=st.integers(0, 2))
+    def discard_level(self, level: int) -> None:
+        """A level's data can never be read again (a removed layer): forget what nothing
+        holds; asked for again, it is read again."""
+        self.cache.discard([self.levels[level].identity])
+
     @invariant()
     def events_are_legal_and_replay_to_the_states(self) -> None:
         events = self.cache.events()
+        states = self.cache.states()
         for event in events[self.seen :]:
             before = self.replayed.get(event.key, ChunkState.NEW)
+            if (
+                event.previous is ChunkState.NEW
+                and before in (ChunkState.EVICTED, ChunkState.QUEUED)
+                and self.cache._residency.forgotten > self.forgotten
+            ):
+                before = ChunkState.NEW  # forgotten (old eviction, or discarded), asked again
             assert event.previous is before, event
             assert event.current in LEGAL_MOVES[event.previous], event
             self.replayed[event.key] = event.current
         self.seen = len(events)
-        assert self.replayed == {
-            k: s for k, s in self.cache.states().items() if s is not ChunkState.NEW
-        }
+        self.forgotten = self.cache._residency.forgotten
+        for key in [k for k in self.replayed if k not in states]:
+            # Only chunks nothing holds are forgotten: evicted ones, or parked ones discarded.
+            assert self.replayed.pop(key) in (ChunkState.EVICTED, ChunkState.QUEUED), key
+        assert self.replayed == {k: s for k, s in states.items() if s is not ChunkState.NEW}
+
+    @invariant()
+    def bookkeeping_is_bounded(self) -> None:
+        """At most `evicted_kept` EVICTED entries, but for those a stale queue item names."""
+        with self.cache._lock:
+            residency = self.cache._residency
+            evicted = [e for e in residency.entries.values() if e.state is ChunkState.EVICTED]
+            assert len(residency.evicted) <= residency.evicted_kept
+            assert all(e.key in residency.evicted or e.queue_items for e in evicted)
 
     @invariant()
     def bytes_are_bounded_and_accounted(self) -> None:

@@ -240,6 +240,87 @@ def located(block: np.ndarray[Any, Any], block_info: Any = None) -> np.ndarray[A
     return block * 3
 
 
+def interrupts_once(block: np.ndarray[Any, Any], kind: str) -> np.ndarray[Any, Any]:
+    """Raises `KeyboardInterrupt` or `SystemExit` on its first call, then computes."""
+    _count(kind)
+    if CALLS[kind] == 1:
+        raise KeyboardInterrupt("stop") if kind == "interrupt" else SystemExit(3)
+    return block + 5
+
+
+@pytest.mark.parametrize("kind", ["interrupt", "exit"])
+def test_a_task_raising_an_interrupt_fails_its_chunk(kind: str) -> None:
+    """A dask task's `KeyboardInterrupt`/`SystemExit` (a pool thread's: meant for nobody)
+    fails its chunk with a `ChunkReadError` naming it; nothing stays LOADING."""
+    array = da.zeros((2, 2), chunks=2, dtype="i4").map_blocks(interrupts_once, kind, meta=META)
+    with DaskSource(array, name=kind) as source, ChunkCache(1 << 20, concurrency=1) as cache:
+        ref = ChunkRef.of(source, (0, 0))
+        cache.request([ref]).done.result(timeout=TIMEOUT)
+        error = cache.error(ref.key)
+        assert isinstance(error, ChunkReadError)
+        assert ("KeyboardInterrupt" if kind == "interrupt" else "SystemExit") in str(error)
+        assert cache.statistics.states[ChunkState.LOADING] == 0
+        assert cache.retry(ref.key)
+        assert _until(lambda: cache.state(ref.key) is ChunkState.READY)
+        np.testing.assert_array_equal(cache.lookup(ref.key), np.full((2, 2), 5))
+    assert not _our_threads()
+
+
+def test_local_timeout_fails_a_hung_task() -> None:
+    """The local scheduler's wait is bounded too: a task that never ends times out."""
+    array = da.zeros((2, 2), chunks=2, dtype="i4").map_blocks(gated, meta=META)
+    with DaskRunner(timeout=0.3) as runner:
+        source = DaskSource(array, runner=runner)
+        started = time.monotonic()
+        with pytest.raises(LoadTimeoutError, match=r"not computed within 0\.3 s"):
+            source.read_chunk((0, 0))
+        assert time.monotonic() - started < 10
+        GATE.set()  # the abandoned task ends; the runner's close joins its threads
+    assert not _our_threads()
+
+
+_EXIT_SCRIPT = """
+import sys, threading, time
+import dask.array as da
+import numpy as np
+from napari_lazy_zarr.core.cache import ChunkCache
+from napari_lazy_zarr.core.keys import ChunkRef
+from napari_lazy_zarr.core.sources.dask import DaskSource
+
+entered = threading.Event()
+
+def hang(block):
+    entered.set()
+    time.sleep(600)  # a task still running when the program ends
+    return block
+
+array = da.zeros((4, 4), chunks=2, dtype="i4").map_blocks(hang, meta=np.empty((0, 0), "i4"))
+source = DaskSource(array)
+cache = ChunkCache(1 << 20, concurrency=2)
+cache.request([ChunkRef.of(source, (0, 0)), ChunkRef.of(source, (1, 1))])
+assert entered.wait(60)
+print("in flight", flush=True)
+"""
+
+
+def test_the_interpreter_exits_with_a_dask_task_in_flight() -> None:
+    import subprocess
+    import sys
+
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    elapsed = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    assert "in flight" in done.stdout
+    assert elapsed < 60, f"the interpreter waited {elapsed:.1f} s for a running dask task"
+
+
 @pytest.mark.parametrize("ring", [None, 1])
 def test_a_view_computes_no_block_beyond_it_unless_the_source_asks(ring: int | None) -> None:
     """A neighbouring block is a whole computation (and a local one cannot be stopped once

@@ -7,21 +7,29 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pytest
 
 from napari_lazy_zarr.core import (
     ArraySource,
     ChunkCache,
     ChunkedArray,
     ChunkState,
+    executors,
     open_zarr_source,
 )
 from napari_lazy_zarr.core.cache import LoadClass
-from napari_lazy_zarr.core.errors import LoadCancelledError
+from napari_lazy_zarr.core.errors import ChunkReadError, LazyZarrError, LoadCancelledError
+from napari_lazy_zarr.core.executors import (
+    DaemonExecutor,
+    InlineExecutor,
+    SerialDispatch,
+    ThreadStartError,
+)
 from napari_lazy_zarr.core.sources.decimated import virtual_levels
 from napari_lazy_zarr.core.testing import FaultySource
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
     MakeStore = Callable[..., tuple[Path, np.ndarray[Any, Any]]]
@@ -229,3 +237,178 @@ def test_views_moving_on_cancel_loads_and_never_show_wrong_pixels() -> None:
         for index in range(READERS):
             cache.release_view(("pan", index))
         np.testing.assert_array_equal(image.result(timeout=60), data)
+
+
+# -- every load finishes (issue 22) ---------------------------------------------------------
+
+WAIT = 30.0
+
+
+class _NoThreads(threading.Thread):
+    """A thread that cannot start, as under a thread or memory limit.
+
+    A real start failure (RLIMIT_NPROC is per user: it would hit the other processes of
+    the machine) cannot be provoked safely here, so this subclass is patched in for
+    `threading.Thread` while a test says so.
+    """
+
+    def start(self) -> None:
+        raise RuntimeError("can't start new thread")
+
+
+@pytest.fixture
+def thread_starts(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[bool], None]]:
+    """`allow(False)` makes every new thread fail to start, `allow(True)` undoes it; idle
+    threads of the shared pool are set aside so the cache needs new ones."""
+    monkeypatch.setattr(executors, "IDLE_THREADS", executors.IdleThreads(limit=64))
+    original = threading.Thread
+
+    def allow(allowed: bool) -> None:
+        monkeypatch.setattr(threading, "Thread", original if allowed else _NoThreads)
+
+    yield allow
+    monkeypatch.setattr(threading, "Thread", original)
+
+
+def test_a_failed_thread_start_fails_the_read_and_a_later_read_succeeds(
+    thread_starts: Callable[[bool], None],
+) -> None:
+    data = np.arange(64 * 64, dtype="u2").reshape(64, 64)
+    source = ArraySource(data, chunks=(16, 16), name="no-threads")
+    with ChunkCache(1 << 20, concurrency=2) as cache:
+        image = ChunkedArray(source, cache)
+        thread_starts(False)
+        with pytest.raises(LazyZarrError, match="can't start new thread"):
+            image[:32, :32].result(timeout=WAIT)  # an error, at once: no stall
+        assert cache._scheduler.active_tasks == 0  # the counts were given back
+        assert cache._owned_executor is not None
+        assert cache._owned_executor.threads == 0
+        key = next(iter(cache.states()))
+        error = cache.error(key)
+        assert isinstance(error, ChunkReadError)
+        assert "no worker thread could start" in str(error)
+        thread_starts(True)
+        # Asked for again, the chunks that failed for want of a thread are read.
+        np.testing.assert_array_equal(image[:32, :32].result(timeout=WAIT), data[:32, :32])
+        assert cache.statistics.states[ChunkState.LOADING] == 0
+
+
+def test_a_failed_thread_start_while_workers_run_fails_nothing(
+    thread_starts: Callable[[bool], None],
+) -> None:
+    """One worker runs: the task that could not start is given back, the worker drains
+    the queue."""
+    gate = threading.Event()
+
+    class Gated(ArraySource):
+        def read_chunk(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any]:
+            gate.wait(WAIT)
+            return super().read_chunk(coords)
+
+    data = np.arange(32 * 32, dtype="u2").reshape(32, 32)
+    with ChunkCache(1 << 20, concurrency=4) as cache:
+        image = ChunkedArray(Gated(data, chunks=(16, 16), name="gated"), cache)
+        first = image[:16, :16].read_nonblocking(
+            requester="first"
+        )  # one worker starts, and waits at the gate
+        thread_starts(False)
+        rest = image[:, :].read_nonblocking(
+            requester="rest"
+        )  # more workers wanted: none can start
+        thread_starts(True)
+        gate.set()
+        first.request.done.result(timeout=WAIT)
+        rest.request.done.result(timeout=WAIT)
+        np.testing.assert_array_equal(image[:, :].result(timeout=WAIT), data)
+        assert cache.statistics.failures == 0
+
+
+def test_daemon_executor_gives_back_a_thread_that_could_not_start(
+    thread_starts: Callable[[bool], None],
+) -> None:
+    executor = DaemonExecutor(name="lazy-zarr-test")
+    thread_starts(False)
+    with pytest.raises(ThreadStartError, match="can't start new thread"):
+        executor.submit(lambda: None)
+    assert executor.threads == 0
+    thread_starts(True)
+    ran = threading.Event()
+    executor.submit(ran.set)
+    assert ran.wait(WAIT)
+    executor.shutdown()
+
+
+class _Interrupting(ArraySource):
+    """Raises `interrupt` for the chunks in `failing`, once each."""
+
+    def __init__(self, data: np.ndarray[Any, Any], interrupt: type[BaseException]) -> None:
+        super().__init__(data, chunks=(16, 16), name=f"interrupt-{interrupt.__name__}")
+        self.interrupt = interrupt
+        self.failing = {(0, 0)}
+
+    def read_chunk(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any]:
+        if coords in self.failing:
+            self.failing.discard(coords)
+            raise self.interrupt("stop")
+        return super().read_chunk(coords)
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_in_a_worker_fails_its_chunk_and_the_worker_goes_on(
+    interrupt: type[BaseException],
+) -> None:
+    data = np.arange(32 * 32, dtype="u2").reshape(32, 32)
+    source = _Interrupting(data, interrupt)
+    with ChunkCache(1 << 20, concurrency=1) as cache:
+        image = ChunkedArray(source, cache)
+        image[:, :].read_nonblocking().request.done.result(timeout=WAIT)  # every load ends
+        with pytest.raises(ChunkReadError, match=f"interrupted \\({interrupt.__name__}"):
+            image[:, :].result(timeout=WAIT)  # FAILED, not LOADING for good
+        assert cache.statistics.states[ChunkState.LOADING] == 0
+        assert cache.statistics.states[ChunkState.READY] == 3  # the worker went on
+        assert cache.retry_failed() == 1
+        np.testing.assert_array_equal(image[:, :].result(timeout=WAIT), data)
+
+
+def test_an_interrupt_of_an_inline_read_is_raised_on_the_callers_thread() -> None:
+    data = np.arange(32 * 32, dtype="u2").reshape(32, 32)
+    source = _Interrupting(data, KeyboardInterrupt)
+    with ChunkCache(1 << 20, concurrency=2, executor=InlineExecutor()) as cache:
+        image = ChunkedArray(source, cache)
+        with pytest.raises(KeyboardInterrupt):
+            image[:, :].read_nonblocking()  # Ctrl-C reaches the script
+        states = cache.statistics.states
+        assert states[ChunkState.LOADING] == 0
+        assert states[ChunkState.FAILED] == 1
+        assert cache._scheduler.active_tasks == 0  # every task given back
+        cache.retry_failed()
+        np.testing.assert_array_equal(image[:, :].result(timeout=WAIT), data)
+
+
+def test_arrays_dropped_without_close_hold_no_threads() -> None:
+    """500 open/read/drop cycles: the thread count stays flat (idle threads are shared)."""
+    data = np.arange(64 * 64, dtype="u2").reshape(64, 64)
+    before = threading.active_count()
+    peak = before
+    for index in range(500):
+        cache = ChunkCache(1 << 20, concurrency=4)
+        image = ChunkedArray(ArraySource(data, chunks=(16, 16), name=f"drop-{index}"), cache)
+        np.testing.assert_array_equal(image[:, :].result(timeout=WAIT), data)
+        del image, cache  # no close()
+        peak = max(peak, threading.active_count())
+    assert peak - before <= 8, f"threads {before} -> peak {peak} over 500 dropped arrays"
+    executors.IDLE_THREADS.trim()  # the idle ones end at once (as after a close)
+
+
+def test_serial_dispatch_that_cannot_start_its_thread_tries_again(
+    thread_starts: Callable[[bool], None],
+) -> None:
+    dispatch = SerialDispatch("lazy-zarr-test-dispatch")
+    thread_starts(False)
+    with pytest.raises(ThreadStartError, match="can't start new thread"):
+        dispatch.submit(lambda: None)
+    thread_starts(True)
+    ran = threading.Event()
+    dispatch.submit(ran.set)  # not wedged by the failed start
+    assert ran.wait(WAIT)
+    dispatch.close()

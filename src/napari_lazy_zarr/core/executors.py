@@ -13,15 +13,20 @@ import threading
 from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
 
+from napari_lazy_zarr.core.errors import LazyZarrError
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
 __all__ = [
+    "IDLE_THREADS",
     "DaemonExecutor",
     "Executor",
+    "IdleThreads",
     "InlineExecutor",
     "ManualExecutor",
     "SerialDispatch",
+    "ThreadStartError",
 ]
 
 
@@ -40,7 +45,9 @@ class InlineExecutor:
 
     Tasks submitted while a task runs are queued and run after it, in order,
     by the outermost `submit` (a trampoline), so a long chain of loads never
-    recurses. Useful for scripts and deterministic tests.
+    recurses. Useful for scripts and deterministic tests. A task that raises
+    (a `KeyboardInterrupt` in a read) does not drop the tasks queued behind it
+    (a cache counts them as running): they run, then the first error is raised.
 
     Examples
     --------
@@ -60,15 +67,100 @@ class InlineExecutor:
             return
         pending = deque([fn])
         self._local.pending = pending
+        raised: BaseException | None = None
         try:
             while pending:
-                pending.popleft()()
+                try:
+                    pending.popleft()()
+                except BaseException as error:  # the tasks queued behind it still run
+                    if raised is None:
+                        raised = error
         finally:
             self._local.pending = None
+        if raised is not None:
+            raise raised
+
+
+class ThreadStartError(LazyZarrError, RuntimeError):
+    """A worker thread could not be started (``RuntimeError: can't start new thread``:
+    a thread or memory limit); the task submitted was not taken. Retryable."""
+
+
+class IdleThreads:
+    """The idle worker threads every `DaemonExecutor` of the process shares.
+
+    A thread serves one executor while it has tasks, then comes here and waits
+    (for the idle time of the executor it last served) to be handed to any
+    executor that needs a thread. So executors made and dropped one after
+    another (an array opened, read and forgotten, 500 times) reuse the same few
+    threads instead of each keeping its own until its idle time runs out. At
+    most `limit` threads wait here; more end at once. Holds no executor while
+    idle, so it keeps none alive.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._ready = threading.Condition(threading.Lock())
+        self._handoffs: deque[DaemonExecutor] = deque()
+        self._idle = 0
+        self._trims = 0
+
+    def trim(self) -> None:
+        """End every idle thread now (an executor shut down: a closed cache leaves none)."""
+        with self._ready:
+            self._trims += 1
+            self._ready.notify_all()
+
+    @property
+    def idle(self) -> int:
+        """Threads waiting here now."""
+        with self._ready:
+            return self._idle
+
+    def dispatch(self, executor: DaemonExecutor) -> None:
+        """Give `executor` a thread: an idle one, else a new one (`ThreadStartError`)."""
+        with self._ready:
+            if self._idle > len(self._handoffs):
+                self._handoffs.append(executor)
+                self._ready.notify()
+                return
+        thread = threading.Thread(target=self._serve, args=(executor,), daemon=True)
+        thread.name = executor.name
+        try:
+            thread.start()
+        except RuntimeError as error:  # "can't start new thread"
+            raise ThreadStartError(
+                f"could not start a {executor.name!r} worker thread: {error} "
+                "(a limit on threads or memory); retry once threads can start"
+            ) from error
+
+    def _serve(self, executor: DaemonExecutor | None) -> None:
+        while executor is not None:
+            threading.current_thread().name = executor.name
+            idle_seconds = executor.drain()
+            executor = None  # an idle thread keeps no executor alive
+            with self._ready:
+                if idle_seconds is None or self._idle >= self.limit:
+                    return  # its executor was shut down (a closed cache), or enough wait
+                self._idle += 1
+                trims = self._trims
+                try:
+                    while not self._handoffs:
+                        if self._trims != trims:
+                            return  # an executor shut down: idle threads end with it
+                        if not self._ready.wait(idle_seconds) and not self._handoffs:
+                            return  # idle too long: a quiet process holds no threads
+                    executor = self._handoffs.popleft()
+                finally:
+                    self._idle -= 1
+
+
+IDLE_THREADS: IdleThreads = IdleThreads(limit=64)
+"""The idle worker threads of every `DaemonExecutor` of the process."""
 
 
 class DaemonExecutor:
-    """Runs submitted tasks on daemon threads it starts on demand and lets idle ones go.
+    """Runs submitted tasks on daemon threads it takes on demand and lets go when idle.
 
     `ChunkCache`'s own workers. Unlike `concurrent.futures.ThreadPoolExecutor`,
     nothing ever waits for a running task: `shutdown` returns at once, and the
@@ -76,6 +168,22 @@ class DaemonExecutor:
     registers no exit hook), so a read stuck in storage cannot hold up
     `ChunkCache.close` or the end of the program. The caller bounds how many
     tasks run at once; `max_workers` is only a safety net.
+
+    A thread serves an executor only while it has tasks; idle threads wait in a
+    pool every executor of the process shares (at most 64, each for
+    `idle_seconds`), so an executor nobody uses any more (an array dropped
+    without `close`) holds no thread, and a new one reuses the idle threads.
+    After `shutdown` its threads end once their task does, and the idle ones
+    with them (`IdleThreads.trim`).
+
+    `submit` raises `ThreadStartError` (a `LazyZarrError`) when no thread can
+    be started (a thread or memory limit) and none is idle: the task is then
+    dropped, and the count of threads is as before, so a later `submit`
+    starts one again once threads can start.
+
+    A task raising anything (`KeyboardInterrupt` and `SystemExit` included:
+    they are meant for the main thread, and a worker's would only end the
+    thread uncounted) is logged and the thread goes on.
 
     Thread contract: `submit` and `shutdown` may be called from any thread.
 
@@ -98,60 +206,71 @@ class DaemonExecutor:
         idle_seconds: float = 10.0,
     ) -> None:
         self._max_workers = max_workers
-        self._name = name
+        self.name = name
         self._idle_seconds = idle_seconds
-        self._condition = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
         self._tasks: deque[Callable[[], Any]] = deque()
-        self._threads = 0
-        self._idle = 0
+        self._threads = 0  # serving this executor: running a task or about to take one
+        self._coming = 0  # of those, handed over but not yet taking tasks
         self._shutdown = False
 
     @property
     def threads(self) -> int:
-        """Threads alive now (running a task or idle)."""
-        with self._condition:
+        """Threads serving this executor now (running its tasks, or about to)."""
+        with self._lock:
             return self._threads
 
     def submit(self, fn: Callable[[], Any], /) -> None:
-        """Run `fn()` on a worker thread soon; dropped after `shutdown`."""
-        with self._condition:
+        """Run `fn()` on a worker thread soon; dropped after `shutdown`.
+
+        Raises `ThreadStartError` if a thread was needed and none could start.
+        """
+        with self._lock:
             if self._shutdown:
                 return
             self._tasks.append(fn)
-            if len(self._tasks) > self._idle and self._threads < self._max_workers:
-                self._threads += 1
-                start = True
-            else:
-                self._condition.notify()
-                start = False
-        if start:
-            # Started outside the lock: a thread start costs ~0.1-1 ms.
-            threading.Thread(target=self._run, name=self._name, daemon=True).start()
+            if len(self._tasks) <= self._coming or self._threads >= self._max_workers:
+                return  # a thread on its way, or one busy here, takes it
+            self._threads += 1
+            self._coming += 1
+        try:
+            # Outside the lock: a thread start costs ~0.1-1 ms.
+            IDLE_THREADS.dispatch(self)
+        except ThreadStartError:
+            with self._lock:
+                self._threads -= 1
+                self._coming -= 1
+                taken = True
+                for index in range(len(self._tasks) - 1, -1, -1):
+                    if self._tasks[index] is fn:
+                        del self._tasks[index]
+                        taken = False
+                        break
+            if not taken:
+                raise  # nobody will run it: the caller must know
 
     def shutdown(self) -> None:
-        """Drop the tasks not yet started and let every thread end; never waits."""
-        with self._condition:
+        """Drop the tasks not yet started and let every thread go; never waits."""
+        with self._lock:
             self._shutdown = True
             self._tasks.clear()
-            self._condition.notify_all()
+        IDLE_THREADS.trim()
 
-    def _run(self) -> None:
+    def drain(self) -> float | None:
+        """Run tasks on this (pool) thread until none is left; how long the thread waits
+        idle then (None after `shutdown`: it ends)."""
+        with self._lock:
+            self._coming -= 1
         while True:
-            with self._condition:
-                while not self._tasks and not self._shutdown:
-                    self._idle += 1
-                    woken = self._condition.wait(self._idle_seconds)
-                    self._idle -= 1
-                    if not woken and not self._tasks:
-                        break  # idle too long: a quiet cache holds no threads
-                if not self._tasks:
+            with self._lock:
+                if not self._tasks or self._shutdown:
                     self._threads -= 1
-                    return
+                    return None if self._shutdown else self._idle_seconds
                 task = self._tasks.popleft()
             try:
                 task()
-            except BaseException:  # a task's bug must not kill the thread uncounted
-                logging.getLogger(__name__).exception("a chunk loading task failed")
+            except BaseException:  # a task's bug (or a stray interrupt) must not kill the thread
+                logging.getLogger(__name__).exception("a %s task failed", self.name)
 
 
 class ManualExecutor:
@@ -229,15 +348,25 @@ class SerialDispatch:
         self._closed = False
 
     def submit(self, fn: Callable[[], Any], /) -> None:
+        """Run `fn()` on the thread, after what is queued (`ThreadStartError` if the thread
+        cannot start: `fn` is dropped, and the next `submit` tries again)."""
         with self._ready:
             if self._closed:
                 return
             self._tasks.append(fn)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-                self._thread.start()
-            else:
+            if self._thread is not None:
                 self._ready.notify()
+                return
+            thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            try:
+                thread.start()
+            except RuntimeError as error:  # "can't start new thread": try again next time
+                self._tasks.pop()
+                raise ThreadStartError(
+                    f"could not start the {self._name!r} thread: {error} "
+                    "(a limit on threads or memory)"
+                ) from error
+            self._thread = thread
 
     def _run(self) -> None:
         while True:

@@ -22,8 +22,9 @@ import time
 from concurrent import futures
 from typing import TYPE_CHECKING, Any, cast
 
+from napari_lazy_zarr.core.cache._residency import not_started
 from napari_lazy_zarr.core.cache.schedule import LoadClass
-from napari_lazy_zarr.core.errors import LoadCancelledError
+from napari_lazy_zarr.core.errors import ChunkReadError, LoadCancelledError
 from napari_lazy_zarr.core.states import ChunkState, EventReason
 
 if TYPE_CHECKING:
@@ -99,6 +100,8 @@ class Demand:
         for ref in needed:
             entry = residency.entry(ref)
             residency.pin(entry)  # a READY chunk leaves the LRU while pinned
+            if entry.state is ChunkState.FAILED and not_started(entry.error):
+                self.requeue_failed(entry, outbox)  # no thread could read it: asked again
             if entry.state is ChunkState.READY:
                 counters.hits += 1
                 request._landed.put(entry.key)
@@ -112,6 +115,8 @@ class Demand:
                 request._remaining += 1
         for ref in extra:
             entry = residency.entry(ref)
+            if entry.state is ChunkState.FAILED and not_started(entry.error):
+                self.requeue_failed(entry, outbox)
             scheduler.enqueue(entry, LoadClass.PREFETCH, level, center, view, generation, outbox)
         if request._remaining == 0:
             outbox.finished.append(request)
@@ -194,6 +199,36 @@ class Demand:
         self._dependencies.drop_deferred(entry)
         self._transition(entry, ChunkState.LOADING, EventReason.STARTED, outbox)
         self.complete(entry, None, error, outbox)
+
+    def fail_unstartable(self, cause: BaseException, outbox: Outbox) -> None:
+        """No worker task runs and none could start (`cause`): fail the QUEUED chunks
+        someone wants, so nobody waits for good.
+
+        Each fails with a `ChunkReadError` naming `cause` (QUEUED -> LOADING ->
+        FAILED); the derived chunks waiting for them fail with them. A later
+        request for such a chunk queues it again by itself (`not_started`);
+        chunks nobody wants stay queued, parked when they reach the front.
+        """
+        scheduler, entries = self._scheduler, self._residency.entries
+        seen: set[ChunkKey] = set()
+        for item in scheduler.queue.items():
+            entry = entries.get(item.key)
+            if (
+                entry is None
+                or item.key in seen
+                or entry.state is not ChunkState.QUEUED
+                or item.key in scheduler.parked
+            ):
+                continue
+            seen.add(item.key)
+            if not scheduler.wanted(entry):
+                continue
+            error = ChunkReadError(
+                f"chunk {entry.key}: not read: no worker thread could start ({cause}); "
+                "asked for again, it is read once threads can start"
+            )
+            error.__cause__ = cause
+            self.fail_unstarted(entry, error, outbox)
 
     def retry(self, keys: Iterable[ChunkKey], outbox: Outbox) -> int:
         """Ask again for the FAILED chunks among `keys` (`ChunkCache.retry`): re-queue them;

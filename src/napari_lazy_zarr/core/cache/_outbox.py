@@ -49,7 +49,14 @@ class Outbox:
     def start_watchdog_and_cancel(self) -> None:
         """Start the stall watchdog armed, if any; ask to cancel the reads to cancel."""
         if self.watchdog is not None:
-            self.watchdog.start()
+            try:
+                self.watchdog.start()
+            except RuntimeError:  # "can't start new thread": no stall detection this time
+                # The scheduler still holds the timer: it is dropped (and armed again) once
+                # the queue empties (`Scheduler.schedule_starts`).
+                logging.getLogger(__name__).warning(
+                    "napari-lazy-zarr: could not start the stall watchdog", exc_info=True
+                )
         cancel_loads(self.cancels)
 
 

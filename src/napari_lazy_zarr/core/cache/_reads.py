@@ -5,7 +5,16 @@ Thread contract
 These functions run on a worker thread *without* the cache's lock. They read
 only what a LOADING entry's worker owns until it finishes (its `source`,
 `coords`, `key`, and a derived chunk's gathered `inputs`) and change no state:
-the façade records their outcomes under the lock (`ChunkCache._finish_loads`).
+the façade records their outcomes under the lock (`Workers.finish`).
+
+Interrupts
+----------
+Whatever a source raises ends as its chunk's outcome, `BaseException`
+included: a `KeyboardInterrupt` or `SystemExit` out of a read (a dask task's,
+or Ctrl-C while an `InlineExecutor` reads on the main thread) becomes an
+`InterruptedReadError` (a retryable `ChunkReadError` naming it), so the chunk
+FAILS instead of staying LOADING for good; the worker re-raises the interrupt
+once the outcome is recorded (`interruption`).
 """
 
 from __future__ import annotations
@@ -23,9 +32,38 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.cache._residency import Entry
     from napari_lazy_zarr.core.sources.protocol import BatchSource, DerivedSource
 
-__all__ = ["Outcome", "checked", "read_batch", "read_one"]
+__all__ = ["InterruptedReadError", "Outcome", "checked", "interruption", "read_batch", "read_one"]
 
 type Outcome = tuple[Entry, np.ndarray[Any, Any] | None, BaseException | None]
+
+
+class InterruptedReadError(ChunkReadError):
+    """A read ended by a `KeyboardInterrupt` or `SystemExit` (its `interrupt`); retryable."""
+
+    def __init__(self, message: str, interrupt: BaseException) -> None:
+        super().__init__(message)
+        self.interrupt = interrupt
+
+
+def _failure(what: object, error: BaseException) -> BaseException:
+    """What a load that raised `error` fails with: `error`, or an interrupt wrapped."""
+    if isinstance(error, Exception | asyncio.CancelledError):
+        return error
+    wrapped = InterruptedReadError(
+        f"{what}: the read was interrupted ({type(error).__name__}: {error}); "
+        "retry to read it again",
+        error,
+    )
+    wrapped.__cause__ = error
+    return wrapped
+
+
+def interruption(outcomes: Sequence[Outcome]) -> BaseException | None:
+    """The interrupt (`KeyboardInterrupt`, `SystemExit`) that ended one of these loads."""
+    for _, _, error in outcomes:
+        if isinstance(error, InterruptedReadError):
+            return error.interrupt
+    return None
 
 
 def read_one(entry: Entry) -> Outcome:
@@ -37,8 +75,8 @@ def read_one(entry: Entry) -> Outcome:
         else:
             raw = cast("DerivedSource", entry.source).combine(entry.coords, inputs)
         return entry, checked(entry, raw), None
-    except (Exception, asyncio.CancelledError) as error:  # the latter is no Exception
-        return entry, None, error
+    except BaseException as error:  # an interrupt too: the chunk must not stay LOADING
+        return entry, None, _failure(f"chunk {entry.key}", error)
 
 
 def read_batch(entries: Sequence[Entry]) -> list[Outcome]:
@@ -51,8 +89,9 @@ def read_batch(entries: Sequence[Entry]) -> list[Outcome]:
                 f"{source!r}: read_chunks returned {len(results)} results "
                 f"for {len(entries)} chunks"
             )
-    except (Exception, asyncio.CancelledError) as error:  # the latter is no Exception
-        return [(entry, None, error) for entry in entries]
+    except BaseException as error:  # an interrupt too: no chunk may stay LOADING
+        failure = _failure(f"{source!r}: a batch of {len(entries)} chunks", error)
+        return [(entry, None, failure) for entry in entries]
     outcomes: list[Outcome] = []
     for entry, result in zip(entries, results, strict=True):
         if isinstance(result, BaseException):

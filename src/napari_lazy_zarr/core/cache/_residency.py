@@ -4,6 +4,16 @@ It owns the per-chunk records (`Entry`), the LRU order of the READY chunks no
 live request pins, the pins, the resident, pinned and kept byte counts, and
 eviction.
 
+Bounded bookkeeping
+-------------------
+An entry costs ~700 B whatever its chunk's size, so the records of chunks that
+are neither resident, pinned, queued, loading nor failed are not kept for
+good: of the EVICTED chunks, only the `EVICTED_KEPT` most recently evicted are
+remembered (the inspector shows them EVICTED); an older one is *forgotten*:
+its entry is dropped, without an event, and the chunk is NEW again to the
+cache (asked for again, it moves NEW -> QUEUED). `forget` drops the unpinned
+chunks of sources that can never be read again (`ChunkCache.discard`).
+
 Thread contract
 ---------------
 Every field of `Residency` and of every `Entry` is read and written only under
@@ -18,8 +28,10 @@ from __future__ import annotations
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
+from napari_lazy_zarr.core.errors import ChunkReadError
+from napari_lazy_zarr.core.executors import ThreadStartError
 from napari_lazy_zarr.core.sources.protocol import KeepingSource, is_derived
 from napari_lazy_zarr.core.states import ChunkState, EventReason
 
@@ -34,7 +46,10 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.keys import ChunkKey, ChunkRef
     from napari_lazy_zarr.core.sources.protocol import BatchSource, DerivedSource
 
-__all__ = ["Entry", "Residency", "Transition"]
+__all__ = ["EVICTED_KEPT", "Entry", "Residency", "Transition", "not_started"]
+
+EVICTED_KEPT: Final = 4096
+"""How many EVICTED chunks a cache remembers (~3 MiB of records); older ones are forgotten."""
 
 type Transition = Callable[[Entry, ChunkState, EventReason, Outbox], None]
 """The façade's `ChunkCache._transition`: the one place a chunk's state moves."""
@@ -106,6 +121,9 @@ class Residency:
         "_counters",
         "_transition",
         "entries",
+        "evicted",
+        "evicted_kept",
+        "forgotten",
         "keepers",
         "limit",
         "lru",
@@ -126,6 +144,10 @@ class Residency:
         self.resident = 0
         self.pinned = 0
         self.keepers: weakref.WeakSet[KeepingSource] = weakref.WeakSet()  # sources read
+        # EVICTED keys that may be forgotten, least recently evicted first (`EVICTED_KEPT`).
+        self.evicted: OrderedDict[ChunkKey, None] = OrderedDict()
+        self.evicted_kept = EVICTED_KEPT
+        self.forgotten = 0  # entries dropped so (a test counts them)
 
     def entry(self, ref: ChunkRef) -> Entry:
         """The record of `ref`'s chunk, made (NEW) if the cache has not seen it."""
@@ -169,6 +191,46 @@ class Residency:
         entry.data = None
         entry.nbytes = 0
         self._counters.evictions += 1
+        self.remember_evicted(entry)
+
+    def remember_evicted(self, entry: Entry) -> None:
+        """Keep an EVICTED chunk no queue item names among the recent evictions; forget
+        the oldest beyond `EVICTED_KEPT`."""
+        if entry.queue_items:
+            return  # a stale item names it: kept until popped (`Scheduler.pop_runnable`)
+        evicted = self.evicted
+        evicted[entry.key] = None
+        while len(evicted) > self.evicted_kept:
+            key, _ = evicted.popitem(last=False)
+            self.drop(self.entries[key])
+
+    def requeued(self, entry: Entry) -> None:
+        """An EVICTED chunk is asked for again: it is no longer to be forgotten."""
+        self.evicted.pop(entry.key, None)
+
+    def drop(self, entry: Entry) -> None:
+        """Forget an entry nothing refers to (EVICTED, or NEW, unpinned, unqueued)."""
+        del self.entries[entry.key]
+        self.evicted.pop(entry.key, None)
+        self._counters.state_counts[entry.state] -= 1
+        self.forgotten += 1
+
+    def forget(self, identities: frozenset[Hashable], outbox: Outbox) -> int:
+        """Evict the unpinned READY chunks of sources whose identity is in `identities` and
+        forget them with their EVICTED ones; how many entries were dropped.
+
+        Chunks pinned, queued, loading or failed stay: they are forgotten when evicted
+        (and then among the oldest evictions).
+        """
+        before = self.forgotten
+        for key, entry in list(self.entries.items()):
+            if key.source not in identities or entry.pins or entry.queue_items:
+                continue
+            if entry.state is ChunkState.READY:
+                self.evict(entry, outbox)
+            if entry.state is ChunkState.EVICTED and key in self.entries:
+                self.drop(entry)
+        return self.forgotten - before
 
     def kept_bytes(self) -> int:
         """What the sources read keep beside their chunks."""
@@ -215,8 +277,8 @@ class Residency:
                     lru.move_to_end(key)
                 assert entry.data is not None
                 ready[key] = entry.data
-            elif entry.state is ChunkState.FAILED:
-                failed.add(key)
+            elif entry.state is ChunkState.FAILED and not not_started(entry.error):
+                failed.add(key)  # (one that failed for want of a thread is read if asked)
         if count_hits:
             self._counters.hits += len(ready)
         return ready, failed
@@ -229,3 +291,9 @@ class Residency:
             if entry is not None and entry.state is ChunkState.FAILED and entry.error:
                 found[key] = entry.error
         return found
+
+
+def not_started(error: BaseException | None) -> bool:
+    """Whether a FAILED chunk failed only because no worker thread could start
+    (`Demand.fail_unstartable`): a request for it queues it again."""
+    return isinstance(error, ChunkReadError) and isinstance(error.__cause__, ThreadStartError)

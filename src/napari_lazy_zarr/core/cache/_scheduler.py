@@ -141,6 +141,7 @@ class Scheduler:
             reason = (
                 EventReason.PREFETCH if load_class is LoadClass.PREFETCH else EventReason.REQUESTED
             )
+            self._residency.requeued(entry)
             self._transition(entry, ChunkState.QUEUED, reason, outbox)
         elif entry.state not in (ChunkState.QUEUED, ChunkState.LOADING):
             return  # READY, or FAILED (no retry storms)
@@ -167,6 +168,7 @@ class Scheduler:
                 if item.load_class == LoadClass.PREFETCH
                 else EventReason.REQUESTED
             )
+            self._residency.requeued(entry)
             self._transition(entry, ChunkState.QUEUED, reason, outbox)
         elif entry.state is ChunkState.LOADING:
             # It lands soon and reports to its dependents; wanted, not to be cancelled.
@@ -222,11 +224,37 @@ class Scheduler:
         elif current is ChunkState.QUEUED:
             self.batches.setdefault((entry.key.source, entry.batch), {})[entry.key] = entry
 
+    def forget_parked(self, identities: frozenset[Hashable]) -> int:
+        """Forget the parked chunks of these sources nothing refers to (`ChunkCache.discard`):
+        unpinned, no queue item, no derived chunk waiting; how many."""
+        dependencies, residency = self._dependencies, self._residency
+        forgotten = 0
+        for key in [k for k in self.parked if k.source in identities]:
+            entry = residency.entries[key]
+            if (
+                entry.pins
+                or entry.queue_items
+                or key in dependencies.deferred
+                or key in dependencies.dependents
+            ):
+                continue
+            self.parked.discard(key)
+            if entry.batch is not None:
+                self.batch_moved(entry, ChunkState.QUEUED, ChunkState.NEW)
+            residency.drop(entry)
+            forgotten += 1
+        return forgotten
+
     # -- workers -----------------------------------------------------------
 
     def schedule_starts(self, outbox: Outbox) -> None:
         if self.closed:
             return
+        if self.watchdog is not None and not self.queue:
+            # Nothing waits behind the loads: no timer (a cache dropped unclosed keeps
+            # none, nor is it kept alive by one).
+            self.watchdog.cancel()  # sets an event: never waits
+            self.watchdog = None
         wanted = min(self.concurrency, len(self.queue)) - self.active_tasks
         if wanted > 0:
             self.active_tasks += wanted
@@ -281,6 +309,8 @@ class Scheduler:
             entry = entries[item.key]
             entry.queue_items -= 1
             if entry.state is not ChunkState.QUEUED:
+                if entry.state is ChunkState.EVICTED and not entry.queue_items:
+                    self._residency.remember_evicted(entry)  # its last stale item is gone
                 continue
             if queue.is_stale(item, self.current_generation):
                 if self.fetch_superseded:

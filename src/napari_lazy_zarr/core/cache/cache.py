@@ -4,9 +4,9 @@ Threading contract
 ------------------
 One lock guards every entry, the LRU order, the pins, the load queue, the
 derived chunks' bookkeeping and the statistics. Every state move goes through
-`_transition`, checked against `LEGAL_MOVES`. Workers read and decode chunks
-(or combine a derived chunk's inputs) *outside* the lock (`_reads`) and change
-state only through `_finish_loads`. Events are collected under the lock and
+`_transition`, checked against `LEGAL_MOVES`. Workers (`_workers`) read and
+decode chunks (or combine a derived chunk's inputs) *outside* the lock
+(`_reads`) and change state only through `Workers.finish`. Events are collected under the lock and
 emitted (psygnal signals, request futures, executor submissions) only after it
 is released, so a slot may call back into the cache.
 
@@ -69,7 +69,6 @@ however many pinned chunks exceed the limit.
 
 from __future__ import annotations
 
-import functools
 import numbers
 import os
 import threading
@@ -84,10 +83,10 @@ from napari_lazy_zarr.core.cache._counters import Counters
 from napari_lazy_zarr.core.cache._demand import Demand
 from napari_lazy_zarr.core.cache._dependencies import Dependencies
 from napari_lazy_zarr.core.cache._outbox import Outbox, cancel_loads
-from napari_lazy_zarr.core.cache._reads import read_batch, read_one
 from napari_lazy_zarr.core.cache._residency import Entry, Residency
 from napari_lazy_zarr.core.cache._scheduler import Scheduler
 from napari_lazy_zarr.core.cache._status import chunk_status
+from napari_lazy_zarr.core.cache._workers import Workers
 from napari_lazy_zarr.core.cache.request import Request
 from napari_lazy_zarr.core.cache.schedule import LoadClass
 from napari_lazy_zarr.core.executors import DaemonExecutor, Executor
@@ -102,7 +101,6 @@ from napari_lazy_zarr.core.states import (
 if TYPE_CHECKING:
     from collections.abc import Hashable, Iterable, Sequence
 
-    from napari_lazy_zarr.core.cache._reads import Outcome
     from napari_lazy_zarr.core.cache.snapshots import CacheCounters, CacheStatistics, ChunkStatus
     from napari_lazy_zarr.core.keys import ChunkKey, ChunkRef
 
@@ -210,8 +208,6 @@ class ChunkCache:
             # The active-task count, not the pool, enforces `concurrency`.
             self._owned_executor = DaemonExecutor(name="lazy-zarr-load")
             executor = self._owned_executor
-        self._executor: Executor = executor
-        self._one_load_per_task = bool(getattr(executor, "one_load_per_task", False))
         self._lock = threading.Lock()
         # The helpers own the state; each is touched only under `_lock` (their thread
         # contract), and every state move they make goes through `_transition`.
@@ -232,6 +228,7 @@ class ChunkCache:
         self._demand = Demand(
             self._residency, self._scheduler, self._dependencies, self._counters, self._transition
         )
+        self._workers = Workers(executor, self._lock, self._scheduler, self._demand, self._flush)
         # The helpers' tables under the names the tests' invariants read (the same objects).
         self._entries = self._residency.entries
         self._parked = self._scheduler.parked
@@ -462,6 +459,23 @@ class ChunkCache:
         self._flush(outbox)
         return count
 
+    def discard(self, identities: Iterable[Hashable]) -> int:
+        """Evict and forget the chunks of the sources with these identities (`ChunkKey.source`)
+        that nothing holds; how many chunks were forgotten.
+
+        For data that can never be read again (napari's removed layer: a reopened
+        store has a new identity). READY and EVICTED chunks no live request pins,
+        and QUEUED ones parked, are dropped from the cache; pinned, loading and
+        failed ones stay. Asked for again, a forgotten chunk is read again
+        (NEW -> QUEUED): discarding data still in use only costs a re-read.
+        """
+        wanted = frozenset(identities)
+        outbox = Outbox()
+        with self._lock:
+            count = self._scheduler.forget_parked(wanted) + self._residency.forget(wanted, outbox)
+        self._flush(outbox)
+        return count
+
     def close(self) -> None:
         """Stop loading, at once, whatever storage does (idempotent; any thread).
 
@@ -547,49 +561,6 @@ class ChunkCache:
     def _statistics(self) -> CacheStatistics:
         return self._counters.statistics(self._residency, len(self._parked), len(self._deferred))
 
-    # -- worker side -------------------------------------------------------
-
-    def _work(self, others: int = 0) -> None:
-        """One worker task: load the most urgent queued chunks, reading outside the lock.
-
-        The task keeps taking the next chunk (in the same locked section that
-        finishes the previous one) until the queue is empty, instead of
-        submitting a new task per chunk. An executor that sets
-        `one_load_per_task` (`ManualExecutor`) gets one chunk per task, so
-        tests can step loads. A task first submits `others` more worker tasks.
-        """
-        for _ in range(others):
-            self._executor.submit(self._work)
-        outbox = Outbox()
-        with self._lock:
-            entry = self._scheduler.take_next(outbox)
-            self._scheduler.schedule_starts(outbox)  # a derived chunk may have queued inputs
-        self._flush(outbox)
-        while entry is not None:
-            # A LOADING entry's `inputs` and `riders` are only this worker's until it finishes.
-            if entry.riders is not None:
-                entry = self._finish_loads(read_batch([entry, *entry.riders]))
-            else:
-                entry = self._finish_loads([read_one(entry)])
-
-    def _finish_loads(self, outcomes: Sequence[Outcome]) -> Entry | None:
-        """Record the outcomes of one task's loads (one chunk, or a batch); returns the
-        next chunk for this worker, if it continues.
-
-        After `close` the outcomes are dropped and the worker stops.
-        """
-        outbox = Outbox()
-        scheduler = self._scheduler
-        with self._lock:
-            if scheduler.closed:
-                return None
-            for entry, data, error in outcomes:
-                self._demand.record(entry, data, error, outbox)
-            following = scheduler.take_next(outbox, retire=self._one_load_per_task)
-            scheduler.schedule_starts(outbox)
-        self._flush(outbox)
-        return following
-
     def _emit_pending(self) -> None:
         """Emit every unemitted event, in order, from this thread (without the cache lock).
 
@@ -619,12 +590,8 @@ class ChunkCache:
             self._emit_pending()
         if outbox.superseded or outbox.finished:  # calls only when needed: once per load
             outbox.resolve_requests()
-        if outbox.starts == 1:
-            self._executor.submit(self._work)
-        elif outbox.starts > 1:
-            # Starting a pool thread costs ~1 ms; 32 of them would stall the requesting
-            # thread (napari's main thread). The first worker starts the others.
-            self._executor.submit(functools.partial(self._work, outbox.starts - 1))
+        if outbox.starts:
+            self._workers.start(outbox.starts)
         if outbox.watchdog is not None or outbox.cancels:
             outbox.start_watchdog_and_cancel()
 

@@ -5,8 +5,10 @@ chunking (irregular chunks included): chunk ``coords`` is the array's block
 ``coords``, computed from the array's graph when the cache asks for it. The
 computation runs where a `DaskRunner` says:
 
-- **locally** (the default): dask's threaded scheduler, on a thread pool the
-  runner owns (`DaskRunner.close` shuts it down);
+- **locally** (the default): dask's threaded scheduler, on a pool of daemon
+  threads the runner owns (`DaskRunner.close` shuts it down), each compute
+  driven from a daemon thread of its own: the interpreter exits with tasks in
+  flight, and the wait for a chunk is bounded by `timeout` as on a cluster;
 - **on a cluster**: a ``distributed.Client`` given explicitly, or the client
   already active in the process when asked for by ``client="active"`` (never
   picked up silently). Each chunk is one ``client.get`` of the block's culled
@@ -45,7 +47,8 @@ import itertools
 import math
 import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent import futures
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 import numpy as np
@@ -56,6 +59,7 @@ from napari_lazy_zarr.core.errors import (
     LoadTimeoutError,
     UnsupportedDataError,
 )
+from napari_lazy_zarr.core.executors import ThreadStartError
 from napari_lazy_zarr.core.keys import CompositeIdentity, box_text, chunk_bounds
 from napari_lazy_zarr.core.sources._grid import grid_from_boundaries
 from napari_lazy_zarr.core.sources.protocol import SourceFields, fill_value_of
@@ -80,6 +84,7 @@ DEFAULT_COMPUTE_TIMEOUT: Final = 300.0
 """Seconds one chunk's computation may take before it fails (`LoadTimeoutError`)."""
 
 _POLL: Final = 0.05  # seconds between checks of a cancelled or closed wait
+_POOL_IDLE: Final = 10.0  # seconds a local pool thread waits for a task before it ends
 _IMAGE_KINDS: Final = frozenset("biufc")
 
 type ClientLike = Client | Literal["active"] | None
@@ -236,7 +241,8 @@ class DaskRunner:
         self.client: Client | None = resolve_client(client)
         self.timeout = float(timeout)
         self._workers = num_workers
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: _DaemonPool | None = None
+        self._drivers: set[threading.Thread] = set()  # local computes being driven
         self._lock = threading.Lock()
         self._closed = False
         self.submitted = 0
@@ -255,15 +261,22 @@ class DaskRunner:
 
     def close(self, *, wait: bool = True) -> None:
         """Shut the local pool down; idempotent. Computations waiting end with
-        `LoadCancelledError`; running tasks finish first (`wait`: wait for them).
+        `LoadCancelledError`; running tasks finish first (`wait`: wait for them, at most
+        `timeout` seconds). Its threads are daemons: a running task never holds up the
+        interpreter's exit.
 
         A client given to the runner is the caller's: it stays open.
         """
         with self._lock:
             self._closed = True
             pool, self._pool = self._pool, None
+            drivers = list(self._drivers)
         if pool is not None:
-            pool.shutdown(wait=wait, cancel_futures=True)
+            pool.shutdown(wait=wait, cancel_futures=True, timeout=self.timeout)
+        if wait:
+            deadline = _now() + self.timeout
+            for driver in drivers:
+                driver.join(max(0.0, deadline - _now()))
 
     def __enter__(self) -> DaskRunner:
         return self
@@ -326,7 +339,7 @@ class DaskRunner:
         if ticket.cancelled.is_set():
             raise LoadCancelledError(f"{what}: computation cancelled (its views moved on)")
 
-    def _local_pool(self) -> ThreadPoolExecutor:
+    def _local_pool(self) -> _DaemonPool:
         with self._lock:
             if self._closed:
                 raise RuntimeError("closed")
@@ -334,13 +347,21 @@ class DaskRunner:
                 import os
 
                 workers = self._workers or max(2, os.cpu_count() or 1)
-                self._pool = ThreadPoolExecutor(workers, thread_name_prefix="lazy-zarr-dask")
+                self._pool = _DaemonPool(workers, "lazy-zarr-dask")
             self.submitted += 1
             return self._pool
 
     def _local_get(
         self, graph: Mapping[Hashable, Any], key: Hashable, ticket: _Ticket, what: str
     ) -> Any:
+        """Compute `key` on dask's local threaded scheduler, driven from a daemon thread.
+
+        The wait is bounded by `timeout` and ends at once when the runner closes;
+        a cancel stops the compute after its running task (dask's per-task
+        callback). A task raising anything, `KeyboardInterrupt` and
+        `SystemExit` included (a task's, on a pool thread: not meant for any
+        thread of ours), fails the chunk with a `ChunkReadError` naming it.
+        """
         from dask.threaded import get
 
         self._check_open(ticket, what)
@@ -348,26 +369,61 @@ class DaskRunner:
             pool = self._local_pool()
         except RuntimeError:
             raise LoadCancelledError(f"{what}: not computed: its source was closed") from None
+        abandoned = threading.Event()  # timed out: the driver starts no further task
 
         def stop_if_cancelled(*_: Any) -> None:
             # Called by dask before and after each task: a cancelled block starts no more.
-            if ticket.cancelled.is_set() or self._closed:
+            if ticket.cancelled.is_set() or self._closed or abandoned.is_set():
                 raise _Stop
 
         callbacks = [(None, None, stop_if_cancelled, stop_if_cancelled, None)]
+        outcome: futures.Future[Any] = futures.Future()
+
+        def drive() -> None:
+            try:
+                outcome.set_result(
+                    get(dict(graph), cast("Key", key), pool=pool, callbacks=callbacks)
+                )
+            except BaseException as error:  # every end is the chunk's outcome
+                outcome.set_exception(error)
+
+        driver = threading.Thread(target=drive, name="lazy-zarr-dask-driver", daemon=True)
         try:
-            return get(dict(graph), cast("Key", key), pool=pool, callbacks=callbacks)
-        except _Stop:
+            driver.start()
+        except RuntimeError as error:  # "can't start new thread": a thread or memory limit
+            raise ChunkReadError(
+                f"{what}: not computed: no thread could start ({error}); retry to compute it"
+            ) from error
+        with self._lock:
+            self._drivers.add(driver)
+        try:
+            deadline = _now() + self.timeout
+            while not futures.wait([outcome], timeout=_POLL).done:
+                if self._closed:
+                    raise LoadCancelledError(f"{what}: not computed: its source was closed")
+                if _now() > deadline:
+                    raise LoadTimeoutError(
+                        f"{what}: dask task {key!r} not computed within {self.timeout} s "
+                        "(local scheduler: the running task is left to end, no further task "
+                        "of it starts); retry to compute it again"
+                    )
+        except BaseException:
+            abandoned.set()
+            raise
+        finally:
+            with self._lock:
+                self._drivers.discard(driver)
+        failure = outcome.exception()
+        if failure is None:
+            return outcome.result()
+        if isinstance(failure, _Stop):
             raise LoadCancelledError(
                 f"{what}: computation cancelled (its views moved on); the running task finished, "
                 "no further task started"
             ) from None
-        except RuntimeError as error:
-            if self._closed:  # the pool was shut down under the compute
-                raise LoadCancelledError(f"{what}: not computed: its source was closed") from error
-            raise _task_error(what, key, error) from error
-        except Exception as error:
-            raise _task_error(what, key, error) from error
+        if self._closed or isinstance(failure, futures.CancelledError):
+            raise LoadCancelledError(f"{what}: not computed: its source was closed") from failure
+        raise _task_error(what, key, failure) from failure
 
     def _await(
         self, submit: Callable[[], Any], ticket: _Ticket, what: str, task: Hashable | None
@@ -427,6 +483,87 @@ class DaskRunner:
         if ticket.cancelled.is_set() or self._closed:
             future.cancel()
             self._check_open(ticket, what)
+
+
+class _DaemonPool(futures.Executor):
+    """The pool dask's local threaded scheduler runs tasks on: daemon threads, up to
+    `workers`, started on demand and ended after a while idle.
+
+    Unlike `concurrent.futures.ThreadPoolExecutor` (whose threads the interpreter
+    joins at exit), a task running here never holds up the end of the program.
+    """
+
+    def __init__(self, workers: int, name: str) -> None:
+        self._max_workers = workers  # read by dask.threaded.get
+        self._name = name
+        self._ready = threading.Condition(threading.Lock())
+        self._queue: deque[tuple[futures.Future[Any], Callable[[], Any]]] = deque()
+        self._threads: set[threading.Thread] = set()
+        self._idle = 0
+        self._shutdown = False
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> futures.Future[Any]:
+        future: futures.Future[Any] = futures.Future()
+        with self._ready:
+            if self._shutdown:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            self._queue.append((future, lambda: fn(*args, **kwargs)))
+            if self._idle >= len(self._queue) or len(self._threads) >= self._max_workers:
+                self._ready.notify()
+                return future
+            thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            try:
+                thread.start()
+            except RuntimeError as error:  # "can't start new thread"
+                self._queue.pop()
+                raise ThreadStartError(
+                    f"could not start a {self._name!r} thread: {error} (a limit on threads or "
+                    "memory)"
+                ) from error
+            self._threads.add(thread)
+        return future
+
+    def _run(self) -> None:
+        me = threading.current_thread()
+        while True:
+            with self._ready:
+                while not self._queue and not self._shutdown:
+                    self._idle += 1
+                    woken = self._ready.wait(_POOL_IDLE)
+                    self._idle -= 1
+                    if not woken and not self._queue:
+                        break
+                if not self._queue:
+                    self._threads.discard(me)
+                    return
+                future, task = self._queue.popleft()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = task()
+            except BaseException as error:  # dask packs task errors; anything else lands too
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+
+    def shutdown(
+        self, wait: bool = True, *, cancel_futures: bool = False, timeout: float | None = None
+    ) -> None:
+        """Stop taking tasks (`cancel_futures`: cancel the queued ones); `wait`: join the
+        threads, at most `timeout` seconds in all."""
+        with self._ready:
+            self._shutdown = True
+            queued = list(self._queue) if cancel_futures else []
+            if cancel_futures:
+                self._queue.clear()
+            threads = list(self._threads)
+            self._ready.notify_all()
+        for future, _ in queued:
+            future.cancel()
+        if wait:
+            deadline = None if timeout is None else _now() + timeout
+            for thread in threads:
+                thread.join(None if deadline is None else max(0.0, deadline - _now()))
 
 
 class _Stop(Exception):
