@@ -81,8 +81,9 @@ __all__ = [
 MAX_VIEW_CHUNKS: Final = 65_536
 """Chunks one read may touch by default (`plan_read`); a view over it is refused."""
 
-_EXACT_POINTS: Final = 1 << 16
-"""Up to this many samples on a non-regular axis are mapped to chunks one by one (exact)."""
+_EXACT_POINTS: Final = 4096
+"""Up to this many samples (or spanned chunks) of a strided non-regular axis are counted
+exactly, one by one; past both, the fewer of the two bounds the count."""
 
 type Fallback = (
     np.ndarray[Any, Any] | Callable[[Collection[ChunkKey]], np.ndarray[Any, Any]] | None
@@ -179,10 +180,11 @@ def count_chunks(transform: IndexTransform, grid: tuple[DimensionGridLike, ...])
     """How many chunks of `grid` a view through `transform` touches, by arithmetic.
 
     Exact for basic selections (constant and strided maps: slices of any step,
-    integers) over regular grids, and over other grids while an axis has at most
-    65,536 samples; an upper bound otherwise (index arrays: the fewer of their
-    points and the chunks they span). Costs O(rank), whatever the grid — no
-    chunk is listed. Out-of-bounds selections raise zarr-indexing's `IndexError`.
+    integers) over regular grids, and over other grids for unit steps or while an
+    axis has at most 4,096 samples or spanned chunks; an upper bound otherwise
+    (index arrays: the fewer of their points and the chunks they span). Costs
+    O(rank) on regular grids, whatever their size — no chunk is listed.
+    Out-of-bounds selections raise zarr-indexing's `IndexError`.
     """
     cells = math.prod(int(n) for n in transform.domain.shape)
     if cells == 0:
@@ -210,9 +212,20 @@ def _axis_chunks(transform: IndexTransform, m: Any, g: DimensionGridLike) -> int
             # Samples further apart than a chunk all land in different chunks; closer
             # samples skip none of the chunks they span.
             return n if abs(stride) >= int(g.size) else span
-        if n < span and n <= _EXACT_POINTS:
+        if abs(stride) == 1:
+            return span  # a unit stride skips no chunk of its span
+        if n <= _EXACT_POINTS:
             samples = first + stride * np.arange(n, dtype=np.int64)
             return int(np.count_nonzero(np.diff(g.indices_to_chunks(samples)))) + 1
+        if span <= _EXACT_POINTS:  # the chunks of the span holding a sample
+            low, step = min(first, last), abs(stride)
+            start = int(g.index_to_chunk(low))
+            held = 0
+            for chunk in range(start, start + span):
+                offset = max(int(g.chunk_offset(chunk)), low)
+                end = int(g.chunk_offset(chunk)) + int(g.chunk_size(chunk))
+                held += low + -(-(offset - low) // step) * step < end
+            return held
         return min(n, span)
     array_map = cast("ArrayMap", m)
     points = array_map.index_array

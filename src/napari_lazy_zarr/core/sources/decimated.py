@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.keys import ChunkKey
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
 
-__all__ = ["DecimatedSource", "virtual_levels"]
+__all__ = ["DIRECT_INPUT_BYTES", "DecimatedSource", "virtual_levels"]
 
 _MIN_LEVEL_CHUNK = 128
 MAX_BASE_CHUNKS = 65_536
@@ -207,7 +207,7 @@ class DecimatedSource(SourceFields):
             a, b = lo[axis], hi[axis]
             if b > a:
                 start, stop = a * self._factor, (b - 1) * self._factor + 1
-                cost *= len(_sampled_chunks(self._base.grid[axis], start, stop, self._base_step))
+                cost *= _sampled_count(self._base.grid[axis], start, stop, self._base_step)
         return max(1, cost)
 
     def combine(
@@ -277,11 +277,35 @@ class DecimatedSource(SourceFields):
         return f"DecimatedSource({self._base!r}, factor={self._factor}, axes={self._axes})"
 
 
+def _sampled_count(grid: DimensionGridLike, start: int, stop: int, step: int) -> int:
+    """How many chunks of `grid` hold one of the indices `range(start, stop, step)`.
+
+    Arithmetic on a regular grid (a chain's coarsest level spans 10^6 chunks of a
+    1-pixel grid: listing them took 74 s of napari's main thread); an upper bound
+    (the fewer of samples and spanned chunks) on other grids past 4,096 chunks.
+    """
+    samples = len(range(start, stop, step))
+    if samples == 0:
+        return 0
+    first, last = int(grid.index_to_chunk(start)), int(grid.index_to_chunk(stop - 1))
+    if isinstance(grid, FixedDimension):
+        # Samples a chunk or more apart land in distinct chunks; closer ones skip none.
+        return samples if step >= int(grid.size) else last - first + 1
+    if last - first + 1 > 4096:
+        return min(samples, last - first + 1)
+    return len(_sampled_chunks(grid, start, stop, step))
+
+
 def _sampled_chunks(grid: DimensionGridLike, start: int, stop: int, step: int) -> list[int]:
     """The chunks of `grid` holding at least one of the indices `range(start, stop, step)`."""
     first, last = int(grid.index_to_chunk(start)), int(grid.index_to_chunk(stop - 1))
-    if isinstance(grid, FixedDimension) and step <= int(grid.size):
-        return list(range(first, last + 1))  # every chunk in the span holds a sample
+    if isinstance(grid, FixedDimension):
+        size = int(grid.size)
+        if step <= size:
+            return list(range(first, last + 1))  # every chunk in the span holds a sample
+        return [index // size for index in range(start, stop, step)]  # one chunk per sample
+    if last - first + 1 > len(range(start, stop, step)):  # fewer samples than chunks
+        return sorted({int(grid.index_to_chunk(index)) for index in range(start, stop, step)})
     chunks: list[int] = []
     for chunk in range(first, last + 1):
         offset = int(grid.chunk_offset(chunk))
@@ -307,6 +331,16 @@ def virtual_levels(
     chunk once for all levels. `chunk_size` sets the levels' chunk edge along
     the decimated axes (default: see `DecimatedSource`).
 
+    Except where the chain costs more than it shares: built from the level
+    before, a level costs every stored chunk under it — 10^12 for a 10^6 x 10^6
+    array of 1-pixel chunks. Where a stored chunk is narrower than the level's
+    factor, sampling the base directly costs one stored chunk per pixel of the
+    level instead, so such a level samples the base (`parent=None`) as long as
+    one of its chunks' inputs stay under `DIRECT_INPUT_BYTES`; the coarsest
+    level then costs at most `MAX_BASE_CHUNKS` stored chunks a plane: levels go on
+    past `smallest` until it does (a 10^6² array of 1-pixel chunks: 13 levels, the
+    coarsest 245² pixels).
+
     Examples
     --------
     >>> import numpy as np
@@ -320,8 +354,51 @@ def virtual_levels(
     levels: list[ChunkSource] = [base]
     parent: DecimatedSource | None = None
     factor = 1
-    while any(math.ceil(base.shape[a] / factor) > smallest for a in decimated):
+    sampled = False  # the last level samples the base directly: it costs a chunk per pixel
+    while any(math.ceil(base.shape[a] / factor) > smallest for a in decimated) or (
+        sampled and _plane_cost(base, decimated, factor) > MAX_BASE_CHUNKS
+    ):
         factor *= 2
-        parent = DecimatedSource(base, factor, decimated, parent=parent, chunk_size=chunk_size)
+        direct = DecimatedSource(base, factor, decimated, chunk_size=chunk_size)
+        sampled = _samples_directly(direct, decimated)
+        if sampled and chunk_size is None:
+            # One chunk per pixel: small level chunks keep each chunk's inputs (which
+            # the cache gathers under its lock) to DIRECT_CHUNK_INPUTS.
+            edge = max(1, math.floor(DIRECT_CHUNK_INPUTS ** (1 / max(1, len(decimated)))))
+            direct = DecimatedSource(base, factor, decimated, chunk_size=edge)
+        if parent is None or sampled:
+            parent = direct
+        else:
+            parent = DecimatedSource(base, factor, decimated, parent=parent, chunk_size=chunk_size)
         levels.append(parent)
     return levels
+
+
+def _plane_cost(base: ChunkSource, axes: tuple[int, ...], factor: int) -> int:
+    """Stored chunks one whole plane of the level of `factor` samples (directly)."""
+    return math.prod(
+        _sampled_count(base.grid[a], 0, base.shape[a], factor) if base.shape[a] else 0
+        for a in axes
+    )
+
+
+DIRECT_INPUT_BYTES = 64 << 20
+"""The stored bytes one chunk of a level sampling the base directly may read."""
+
+DIRECT_CHUNK_INPUTS = 1024
+"""Stored chunks one chunk of a level sampling 1-pixel-ish chunks reads (32² pixels in 2-D):
+16,384 (128² pixels) held the cache's lock ~0.5 s while a worker gathered them."""
+
+
+def _samples_directly(level: DecimatedSource, axes: tuple[int, ...]) -> bool:
+    """Whether `level` (sampling its base directly) is the cheaper, bounded way to build it:
+    a stored chunk narrower than the factor on a decimated axis (the chain would read
+    every chunk under the level), and one level chunk's sampled inputs in bounds."""
+    base = level._base
+    edges = [
+        int(g.chunk_size(0)) if int(n) else 1 for g, n in zip(base.grid, base.shape, strict=True)
+    ]
+    if all(edges[axis] >= level.factor for axis in axes):
+        return False
+    inputs = level.chunk_cost(tuple(0 for _ in base.shape))
+    return inputs * math.prod(edges) * base.dtype.itemsize <= DIRECT_INPUT_BYTES

@@ -210,7 +210,7 @@ class ViewController:
         self.arrays = [ChunkedArray(source, cache)[index] for source in self.sources]
         self._id = next(_controller_ids)
         self._lock = threading.Lock()
-        self._plans = ViewPlans()
+        self._plans = ViewPlans(self.sources)
         self._volumes = PreparedVolumes(
             cache,
             self.sources,
