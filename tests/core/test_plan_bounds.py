@@ -9,6 +9,7 @@ view over its bounds with `PlanTooLargeError` without calling zarr-indexing's
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -234,4 +235,67 @@ def test_the_bounds_are_keywords(tmp_path: Path) -> None:
     try:
         assert len(array[: 10**5].chunk_refs()) == 10**5
     finally:
+        array.cache.close()
+
+
+# -- napari's path: a view over its bounds is served coarser ------------------
+
+
+def test_virtual_levels_of_one_pixel_chunks_sample_the_base(tmp_path: Path) -> None:
+    from napari_lazy_zarr.core.sources.decimated import MAX_BASE_CHUNKS, virtual_levels
+
+    array = open_array(write_metadata(tmp_path / "v.zarr", [10**6, 10**6], [1, 1]))
+    try:
+        started = time.perf_counter()
+        levels = virtual_levels(array.source)
+        coarsest = levels[-1]
+        assert coarsest.shape == (245, 245)
+        # Every level samples the base: its chunks cost one stored chunk per pixel,
+        # never every stored chunk under them (10**12 / 64 for the coarsest's).
+        for level in levels[1:]:
+            assert level.parent is None
+            assert level.chunk_cost((0, 0)) <= 32 * 32
+            assert len(level.chunk_inputs((0, 0))) == level.chunk_cost((0, 0))
+        assert math.prod(coarsest.shape) <= MAX_BASE_CHUNKS
+        assert time.perf_counter() - started < 5.0  # arithmetic: ~1 ms here
+    finally:
+        array.cache.close()
+
+
+def test_a_view_over_its_bounds_is_served_from_a_coarser_level(tmp_path: Path) -> None:
+    from napari_lazy_zarr.core.sources.decimated import virtual_levels
+    from napari_lazy_zarr.core.viewport import ViewController
+    from napari_lazy_zarr.core.viewport._coarser import VIEW_CHUNKS, VIEW_STORED_CHUNKS
+
+    store = write_metadata(tmp_path / "w.zarr", [10**6, 10**6], [1, 1])
+    path = tmp_path / "w.zarr"
+    (path / "0.0").write_bytes(bytes([200]))
+    array = open_array(store)
+    levels = virtual_levels(array.source)
+    controller = ViewController(levels, array.cache, prefetch=False)
+    try:
+        fine = controller.arrays[0][0:1080, 0:1920]  # a canvas at full resolution
+        data = controller.read(0, fine)
+        assert data.shape == (1080, 1920)
+        frame = controller.latest
+        assert frame is not None
+        sources = {key.source for key in frame.keys}
+        assert array.source.identity not in sources  # not 2 * 10**6 stored chunks
+        assert len(frame.keys) <= VIEW_CHUNKS
+        (identity,) = sources
+        (level,) = [s for s in levels if s.identity == identity]
+        assert len(frame.keys) * level.chunk_cost((0, 0)) <= VIEW_STORED_CHUNKS
+        # The level's chunk (0, 0) samples the stored chunk (0, 0) (read without the cache).
+        assert level.read_chunk((0, 0))[0, 0] == 200
+        small = controller.arrays[0][0:16, 0:16]  # within bounds: level 0 itself
+        controller.read(0, small)
+        frame = controller.latest
+        assert frame is not None
+        assert {key.source for key in frame.keys} == {array.source.identity}
+        assert len(frame.keys) == 256
+        expected = np.zeros((16, 16), np.uint8)
+        expected[0, 0] = 200
+        np.testing.assert_array_equal(array[0:16, 0:16].result(timeout=60), expected)
+    finally:
+        controller.close()
         array.cache.close()
