@@ -8,6 +8,7 @@ from tests.redteam import (
     cases_files,
     cases_http,
     cases_lifecycle,
+    cases_scale,
 )
 from tests.redteam.harness import Case  # noqa: TC001 (used at runtime by the children)
 
@@ -17,5 +18,6 @@ CASES: tuple[Case, ...] = (
     *cases_files.cases(),
     *cases_lifecycle.cases(),
     *cases_contract.cases(),
+    *cases_scale.cases(),
 )
 CASES_BY_ID: dict[str, Case] = {case.id: case for case in CASES}

@@ -334,12 +334,13 @@ def virtual_levels(
     Except where the chain costs more than it shares: built from the level
     before, a level costs every stored chunk under it — 10^12 for a 10^6 x 10^6
     array of 1-pixel chunks. Where a stored chunk is narrower than the level's
-    factor, sampling the base directly costs one stored chunk per pixel of the
-    level instead, so such a level samples the base (`parent=None`) as long as
-    one of its chunks' inputs stay under `DIRECT_INPUT_BYTES`; the coarsest
-    level then costs at most `MAX_BASE_CHUNKS` stored chunks a plane: levels go on
-    past `smallest` until it does (a 10^6² array of 1-pixel chunks: 13 levels, the
-    coarsest 245² pixels).
+    factor and a chained chunk would cost over twice a directly sampled one,
+    the level samples the base directly (`parent=None`): one stored chunk per
+    pixel, in chunks small enough that one chunk's inputs stay within
+    `DIRECT_CHUNK_INPUTS` and `DIRECT_INPUT_BYTES`. Levels go on past
+    `smallest` until a plane costs at most `MAX_BASE_CHUNKS` stored chunks (a
+    10^6² array of 1-pixel chunks: 13 levels, the coarsest 245² pixels), which
+    caps what the coarsest level may cost.
 
     Examples
     --------
@@ -354,32 +355,34 @@ def virtual_levels(
     levels: list[ChunkSource] = [base]
     parent: DecimatedSource | None = None
     factor = 1
-    sampled = False  # the last level samples the base directly: it costs a chunk per pixel
     while any(math.ceil(base.shape[a] / factor) > smallest for a in decimated) or (
-        sampled and _plane_cost(base, decimated, factor) > MAX_BASE_CHUNKS
+        parent is not None and _plane_cost(parent, decimated) > MAX_BASE_CHUNKS
     ):
         factor *= 2
-        direct = DecimatedSource(base, factor, decimated, chunk_size=chunk_size)
-        sampled = _samples_directly(direct, decimated)
-        if sampled and chunk_size is None:
-            # One chunk per pixel: small level chunks keep each chunk's inputs (which
-            # the cache gathers under its lock) to DIRECT_CHUNK_INPUTS.
-            edge = max(1, math.floor(DIRECT_CHUNK_INPUTS ** (1 / max(1, len(decimated)))))
-            direct = DecimatedSource(base, factor, decimated, chunk_size=edge)
-        if parent is None or sampled:
-            parent = direct
+        chained = (
+            None
+            if parent is None
+            else DecimatedSource(base, factor, decimated, parent=parent, chunk_size=chunk_size)
+        )
+        sampled = _samples_directly(base, decimated, factor, chained)
+        if chained is not None and not sampled:
+            parent = chained
         else:
-            parent = DecimatedSource(base, factor, decimated, parent=parent, chunk_size=chunk_size)
+            edge = chunk_size
+            if sampled and chunk_size is None:
+                edge = _direct_edge(base, decimated)
+            parent = DecimatedSource(base, factor, decimated, chunk_size=edge)
         levels.append(parent)
     return levels
 
 
-def _plane_cost(base: ChunkSource, axes: tuple[int, ...], factor: int) -> int:
-    """Stored chunks one whole plane of the level of `factor` samples (directly)."""
-    return math.prod(
-        _sampled_count(base.grid[a], 0, base.shape[a], factor) if base.shape[a] else 0
-        for a in axes
-    )
+def _plane_cost(level: DecimatedSource, axes: tuple[int, ...]) -> int:
+    """Stored chunks one whole plane of `level` costs (its chunks' count x the first's cost)."""
+    counts = [
+        -(-int(n) // int(g.chunk_size(0))) if n else 0
+        for g, n in zip(level.grid, level.shape, strict=True)
+    ]
+    return math.prod(counts[a] for a in axes) * level.chunk_cost(tuple(0 for _ in level.shape))
 
 
 DIRECT_INPUT_BYTES = 64 << 20
@@ -390,15 +393,31 @@ DIRECT_CHUNK_INPUTS = 1024
 16,384 (128² pixels) held the cache's lock ~0.5 s while a worker gathered them."""
 
 
-def _samples_directly(level: DecimatedSource, axes: tuple[int, ...]) -> bool:
-    """Whether `level` (sampling its base directly) is the cheaper, bounded way to build it:
-    a stored chunk narrower than the factor on a decimated axis (the chain would read
-    every chunk under the level), and one level chunk's sampled inputs in bounds."""
-    base = level._base
-    edges = [
-        int(g.chunk_size(0)) if int(n) else 1 for g, n in zip(base.grid, base.shape, strict=True)
-    ]
-    if all(edges[axis] >= level.factor for axis in axes):
+def _samples_directly(
+    base: ChunkSource, axes: tuple[int, ...], factor: int, chained: DecimatedSource | None
+) -> bool:
+    """Whether the level of `factor` samples `base` directly rather than being `chained`
+    from the level before: where a stored chunk is narrower than the factor (the chain
+    reads every chunk under the level, direct sampling one per pixel) and one chunk of
+    the chain would cost more than twice what sampling it directly costs (the chain's
+    reads are shared with the finer levels)."""
+    if all(_edge(base, axis) >= factor for axis in axes):
         return False
-    inputs = level.chunk_cost(tuple(0 for _ in base.shape))
-    return inputs * math.prod(edges) * base.dtype.itemsize <= DIRECT_INPUT_BYTES
+    if chained is None:
+        return True
+    origin = tuple(0 for _ in base.shape)
+    direct = DecimatedSource(base, factor, axes, chunk_size=chained.grid[axes[0]].chunk_size(0))
+    return chained.chunk_cost(origin) > 2 * direct.chunk_cost(origin)
+
+
+def _edge(base: ChunkSource, axis: int) -> int:
+    return int(base.grid[axis].chunk_size(0)) if base.shape[axis] else 1
+
+
+def _direct_edge(base: ChunkSource, axes: tuple[int, ...]) -> int:
+    """The chunk edge of a level sampling `base` directly: one chunk's inputs (one stored
+    chunk per pixel) at most `DIRECT_CHUNK_INPUTS` and `DIRECT_INPUT_BYTES`."""
+    chunk_bytes = base.dtype.itemsize * math.prod(_edge(base, a) for a in range(len(base.shape)))
+    inputs = max(1, min(DIRECT_CHUNK_INPUTS, DIRECT_INPUT_BYTES // max(1, chunk_bytes)))
+    root: float = inputs ** (1 / max(1, len(axes)))
+    return max(1, int(root + 1e-9))
