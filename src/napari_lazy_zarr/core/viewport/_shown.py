@@ -81,6 +81,12 @@ class Shown:
         """Whether chunks it lacks are still to land (FAILED ones are not waited for)."""
         return len(self.missing) > len(self.failed)
 
+    @property
+    def prefetches(self) -> bool:
+        """Whether its ring is worth loading: not when served from a coarser level (the ring
+        of a view over its bounds, at its own level, would be as unbounded as the view)."""
+        return not isinstance(self.plan, CoarserPlan)
+
     def composes(self, levels: int) -> bool:
         """Whether it gets stand-ins: it waits for chunks and a coarser level of `levels` exists.
 

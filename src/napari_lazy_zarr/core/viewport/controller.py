@@ -466,7 +466,7 @@ class ViewController:
         """Ask the cache for `shown`'s chunks and what to load ahead; False if it closed."""
         source = self.sources[request.level]
         prefetch: list[ChunkRef] = []
-        if self.prefetch and request.kind == "view":
+        if self.prefetch and request.kind == "view" and shown.prefetches:
             prefetch = view_prefetch(
                 request,
                 self.sources,
