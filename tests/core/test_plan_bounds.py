@@ -299,3 +299,33 @@ def test_a_view_over_its_bounds_is_served_from_a_coarser_level(tmp_path: Path) -
     finally:
         controller.close()
         array.cache.close()
+
+
+def test_a_coarser_plan_shows_the_coarse_levels_pixels_upsampled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from napari_lazy_zarr.core.executors import InlineExecutor
+    from napari_lazy_zarr.core.sources.decimated import virtual_levels
+    from napari_lazy_zarr.core.viewport import ViewController
+    from napari_lazy_zarr.core.viewport import _coarser as coarser
+
+    monkeypatch.setattr(coarser, "VIEW_CHUNKS", 4)  # level 0's 8 x 8 chunks are over it
+    data = np.arange(64 * 64, dtype=np.uint16).reshape(64, 64)
+    base = ArraySource(data, chunks=(8, 8), name="u")
+    levels = virtual_levels(base, smallest=16, chunk_size=16)  # 64², 32², 16²
+    with ChunkCache(1 << 24, executor=InlineExecutor()) as cache:
+        controller = ViewController(levels, cache, prefetch=False)
+        try:
+            view = controller.arrays[0][5:61, 3:50]
+            controller.read(0, view)
+            ChunkedArray(levels[1], cache).result(timeout=30)  # the coarse level resident
+            shown = controller.read(0, view)
+            frame = controller.latest
+            assert frame is not None
+            # The finest level within 4 chunks: level 1 (32², its 2 x 2 chunks of 16²).
+            assert {key.source for key in frame.keys} == {levels[1].identity}
+            assert len(frame.keys) == 4
+            rows, columns = np.arange(5, 61) // 2 * 2, np.arange(3, 50) // 2 * 2
+            np.testing.assert_array_equal(shown, data[np.ix_(rows, columns)])
+        finally:
+            controller.close()

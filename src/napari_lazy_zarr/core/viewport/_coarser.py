@@ -62,31 +62,32 @@ def view_plan(
         return view.plan()
     fine_shape = sources[level].shape
     chosen = len(sources) - 1
-    regions: dict[int, tuple[Box, list[np.ndarray[Any, Any]]]] = {}
     for coarse in range(level + 1, len(sources)):
-        regions[coarse] = _coarse_region(box, fine_shape, sources[coarse].shape)
-        chunks, stored = view_cost(sources[coarse], regions[coarse][0])
+        region = _coarse_region(box, fine_shape, sources[coarse].shape)
+        chunks, stored = view_cost(sources[coarse], region)
         if chunks <= VIEW_CHUNKS and stored <= VIEW_STORED_CHUNKS:
             chosen = coarse
             break
     if chosen == level:  # the coarsest level itself is over: planned as it is (bounded)
         return view.plan()
-    region, takes = regions[chosen]
+    coarse_shape = sources[chosen].shape
+    region = _coarse_region(box, fine_shape, coarse_shape)
+    takes = [
+        level_index(np.arange(lo, hi), int(fine), int(coarse)) - start
+        for (lo, hi), fine, coarse, (start, _) in zip(
+            box, fine_shape, coarse_shape, region, strict=True
+        )
+    ]
     return CoarserPlan(sources[chosen], chosen, region, takes, view.shape)
 
 
-def _coarse_region(
-    box: Box, fine_shape: Sequence[int], coarse_shape: Sequence[int]
-) -> tuple[Box, list[np.ndarray[Any, Any]]]:
-    """The coarse box covering `box` and, per axis, each fine cell's coarse cell in it."""
+def _coarse_region(box: Box, fine_shape: Sequence[int], coarse_shape: Sequence[int]) -> Box:
+    """The coarse box covering `box` (from its first and last cells: O(rank))."""
     region: list[tuple[int, int]] = []
-    takes: list[np.ndarray[Any, Any]] = []
     for (lo, hi), fine, coarse in zip(box, fine_shape, coarse_shape, strict=True):
-        index = level_index(np.arange(lo, hi), int(fine), int(coarse))
-        start = int(index[0])
-        region.append((start, int(index[-1]) + 1))
-        takes.append(index - start)
-    return tuple(region), takes
+        ends = level_index(np.array([lo, hi - 1]), int(fine), int(coarse))
+        region.append((int(ends[0]), int(ends[1]) + 1))
+    return tuple(region)
 
 
 class CoarserPlan(ReadPlan):
