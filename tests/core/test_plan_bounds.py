@@ -287,6 +287,9 @@ def test_a_view_over_its_bounds_is_served_from_a_coarser_level(tmp_path: Path) -
         assert len(frame.keys) * level.chunk_cost((0, 0)) <= VIEW_STORED_CHUNKS
         # The level's chunk (0, 0) samples the stored chunk (0, 0) (read without the cache).
         assert level.read_chunk((0, 0))[0, 0] == 200
+        whole = controller.arrays[0][:, :]  # level 0 locked, zoomed out: a 10**12-byte frame
+        with pytest.raises(PlanTooLargeError, match="a frame may hold"):
+            controller.read(0, whole)
         small = controller.arrays[0][0:16, 0:16]  # within bounds: level 0 itself
         controller.read(0, small)
         frame = controller.latest

@@ -14,10 +14,12 @@ Planning stays a few milliseconds of napari's main thread whatever the grid.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
+from napari_lazy_zarr.core.errors import PlanTooLargeError
 from napari_lazy_zarr.core.reading.cache_reader import lazy_for
 from napari_lazy_zarr.core.reading.plans import ReadPlan, count_chunks, plan_read
 from napari_lazy_zarr.core.sources.protocol import is_derived
@@ -31,13 +33,23 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
     from napari_lazy_zarr.core.viewport.axes import Box
 
-__all__ = ["VIEW_CHUNKS", "VIEW_STORED_CHUNKS", "CoarserPlan", "view_cost", "view_plan"]
+__all__ = [
+    "VIEW_BYTES",
+    "VIEW_CHUNKS",
+    "VIEW_STORED_CHUNKS",
+    "CoarserPlan",
+    "view_cost",
+    "view_plan",
+]
 
 VIEW_CHUNKS: Final = 8192
 """Chunks one napari view may plan at its level (planning costs 5-10 µs each here)."""
 
 VIEW_STORED_CHUNKS: Final = 65_536
 """Stored chunks one napari view may cost (a derived level's chunks counted by their inputs)."""
+
+VIEW_BYTES: Final = 256 << 20
+"""The largest frame a view served from a coarser level is upsampled into."""
 
 
 def view_cost(source: ChunkSource, box: Box) -> tuple[int, int]:
@@ -60,6 +72,13 @@ def view_plan(
     chunks, stored = view_cost(sources[level], box)
     if chunks <= VIEW_CHUNKS and stored <= VIEW_STORED_CHUNKS:
         return view.plan()
+    nbytes = math.prod(view.shape) * sources[level].dtype.itemsize
+    if nbytes > VIEW_BYTES:  # no level can answer: the frame itself is too large to hold
+        raise PlanTooLargeError(
+            f"{sources[level].identity}: a view of level {level} of shape {view.shape} is "
+            f"{nbytes:,} bytes, over the {VIEW_BYTES:,} a frame may hold; show a smaller "
+            "region, or let napari choose the level (do not lock a fine one)"
+        )
     fine_shape = sources[level].shape
     chosen = len(sources) - 1
     for coarse in range(level + 1, len(sources)):
