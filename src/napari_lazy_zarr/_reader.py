@@ -255,6 +255,10 @@ def _plate_layers(
     return layer_data(location, layout.image, cache, sources=sources)
 
 
+_COARSEST_EXTENT = 4096
+"""A stored pyramid's coarsest level longer than this on a spatial axis gets virtual levels."""
+
+
 def layer_data(
     location: str,
     spec: ImageSpec,
@@ -275,6 +279,11 @@ def layer_data(
     if len(sources) == 1:
         # No stored pyramid: napari would read whole planes of a single-level layer.
         sources = virtual_levels(sources[0], axes=_spatial_axes(spec))
+    elif any(sources[-1].shape[a] > _COARSEST_EXTENT for a in _spatial_axes(spec)):
+        # A stored pyramid whose coarsest level is still huge: napari reads that level
+        # whole (the thumbnail, a zoomed-out view); virtual levels below it keep the
+        # views bounded (`viewport._coarser`).
+        sources = [*sources, *virtual_levels(sources[-1], axes=_spatial_axes(spec))[1:]]
     layer_type = "labels" if spec.kind == "labels" else "image"
     axis = spec.channel_axis
     channels: list[int | None] = (

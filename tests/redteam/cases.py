@@ -9,6 +9,7 @@ from tests.redteam import (
     cases_files,
     cases_http,
     cases_lifecycle,
+    cases_scale,
     cases_threads,
 )
 from tests.redteam.harness import Case  # noqa: TC001 (used at runtime by the children)
@@ -21,5 +22,6 @@ CASES: tuple[Case, ...] = (
     *cases_contract.cases(),
     *cases_bytes.cases(),
     *cases_threads.cases(),
+    *cases_scale.cases(),
 )
 CASES_BY_ID: dict[str, Case] = {case.id: case for case in CASES}

@@ -14,6 +14,7 @@ __all__ = [
     "LoadTimeoutError",
     "MetadataError",
     "NotAZarrStoreError",
+    "PlanTooLargeError",
     "ReadOnlyError",
     "StoreNotFoundError",
     "UnsafeDataError",
@@ -51,6 +52,11 @@ class ChunkReadError(LazyZarrError, OSError):
 
 class IncompatibleSourcesError(LazyZarrError, ValueError):
     """Sources cannot be combined: their ranks, dtypes or extents disagree, or a bad axis."""
+
+
+class PlanTooLargeError(LazyZarrError, ValueError):
+    """A read would touch more chunks (or output bytes) than a view may: refused before
+    any chunk is listed; read a smaller region or a coarser level, or raise the bound."""
 
 
 class ReadOnlyError(LazyZarrError, NotImplementedError):

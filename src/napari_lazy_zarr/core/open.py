@@ -42,6 +42,8 @@ def open_array(
     timeouts: Timeouts = DEFAULT_TIMEOUTS,
     retry: RetryPolicy = DEFAULT_RETRY,
     backend: str = "auto",
+    max_view_chunks: int | None = None,
+    max_view_bytes: int | None = None,
 ) -> ChunkedArray:
     """Open a zarr array as a lazy `ChunkedArray` served by a chunk cache.
 
@@ -71,6 +73,10 @@ def open_array(
         What reads and decodes the chunks (`napari_lazy_zarr.core.sources.backends`):
         ``"auto"`` (zarr-python through this project's bounded reads), ``"zarr"``,
         ``"tensorstore"`` or ``"zarrs"`` (opt-in, for trusted data).
+    max_view_chunks, max_view_bytes
+        The bounds of one read (see `ChunkedArray`): at most 65,536 chunks and
+        the cache's limit (at least 256 MiB) of output by default; a read over
+        them raises `PlanTooLargeError` at once, before any chunk is listed.
 
     Raises
     ------
@@ -98,6 +104,11 @@ def open_array(
     """
     # Arguments first: a mistake is reported before any I/O.
     check_total_bytes_limit(total_bytes_limit)
+    for name, bound in (("max_view_chunks", max_view_chunks), ("max_view_bytes", max_view_bytes)):
+        if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int)):
+            raise TypeError(f"{name} must be an int, got {bound!r}")
+        if bound is not None and bound < 1:
+            raise ValueError(f"{name} must be >= 1, got {bound}")
     if concurrency is not None:
         check_concurrency(concurrency)
     if not isinstance(timeouts, Timeouts):
@@ -121,4 +132,6 @@ def open_array(
             # Remote chunks are latency-bound: keep many requests in flight.
             concurrency = REMOTE_CONCURRENCY
         cache = ChunkCache(total_bytes_limit, concurrency=concurrency)
-    return ChunkedArray(source, cache)
+    return ChunkedArray(
+        source, cache, max_view_chunks=max_view_chunks, max_view_bytes=max_view_bytes
+    )

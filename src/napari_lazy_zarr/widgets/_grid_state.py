@@ -8,6 +8,7 @@ and never walks the cache.
 
 from __future__ import annotations
 
+import math
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -25,6 +26,7 @@ T = TypeVar("T")
 
 __all__ = [
     "MARKER_COLORS",
+    "MAX_CELLS",
     "READY_CODE",
     "STATES",
     "STATE_CODES",
@@ -103,6 +105,25 @@ _LUT8_BGRA: Final = np.concatenate(
 )
 
 
+MAX_CELLS: Final = 1 << 22
+"""Cells a chunk map keeps and draws at most (4 MiB of codes): a larger grid (10^12 chunks
+of a 10^6² store of 1-pixel chunks) is drawn in aggregated cells of several chunks each,
+each showing the state its chunks last reached."""
+
+
+def _blocks(chunks: tuple[int, ...]) -> tuple[int, ...]:
+    """Chunks per cell along each axis so that at most `MAX_CELLS` cells cover `chunks`."""
+    block = [1] * len(chunks)
+
+    def cells() -> int:
+        return math.prod(-(-n // b) for n, b in zip(chunks, block, strict=True))
+
+    while cells() > MAX_CELLS:
+        widest = max(range(len(chunks)), key=lambda a: -(-chunks[a] // block[a]))
+        block[widest] *= 2
+    return tuple(block)
+
+
 class ChunkGridState:
     """The state of every chunk of `source`'s read grid: `codes[coords]` is a state code.
 
@@ -126,16 +147,20 @@ class ChunkGridState:
     def __init__(self, source: ChunkSource) -> None:
         self.source = source
         self.identity = source.identity
-        self.shape = grid_shape(source)
+        self.chunks = grid_shape(source)
+        """The source's grid shape (chunks per axis); `shape` is the drawn cells'."""
+        self.block = _blocks(self.chunks)
+        """Chunks per drawn cell along each axis: 1 unless the grid has over `MAX_CELLS`."""
+        self.shape = tuple(-(-n // b) for n, b in zip(self.chunks, self.block, strict=True))
         self.codes = np.zeros(self.shape, dtype=np.uint8)
         self._grid = source.grid
         self._strides = tuple(
             int(np.prod(self.shape[axis + 1 :], dtype=np.int64)) for axis in range(len(self.shape))
         )
-        # Chunk start offsets along each axis, for vectorized index -> chunk lookups.
+        # Cell start offsets along each axis, for vectorized index -> cell lookups.
         self.starts = tuple(
-            np.array([int(g.chunk_offset(i)) for i in range(n)], dtype=np.int64)
-            for g, n in zip(self._grid, self.shape, strict=True)
+            np.array([int(g.chunk_offset(i * b)) for i in range(n)], dtype=np.int64)
+            for g, n, b in zip(self._grid, self.shape, self.block, strict=True)
         )
         self._flat: dict[ChunkKey, int] = {}
         self._memo: dict[Hashable, tuple[int, Any]] = {}
@@ -174,8 +199,10 @@ class ChunkGridState:
         flat = self._flat.get(key)
         if flat is None:
             flat = sum(
-                int(g.index_to_chunk(lo)) * stride
-                for g, lo, stride in zip(self._grid, key.inclusive_min, self._strides, strict=True)
+                int(g.index_to_chunk(lo)) // b * stride
+                for g, lo, b, stride in zip(
+                    self._grid, key.inclusive_min, self.block, self._strides, strict=True
+                )
             )
             self._flat[key] = flat
         return flat
@@ -187,7 +214,8 @@ class ChunkGridState:
         return tuple(int(c) for c in np.unravel_index(self.flat_of(key), self.shape))
 
     def key_at(self, coords: Sequence[int]) -> ChunkKey:
-        return chunk_key(self.source, coords)
+        """The key of the chunk at cell `coords` (an aggregated cell's first chunk)."""
+        return chunk_key(self.source, [c * b for c, b in zip(coords, self.block, strict=True)])
 
     def state_at(self, coords: Sequence[int]) -> ChunkState:
         return STATES[int(self.codes[tuple(coords)])]

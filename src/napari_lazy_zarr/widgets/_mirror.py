@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from napari_lazy_zarr.core import ChunkState
-from napari_lazy_zarr.core.keys import grid_shape
 from napari_lazy_zarr.widgets._grid_state import STATE_CODES, ChunkGridState
 
 if TYPE_CHECKING:
@@ -28,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["Applied", "LayerSources", "StateMirror"]
 
 MAX_GRID_CHUNKS: Final = 1 << 24
-"""Levels with more chunks than this get no grid (16 MiB of codes): the map says so."""
+"""Levels with more chunks than this are mapped in aggregated cells (`MAX_CELLS`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +122,7 @@ class StateMirror:
                 entry = tracked.get(identity)
                 if entry is None:
                     grid = self._grids.get(identity)
-                    if grid is None and math.prod(grid_shape(source)) <= MAX_GRID_CHUNKS:
+                    if grid is None:  # a huge grid is kept in aggregated cells (MAX_CELLS)
                         grid = ChunkGridState(source)
                     if grid is not None:
                         grids[identity] = grid

@@ -18,15 +18,19 @@ from napari_lazy_zarr.core.reading.cache_reader import (
     lazy_for,
 )
 from napari_lazy_zarr.core.reading.plans import (
+    MAX_VIEW_CHUNKS,
     Fallback,
     PartsPlan,
     PointPlan,
     ReadPlan,
     StridedPlan,
+    check_view_size,
+    count_chunks,
     plan_read,
 )
 
 __all__ = [
+    "MAX_VIEW_CHUNKS",
     "CacheReader",
     "ChunkLoader",
     "ChunkedArray",
@@ -37,6 +41,8 @@ __all__ = [
     "ReadPlan",
     "StridedPlan",
     "apply_transform",
+    "check_view_size",
+    "count_chunks",
     "lazy_for",
     "plan_read",
 ]

@@ -16,7 +16,7 @@ from napari_lazy_zarr.core.errors import CacheClosedError, ChunkReadError
 from napari_lazy_zarr.core.executors import DaemonExecutor
 from napari_lazy_zarr.core.keys import ChunkRef, grid_shape
 from napari_lazy_zarr.core.reading.cache_reader import lazy_for
-from napari_lazy_zarr.core.reading.plans import Fallback, ReadPlan, plan_read
+from napari_lazy_zarr.core.reading.plans import MAX_VIEW_CHUNKS, Fallback, ReadPlan, plan_read
 
 if TYPE_CHECKING:
     from collections.abc import Hashable, Iterable
@@ -27,7 +27,10 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.keys import ChunkKey
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
 
-__all__ = ["ChunkedArray", "PartialRead"]
+__all__ = ["MIN_VIEW_BYTES", "ChunkedArray", "PartialRead"]
+
+MIN_VIEW_BYTES: Final = 256 << 20
+"""The output bytes a read may return are bounded by the cache's limit, but never below this."""
 
 PLANS_KEPT: Final = 16
 """Plans of basic selections an array and the views derived from it keep, most recent first."""
@@ -43,27 +46,42 @@ class _PlanMemo:
     a gather's transform holds its index arrays. Thread-safe.
     """
 
-    __slots__ = ("_lock", "_plans")
+    __slots__ = ("_lock", "_max_bytes", "_max_chunks", "_plans")
 
-    def __init__(self) -> None:
+    def __init__(self, max_chunks: int | None = None, max_bytes: int | None = None) -> None:
         self._lock = threading.Lock()
         self._plans: OrderedDict[IndexTransform, ReadPlan] = OrderedDict()
+        self._max_chunks = MAX_VIEW_CHUNKS if max_chunks is None else _bound(max_chunks, "chunks")
+        self._max_bytes = None if max_bytes is None else _bound(max_bytes, "bytes")
 
     def plan(self, lazy: LazyArray, source: ChunkSource, cache: ChunkCache) -> ReadPlan:
         transform = lazy.transform
+        max_bytes = self._max_bytes
+        if max_bytes is None:  # the memory the user gave the cache (read when planned)
+            max_bytes = max(cache.total_bytes_limit, MIN_VIEW_BYTES)
+        bounds = {"max_chunks": self._max_chunks, "max_bytes": max_bytes}
         if transform.index_array_structure != "none":
-            return plan_read(lazy, source, cache)
+            return plan_read(lazy, source, cache, **bounds)
         with self._lock:
             plan = self._plans.get(transform)
             if plan is not None:
                 self._plans.move_to_end(transform)
                 return plan
-        plan = plan_read(lazy, source, cache)  # outside the lock: planning takes a while
+        # Outside the lock: planning takes a while.
+        plan = plan_read(lazy, source, cache, **bounds)
         with self._lock:
             self._plans[transform] = plan
             if len(self._plans) > PLANS_KEPT:
                 self._plans.popitem(last=False)
         return plan
+
+
+def _bound(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"max_view_{what} must be an int, got {value!r}")
+    if value < 1:
+        raise ValueError(f"max_view_{what} must be >= 1, got {value}")
+    return value
 
 
 # A view of at least this many bytes has its resident chunks copied on two threads: one
@@ -136,6 +154,13 @@ class ChunkedArray:
     Thread contract: any method may be called from any thread; reads from
     several threads share the cache and its workers.
 
+    Every read is bounded before any chunk is listed: a view touching more than
+    `max_view_chunks` chunks (default `MAX_VIEW_CHUNKS`, 65,536) or returning
+    more than `max_view_bytes` bytes (default: the cache's `total_bytes_limit`,
+    at least 256 MiB) is refused with `PlanTooLargeError` by `plan`, `result`,
+    `read_nonblocking` and `numpy.asarray` alike — in microseconds, whatever the
+    grid. Views derived by indexing keep the bounds.
+
     Examples
     --------
     >>> import numpy as np
@@ -157,6 +182,8 @@ class ChunkedArray:
         cache: ChunkCache,
         *,
         view: Hashable = None,
+        max_view_chunks: int | None = None,
+        max_view_bytes: int | None = None,
         _lazy: LazyArray | None = None,
         _plans: _PlanMemo | None = None,
     ) -> None:
@@ -165,7 +192,7 @@ class ChunkedArray:
         self._lazy = _lazy if _lazy is not None else lazy_for(source)
         # Successive non-blocking reads of one view supersede each other.
         self._view: Hashable = view if view is not None else ("array", id(self))
-        self._plans = _plans if _plans is not None else _PlanMemo()
+        self._plans = _plans if _plans is not None else _PlanMemo(max_view_chunks, max_view_bytes)
         self._plan: ReadPlan | None = None  # a view's plan never changes: made once
 
     # -- array-like surface -----------------------------------------------
@@ -252,6 +279,7 @@ class ChunkedArray:
 
         Made once per view; a basic selection's plan is also shared with every
         other view of the same selection derived from the same array.
+        `PlanTooLargeError` if the view is over the array's bounds (see the class).
         """
         plan = self._plan
         if plan is None:

@@ -21,13 +21,23 @@ view's index transform is:
 Measured on a 2048² window over 512² chunks: `LazyArray.parts()` costs about
 60 µs per part (≈1.5 ms for 25 parts); the strided tables cost a few µs per
 axis row.
+
+Every plan is bounded before anything is listed: `count_chunks` counts a view's
+chunks by grid arithmetic (per output axis, the chunks its selection touches;
+their product, capped by the view's cells) and `plan_read` refuses a view over
+`MAX_VIEW_CHUNKS` chunks or `max_bytes` output bytes with `PlanTooLargeError`.
+zarr-indexing lists every chunk of a selection, so without the count a 200-byte
+``.zarray`` (chunk shape 1, shape ``[10**12]``) decided the work. Measured here:
+a `StridedPlan` costs 5-10 µs and ~500 B per chunk, the cache request another
+~40 µs per chunk, so the bound (65,536 chunks) keeps the worst accepted
+non-blocking read to ~3 s on a 2-core laptop, and a refusal to microseconds.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import numpy as np
 from zarr_indexing import (
@@ -43,17 +53,37 @@ from zarr_indexing import (
     plan_chunks,
 )
 
+from napari_lazy_zarr.core.errors import PlanTooLargeError
 from napari_lazy_zarr.core.keys import ChunkKey, ChunkRef
 from napari_lazy_zarr.core.reading.cache_reader import CacheReader
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
 
+    from zarr_indexing import DimensionGridLike, IndexTransform
+
     from napari_lazy_zarr.core.keys import ChunkLookup
     from napari_lazy_zarr.core.reading.cache_reader import ChunkLoader
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
 
-__all__ = ["Fallback", "PartsPlan", "PointPlan", "ReadPlan", "StridedPlan", "plan_read"]
+__all__ = [
+    "MAX_VIEW_CHUNKS",
+    "Fallback",
+    "PartsPlan",
+    "PointPlan",
+    "ReadPlan",
+    "StridedPlan",
+    "check_view_size",
+    "count_chunks",
+    "plan_read",
+]
+
+MAX_VIEW_CHUNKS: Final = 65_536
+"""Chunks one read may touch by default (`plan_read`); a view over it is refused."""
+
+_EXACT_POINTS: Final = 4096
+"""Up to this many samples (or spanned chunks) of a strided non-regular axis are counted
+exactly, one by one; past both, the fewer of the two bounds the count."""
 
 type Fallback = (
     np.ndarray[Any, Any] | Callable[[Collection[ChunkKey]], np.ndarray[Any, Any]] | None
@@ -146,16 +176,125 @@ class ReadPlan:
         return self.finish(out), missing
 
 
-def plan_read(lazy: LazyArray, source: ChunkSource, cache: ChunkLoader | None = None) -> ReadPlan:
+def count_chunks(transform: IndexTransform, grid: tuple[DimensionGridLike, ...]) -> int:
+    """How many chunks of `grid` a view through `transform` touches, by arithmetic.
+
+    Exact for basic selections (constant and strided maps: slices of any step,
+    integers) over regular grids, and over other grids for unit steps or while an
+    axis has at most 4,096 samples or spanned chunks; an upper bound otherwise
+    (index arrays: the fewer of their points and the chunks they span). Costs
+    O(rank) on regular grids, whatever their size — no chunk is listed.
+    Out-of-bounds selections raise zarr-indexing's `IndexError`.
+    """
+    cells = math.prod(int(n) for n in transform.domain.shape)
+    if cells == 0:
+        return 0
+    count = 1
+    for m, g in zip(transform.output, grid, strict=True):
+        count *= _axis_chunks(transform, m, g)
+    return min(count, cells)  # every cell of the view lies in exactly one chunk
+
+
+def _axis_chunks(transform: IndexTransform, m: Any, g: DimensionGridLike) -> int:
+    if isinstance(m, ConstantMap):
+        return 1
+    if isinstance(m, DimensionMap):
+        k = m.input_dimension
+        n = int(transform.domain.shape[k])
+        stride = int(m.stride)
+        if stride == 0 or n == 1:
+            return 1
+        first = int(m.offset) + stride * int(transform.domain.inclusive_min[k])
+        last = first + stride * (n - 1)
+        span = int(g.index_to_chunk(max(first, last))) - int(g.index_to_chunk(min(first, last)))
+        span += 1
+        if isinstance(g, FixedDimension):
+            # Samples further apart than a chunk all land in different chunks; closer
+            # samples skip none of the chunks they span.
+            return n if abs(stride) >= int(g.size) else span
+        if abs(stride) == 1:
+            return span  # a unit stride skips no chunk of its span
+        if n <= _EXACT_POINTS:
+            samples = first + stride * np.arange(n, dtype=np.int64)
+            return int(np.count_nonzero(np.diff(g.indices_to_chunks(samples)))) + 1
+        if span <= _EXACT_POINTS:  # the chunks of the span holding a sample
+            low, step = min(first, last), abs(stride)
+            start = int(g.index_to_chunk(low))
+            held = 0
+            for chunk in range(start, start + span):
+                offset = max(int(g.chunk_offset(chunk)), low)
+                end = int(g.chunk_offset(chunk)) + int(g.chunk_size(chunk))
+                held += low + -(-(offset - low) // step) * step < end
+            return held
+        return min(n, span)
+    array_map = cast("ArrayMap", m)
+    points = array_map.index_array
+    if points.size == 0:
+        return 0
+    lo, hi = int(points.min()), int(points.max())
+    ends = sorted(int(array_map.offset) + int(array_map.stride) * v for v in (lo, hi))
+    span = int(g.index_to_chunk(ends[1])) - int(g.index_to_chunk(ends[0])) + 1
+    return min(_distinct(points), span)
+
+
+def _distinct(points: np.ndarray[Any, Any]) -> int:
+    """The number of points an index array holds (its broadcast axes counted once)."""
+    kept = tuple(0 if stride == 0 else slice(None) for stride in points.strides)
+    return int(points[kept].size)
+
+
+def check_view_size(
+    transform: IndexTransform,
+    source: ChunkSource,
+    *,
+    max_chunks: int = MAX_VIEW_CHUNKS,
+    max_bytes: int | None = None,
+) -> int:
+    """The chunks a view touches (`count_chunks`), or `PlanTooLargeError` over a bound.
+
+    `max_bytes` bounds the view's output (cells x itemsize; None: unbounded).
+    """
+    shape = tuple(int(n) for n in transform.domain.shape)
+    nbytes = math.prod(shape) * source.dtype.itemsize
+    if max_bytes is not None and nbytes > max_bytes:
+        raise PlanTooLargeError(
+            f"{source.identity}: a view of shape {shape} is {nbytes:,} bytes, over the "
+            f"{max_bytes:,} bytes one read may return (the chunk cache's limit); read a "
+            "smaller region or a coarser level, or raise the bound (max_view_bytes=, or "
+            "the cache's total_bytes_limit)"
+        )
+    count = count_chunks(transform, source.grid)
+    if count > max_chunks:
+        raise PlanTooLargeError(
+            f"{source.identity}: a view of shape {shape} touches up to {count:,} chunks, over "
+            f"the {max_chunks:,} one read may plan; read a smaller region or a coarser "
+            "level, or raise the bound (max_view_chunks=)"
+        )
+    return count
+
+
+def plan_read(
+    lazy: LazyArray,
+    source: ChunkSource,
+    cache: ChunkLoader | None = None,
+    *,
+    max_chunks: int = MAX_VIEW_CHUNKS,
+    max_bytes: int | None = None,
+) -> ReadPlan:
     """Plan `lazy` (a view over `source`'s grid) with the cheapest plan that fits it.
 
     `cache` (a `ChunkCache`, or any `ChunkLoader`: plans never import the cache)
     serves the parts of a `PartsPlan` (selections that are neither basic nor
     pure point gathers); planning such a view without one is refused.
+
+    A view touching more than `max_chunks` chunks, or of more than `max_bytes`
+    output bytes, is refused with `PlanTooLargeError` before any chunk is listed
+    (`check_view_size`).
     """
     transform = lazy.transform
     if math.prod(transform.domain.shape) == 0:
         return _EmptyPlan(source, lazy.shape)
+    check_view_size(transform, source, max_chunks=max_chunks, max_bytes=max_bytes)
     if transform.index_array_structure == "none" and _strided_maps(transform.output):
         partition = plan_chunks(transform, source.grid).partition()
         if _every_input_axis_bound(partition):

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.keys import ChunkKey
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
 
-__all__ = ["DecimatedSource", "virtual_levels"]
+__all__ = ["DIRECT_INPUT_BYTES", "DecimatedSource", "virtual_levels"]
 
 _MIN_LEVEL_CHUNK = 128
 MAX_BASE_CHUNKS = 65_536
@@ -207,7 +207,7 @@ class DecimatedSource(SourceFields):
             a, b = lo[axis], hi[axis]
             if b > a:
                 start, stop = a * self._factor, (b - 1) * self._factor + 1
-                cost *= len(_sampled_chunks(self._base.grid[axis], start, stop, self._base_step))
+                cost *= _sampled_count(self._base.grid[axis], start, stop, self._base_step)
         return max(1, cost)
 
     def combine(
@@ -277,11 +277,35 @@ class DecimatedSource(SourceFields):
         return f"DecimatedSource({self._base!r}, factor={self._factor}, axes={self._axes})"
 
 
+def _sampled_count(grid: DimensionGridLike, start: int, stop: int, step: int) -> int:
+    """How many chunks of `grid` hold one of the indices `range(start, stop, step)`.
+
+    Arithmetic on a regular grid (a chain's coarsest level spans 10^6 chunks of a
+    1-pixel grid: listing them took 74 s of napari's main thread); an upper bound
+    (the fewer of samples and spanned chunks) on other grids past 4,096 chunks.
+    """
+    samples = len(range(start, stop, step))
+    if samples == 0:
+        return 0
+    first, last = int(grid.index_to_chunk(start)), int(grid.index_to_chunk(stop - 1))
+    if isinstance(grid, FixedDimension):
+        # Samples a chunk or more apart land in distinct chunks; closer ones skip none.
+        return samples if step >= int(grid.size) else last - first + 1
+    if last - first + 1 > 4096:
+        return min(samples, last - first + 1)
+    return len(_sampled_chunks(grid, start, stop, step))
+
+
 def _sampled_chunks(grid: DimensionGridLike, start: int, stop: int, step: int) -> list[int]:
     """The chunks of `grid` holding at least one of the indices `range(start, stop, step)`."""
     first, last = int(grid.index_to_chunk(start)), int(grid.index_to_chunk(stop - 1))
-    if isinstance(grid, FixedDimension) and step <= int(grid.size):
-        return list(range(first, last + 1))  # every chunk in the span holds a sample
+    if isinstance(grid, FixedDimension):
+        size = int(grid.size)
+        if step <= size:
+            return list(range(first, last + 1))  # every chunk in the span holds a sample
+        return [index // size for index in range(start, stop, step)]  # one chunk per sample
+    if last - first + 1 > len(range(start, stop, step)):  # fewer samples than chunks
+        return sorted({int(grid.index_to_chunk(index)) for index in range(start, stop, step)})
     chunks: list[int] = []
     for chunk in range(first, last + 1):
         offset = int(grid.chunk_offset(chunk))
@@ -307,6 +331,17 @@ def virtual_levels(
     chunk once for all levels. `chunk_size` sets the levels' chunk edge along
     the decimated axes (default: see `DecimatedSource`).
 
+    Except where the chain costs more than it shares: built from the level
+    before, a level costs every stored chunk under it — 10^12 for a 10^6 x 10^6
+    array of 1-pixel chunks. Where a stored chunk is narrower than the level's
+    factor and a chained chunk would cost over twice a directly sampled one,
+    the level samples the base directly (`parent=None`): one stored chunk per
+    pixel, in chunks small enough that one chunk's inputs stay within
+    `DIRECT_CHUNK_INPUTS` and `DIRECT_INPUT_BYTES`. Levels go on past
+    `smallest` until a plane costs at most `MAX_BASE_CHUNKS` stored chunks (a
+    10^6² array of 1-pixel chunks: 13 levels, the coarsest 245² pixels), which
+    caps what the coarsest level may cost.
+
     Examples
     --------
     >>> import numpy as np
@@ -320,8 +355,69 @@ def virtual_levels(
     levels: list[ChunkSource] = [base]
     parent: DecimatedSource | None = None
     factor = 1
-    while any(math.ceil(base.shape[a] / factor) > smallest for a in decimated):
+    while any(math.ceil(base.shape[a] / factor) > smallest for a in decimated) or (
+        parent is not None and _plane_cost(parent, decimated) > MAX_BASE_CHUNKS
+    ):
         factor *= 2
-        parent = DecimatedSource(base, factor, decimated, parent=parent, chunk_size=chunk_size)
+        chained = (
+            None
+            if parent is None
+            else DecimatedSource(base, factor, decimated, parent=parent, chunk_size=chunk_size)
+        )
+        sampled = _samples_directly(base, decimated, factor, chained)
+        if chained is not None and not sampled:
+            parent = chained
+        else:
+            edge = chunk_size
+            if sampled and chunk_size is None:
+                edge = _direct_edge(base, decimated)
+            parent = DecimatedSource(base, factor, decimated, chunk_size=edge)
         levels.append(parent)
     return levels
+
+
+def _plane_cost(level: DecimatedSource, axes: tuple[int, ...]) -> int:
+    """Stored chunks one whole plane of `level` costs (its chunks' count x the first's cost)."""
+    counts = [
+        -(-int(n) // int(g.chunk_size(0))) if n else 0
+        for g, n in zip(level.grid, level.shape, strict=True)
+    ]
+    return math.prod(counts[a] for a in axes) * level.chunk_cost(tuple(0 for _ in level.shape))
+
+
+DIRECT_INPUT_BYTES = 64 << 20
+"""The stored bytes one chunk of a level sampling the base directly may read."""
+
+DIRECT_CHUNK_INPUTS = 1024
+"""Stored chunks one chunk of a level sampling 1-pixel-ish chunks reads (32² pixels in 2-D):
+16,384 (128² pixels) held the cache's lock ~0.5 s while a worker gathered them."""
+
+
+def _samples_directly(
+    base: ChunkSource, axes: tuple[int, ...], factor: int, chained: DecimatedSource | None
+) -> bool:
+    """Whether the level of `factor` samples `base` directly rather than being `chained`
+    from the level before: where a stored chunk is narrower than the factor (the chain
+    reads every chunk under the level, direct sampling one per pixel) and one chunk of
+    the chain would cost more than twice what sampling it directly costs (the chain's
+    reads are shared with the finer levels)."""
+    if all(_edge(base, axis) >= factor for axis in axes):
+        return False
+    if chained is None:
+        return True
+    origin = tuple(0 for _ in base.shape)
+    direct = DecimatedSource(base, factor, axes, chunk_size=chained.grid[axes[0]].chunk_size(0))
+    return chained.chunk_cost(origin) > 2 * direct.chunk_cost(origin)
+
+
+def _edge(base: ChunkSource, axis: int) -> int:
+    return int(base.grid[axis].chunk_size(0)) if base.shape[axis] else 1
+
+
+def _direct_edge(base: ChunkSource, axes: tuple[int, ...]) -> int:
+    """The chunk edge of a level sampling `base` directly: one chunk's inputs (one stored
+    chunk per pixel) at most `DIRECT_CHUNK_INPUTS` and `DIRECT_INPUT_BYTES`."""
+    chunk_bytes = base.dtype.itemsize * math.prod(_edge(base, a) for a in range(len(base.shape)))
+    inputs = max(1, min(DIRECT_CHUNK_INPUTS, DIRECT_INPUT_BYTES // max(1, chunk_bytes)))
+    root: float = inputs ** (1 / max(1, len(axes)))
+    return max(1, int(root + 1e-9))

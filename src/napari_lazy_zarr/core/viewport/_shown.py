@@ -9,8 +9,10 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
+from napari_lazy_zarr.core.viewport._coarser import CoarserPlan, view_plan
+
 if TYPE_CHECKING:
-    from collections.abc import Collection, Hashable
+    from collections.abc import Collection, Hashable, Sequence
 
     import numpy as np
 
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.keys import ChunkKey
     from napari_lazy_zarr.core.reading.array import ChunkedArray
     from napari_lazy_zarr.core.reading.plans import ReadPlan
+    from napari_lazy_zarr.core.sources.protocol import ChunkSource
     from napari_lazy_zarr.core.viewport.axes import Box
     from napari_lazy_zarr.core.viewport.frames import ViewRequest
 
@@ -78,6 +81,12 @@ class Shown:
         """Whether chunks it lacks are still to land (FAILED ones are not waited for)."""
         return len(self.missing) > len(self.failed)
 
+    @property
+    def prefetches(self) -> bool:
+        """Whether its ring is worth loading: not when served from a coarser level (the ring
+        of a view over its bounds, at its own level, would be as unbounded as the view)."""
+        return not isinstance(self.plan, CoarserPlan)
+
     def composes(self, levels: int) -> bool:
         """Whether it gets stand-ins: it waits for chunks and a coarser level of `levels` exists.
 
@@ -86,6 +95,8 @@ class Shown:
         (`LayerLoader`), so a volume is presentable only when complete.
         """
         request = self.request
+        if isinstance(self.plan, CoarserPlan):  # already a coarser level's cells
+            return False
         return self.waiting and request.level < levels - 1 and len(request.spatial) < 3
 
     def take_landed(self, cache: ChunkCache, among: Collection[ChunkKey] | None = None) -> bool:
@@ -122,7 +133,8 @@ class ViewPlans:
     while panning back are not planned again.
     """
 
-    def __init__(self, kept: int = 8) -> None:
+    def __init__(self, sources: Sequence[ChunkSource], kept: int = 8) -> None:
+        self._sources = list(sources)
         self._kept = kept
         self._lock = threading.Lock()
         self._plans: dict[tuple[int, Box, tuple[int, ...]], ReadPlan] = {}
@@ -133,7 +145,8 @@ class ViewPlans:
         with self._lock:
             plan = self._plans.get(key)
         if plan is None:
-            plan = view.plan()
+            # A view over its bounds is served from a coarser level (`view_plan`).
+            plan = view_plan(request.level, request.box, view, self._sources)
             with self._lock:
                 self._plans[key] = plan
                 while len(self._plans) > self._kept:

@@ -210,7 +210,7 @@ class ViewController:
         self.arrays = [ChunkedArray(source, cache)[index] for source in self.sources]
         self._id = next(_controller_ids)
         self._lock = threading.Lock()
-        self._plans = ViewPlans()
+        self._plans = ViewPlans(self.sources)
         self._volumes = PreparedVolumes(
             cache,
             self.sources,
@@ -466,7 +466,7 @@ class ViewController:
         """Ask the cache for `shown`'s chunks and what to load ahead; False if it closed."""
         source = self.sources[request.level]
         prefetch: list[ChunkRef] = []
-        if self.prefetch and request.kind == "view":
+        if self.prefetch and request.kind == "view" and shown.prefetches:
             prefetch = view_prefetch(
                 request,
                 self.sources,
