@@ -68,9 +68,17 @@ type Fetched = tuple[Buffer, FileStamp | None] | None
 
 
 class _IndexGetter:
-    """What zarr's sharding codec reads a shard index through: our bounded `fetch`."""
+    """What zarr's sharding codec reads a shard index through: our bounded `fetch`.
 
-    def __init__(self, fetch: Callable[[str, ByteRequest | None], Fetched], key: str) -> None:
+    The index is read without the settle wait (`SETTLE_SECONDS`): every inner
+    chunk read after it settles and must carry the index's stamp, so a rewrite
+    in place within the window is seen there (and zarr's default index codec
+    checks a crc32c). Waiting here as well would leave 50 ms between the index and
+    the chunk reads, in which a writer replacing the shard atomically and often
+    would make every read see two versions.
+    """
+
+    def __init__(self, fetch: Callable[..., Fetched], key: str) -> None:
         self._fetch = fetch
         self._key = key
         self.stamp: FileStamp | None = None
@@ -78,7 +86,7 @@ class _IndexGetter:
     def get_sync(
         self, prototype: BufferPrototype | None = None, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
-        found = self._fetch(self._key, byte_range)
+        found = self._fetch(self._key, byte_range, settle=False)
         if found is None:
             return None
         self.stamp = found[1]
@@ -118,13 +126,20 @@ class ShardReader:
         return None if codec is None else cls(codec, max_inner_bytes)
 
     def _index(
-        self, key: str, chunks_per_shard: tuple[int, ...], fetch: Callable[..., Fetched]
+        self,
+        key: str,
+        chunks_per_shard: tuple[int, ...],
+        fetch: Callable[..., Fetched],
+        *,
+        fresh: bool = False,
     ) -> tuple[Any, FileStamp | None]:
         # One read per index: workers wanting the same shard's index meanwhile wait for
         # it (one request instead of one each), then read it themselves if it failed.
+        # `fresh` (a retry after the shard changed) never takes a kept index: one read
+        # by another worker moments ago may already be of an older version.
         while True:
             with self._lock:
-                entry = self._indexes.get(key)
+                entry = None if fresh else self._indexes.get(key)
                 if entry is not None:
                     self._indexes.move_to_end(key)
                     return entry
@@ -227,8 +242,8 @@ class ShardReader:
         fill_value = fill_value_of(shard_spec.fill_value, dtype)
         located = [self._inner(selection) for selection in selections]
         chunks_per_shard = self._per_shard(shard_spec)
-        for _ in range(TORN_READ_ATTEMPTS):
-            index, stamp = self._index(key, chunks_per_shard, fetch)
+        for attempt in range(TORN_READ_ATTEMPTS):
+            index, stamp = self._index(key, chunks_per_shard, fetch, fresh=attempt > 0)
             ranges: list[tuple[int, int, int]] = []  # (start, stop, member)
             results: dict[int, np.ndarray[Any, Any] | BaseException] = {}
             for member, (coords, _, _) in enumerate(located):
@@ -325,8 +340,8 @@ class ShardReader:
         """Exactly one inner chunk of shard `key`, `selection` (shard-local), clipped."""
         coords, local, shape = self._inner(selection)
         chunks_per_shard = self._per_shard(shard_spec)
-        for _ in range(TORN_READ_ATTEMPTS):
-            index, stamp = self._index(key, chunks_per_shard, fetch)
+        for attempt in range(TORN_READ_ATTEMPTS):
+            index, stamp = self._index(key, chunks_per_shard, fetch, fresh=attempt > 0)
             chunk_range = None if index is None else shard_chunk_range(index, coords)
             if chunk_range is None:  # absent shard or absent inner chunk
                 return _fill(shard_spec, shape)

@@ -522,7 +522,9 @@ class ZarrChunkSource(SourceFields):
         for reader in readers:
             self._http.cancel_thread(reader)
 
-    def _fetch(self, key: str, byte_range: ByteRequest | None = None) -> Fetched:
+    def _fetch(
+        self, key: str, byte_range: ByteRequest | None = None, *, settle: bool = True
+    ) -> Fetched:
         """The bytes of `key` (or of a range of it), bounded, and the file version read.
 
         Whole values are capped at the largest plausible encoding of a stored
@@ -545,6 +547,7 @@ class ZarrChunkSource(SourceFields):
                 length=length,
                 suffix=suffix,
                 timeout=self._timeouts.total,
+                settle=settle,
                 missing_ok=True,
             )
             if found is None:

@@ -279,7 +279,7 @@ def read_stamped(
                 if settle:
                     _settle(min(_SETTLE_NS, _SETTLE_NS - age) / 1e9, deadline)
                 again = _pread_all(fd, start, count + 1 if whole else count, deadline, where)
-                if again == data and FileStamp.of(os.fstat(fd)) == stamp:
+                if again == data and _same_content(FileStamp.of(os.fstat(fd)), stamp):
                     return data, stamp
             time.sleep(0.001 * 2**attempt)  # let the writer finish: 1, 2, 4, 8 ms
         raise FileChangedError(
@@ -292,6 +292,18 @@ def read_stamped(
         raise error(f"{where}: cannot read: {cause}") from cause
     finally:
         os.close(fd)
+
+
+def _same_content(now: FileStamp, then: FileStamp) -> bool:
+    """The same bytes as far as stat tells, whatever happened to the name: a file replaced
+    atomically (renamed over) changes the old inode's ctime (its link count drops), not
+    its content, and this descriptor still reads the old inode."""
+    return (now.device, now.inode, now.size, now.mtime_ns) == (
+        then.device,
+        then.inode,
+        then.size,
+        then.mtime_ns,
+    )
 
 
 def _settle(seconds: float, deadline: float | None) -> None:
