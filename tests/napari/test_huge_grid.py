@@ -9,7 +9,6 @@ coarse level, also zoomed in to level 0 — and nothing raises.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from typing import TYPE_CHECKING, Any
@@ -19,6 +18,7 @@ from napari_lazy_zarr._reader import watch_viewer
 from napari_lazy_zarr.core.viewport import ViewController
 from napari_lazy_zarr.core.viewport._coarser import VIEW_CHUNKS, VIEW_STORED_CHUNKS
 from napari_lazy_zarr.widgets._grid_state import MAX_CELLS, STATE_CODES, ChunkGridState
+from tests.redteam.stores import metadata_only
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -34,19 +34,7 @@ def test_a_trillion_chunk_store_opens_with_bounded_views(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    path = tmp_path / "huge.zarr"
-    path.mkdir()
-    meta = {
-        "zarr_format": 2,
-        "shape": [10**6, 10**6],
-        "chunks": [1, 1],
-        "dtype": "|u1",
-        "compressor": None,
-        "fill_value": 0,
-        "order": "C",
-        "filters": None,
-    }
-    (path / ".zarray").write_text(json.dumps(meta))
+    path = metadata_only(tmp_path / "huge.zarr", [10**6, 10**6], [1, 1])
     (path / "0.0").write_bytes(bytes([200]))
     frames: list[Any] = []
     read = ViewController.read
@@ -98,11 +86,7 @@ def test_a_trillion_chunk_store_opens_with_bounded_views(
 def test_a_trillion_chunk_grid_is_kept_in_aggregated_cells(tmp_path: Path) -> None:
     from napari_lazy_zarr.core import ChunkRef, ChunkState, open_array
 
-    path = tmp_path / "grid.zarr"
-    path.mkdir()
-    meta = {"zarr_format": 2, "shape": [10**6, 10**6], "chunks": [1, 1], "dtype": "|u1"}
-    meta.update({"compressor": None, "fill_value": 0, "order": "C", "filters": None})
-    (path / ".zarray").write_text(json.dumps(meta))
+    path = metadata_only(tmp_path / "grid.zarr", [10**6, 10**6], [1, 1])
     array = open_array(str(path))
     try:
         started = time.perf_counter()

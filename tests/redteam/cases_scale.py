@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tests.redteam.harness import Case, Context, Finding
+from tests.redteam.stores import metadata_only
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -22,22 +23,6 @@ if TYPE_CHECKING:
 
 KIND = "scale"
 CALL_BOUND = 2.0  # a refused or coarsened read returns within this (microseconds here)
-
-
-def _meta(path: Path, shape: list[int], chunks: list[int]) -> Path:
-    path.mkdir(parents=True)
-    meta = {
-        "zarr_format": 2,
-        "shape": shape,
-        "chunks": chunks,
-        "dtype": "|u1",
-        "compressor": None,
-        "fill_value": 0,
-        "order": "C",
-        "filters": None,
-    }
-    (path / ".zarray").write_text(json.dumps(meta))
-    return path
 
 
 def _timed(what: str, call: Any) -> Any:
@@ -51,7 +36,7 @@ def _timed(what: str, call: Any) -> Any:
 
 
 def _slice_of_a_trillion(context: Context) -> str:
-    store = _meta(context.root / "a.zarr", [10**12], [1])
+    store = metadata_only(context.root / "a.zarr", [10**12], [1])
     array = context.open(store)
     context.begin()
     partial = _timed("read_nonblocking", lambda: array[0 : 10**7].read_nonblocking())
@@ -59,7 +44,7 @@ def _slice_of_a_trillion(context: Context) -> str:
 
 
 def _whole_2_62(context: Context) -> str:
-    store = _meta(context.root / "a.zarr", [2**62, 2**62], [1, 1])
+    store = metadata_only(context.root / "a.zarr", [2**62, 2**62], [1, 1])
     array = context.open(store)
     context.begin()
     data = _timed("result", lambda: array.result(timeout=context.wait))
@@ -67,7 +52,7 @@ def _whole_2_62(context: Context) -> str:
 
 
 def _full_extent(context: Context) -> str:
-    store = _meta(context.root / "a.zarr", [10**6, 10**6], [1, 1])
+    store = metadata_only(context.root / "a.zarr", [10**6, 10**6], [1, 1])
     array = context.open(store)
     context.begin()
     _timed("read_nonblocking", lambda: array[:, :].read_nonblocking())
@@ -75,7 +60,7 @@ def _full_extent(context: Context) -> str:
 
 
 def _window(context: Context) -> str:
-    store = _meta(context.root / "a.zarr", [10**6, 10**6], [1, 1])
+    store = metadata_only(context.root / "a.zarr", [10**6, 10**6], [1, 1])
     (store / "3.4").write_bytes(bytes([200]))
     array = context.open(store)
     context.begin()
@@ -93,7 +78,7 @@ def _ome(path: Path, levels: list[tuple[int, int]]) -> Path:
     (path / ".zgroup").write_text(json.dumps({"zarr_format": 2}))
     datasets = []
     for level, (side, chunk) in enumerate(levels):
-        _meta(path / str(level), [side, side], [chunk, chunk])
+        metadata_only(path / str(level), [side, side], [chunk, chunk])
         (path / str(level) / "0.0").write_bytes(bytes([200]) * chunk * chunk)
         factor = float(2**level)
         datasets.append(

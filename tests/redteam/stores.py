@@ -137,3 +137,20 @@ def make_special(path: Path, kind: str) -> None:
 
 
 SPECIAL_KINDS = ("fifo", "dev-zero", "directory", "sparse-1GiB")
+
+
+def metadata_only(path: Path, shape: list[int], chunks: list[int]) -> Path:
+    """A v2 uint8 array of `shape` and `chunks` with no chunk written (all fill value)."""
+    path.mkdir(parents=True)
+    meta = {
+        "zarr_format": 2,
+        "shape": shape,
+        "chunks": chunks,
+        "dtype": "|u1",
+        "compressor": None,
+        "fill_value": 0,
+        "order": "C",
+        "filters": None,
+    }
+    (path / ".zarray").write_text(json.dumps(meta))
+    return path
