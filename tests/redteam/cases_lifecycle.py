@@ -174,6 +174,37 @@ print("ready" if loading.is_set() else "never loading", flush=True)
 """
 
 
+def exits_promptly(context: Context, script: list[str], what: str) -> str:
+    """Run ``python -c *script`` (which prints "ready" once `what` is in flight, then
+    ends): its interpreter must exit within `EXIT_BOUND` of that line."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", *script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        context.begin()
+        assert process.stdout is not None
+        line = process.stdout.readline().strip()  # the interpreter's start is not timed
+        if line != "ready":
+            raise Finding("hang", f"{what} never started ({line!r})")
+        started = time.perf_counter()
+        try:
+            process.wait(EXIT_BOUND)
+        except subprocess.TimeoutExpired:
+            raise Finding(
+                "hang",
+                f"the interpreter still runs {EXIT_BOUND:.0f} s after its last line "
+                f"({what} in flight)",
+            ) from None
+        return f"exited in {time.perf_counter() - started:.2f} s (code {process.returncode})"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(5)
+
+
 def _exit_in_flight(target: str) -> Callable[[Context], str]:
     """A fresh interpreter starts a stuck load, then ends its script: it must exit promptly."""
 
@@ -182,30 +213,7 @@ def _exit_in_flight(target: str) -> Callable[[Context], str]:
         if target != "blocking":
             zarr_array(context.root / "a.zarr", ramp(SHAPE), CHUNKS)
             argument = context.url("a.zarr", target)
-        process = subprocess.Popen(
-            [sys.executable, "-c", _EXIT_SCRIPT, argument],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        try:
-            context.begin()
-            assert process.stdout is not None
-            line = process.stdout.readline().strip()  # the interpreter's start is not timed
-            if line != "ready":
-                raise Finding("hang", f"the stuck load never started ({line!r})")
-            started = time.perf_counter()
-            try:
-                process.wait(EXIT_BOUND)
-            except subprocess.TimeoutExpired:
-                raise Finding(
-                    "hang", f"the interpreter still runs {EXIT_BOUND:.0f} s after its last line"
-                ) from None
-            return f"exited in {time.perf_counter() - started:.2f} s (code {process.returncode})"
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait(5)
+        return exits_promptly(context, [_EXIT_SCRIPT, argument], "the stuck load")
 
     return run
 
@@ -396,25 +404,15 @@ def _torn(
         path = store / ("0.0" if zarr_format == 2 else "c/0/0")
         encoded = {}
         for name in ("B", "A"):  # A stays on disk
-            if checksum:
-                zarr.create_array(
-                    str(store),
-                    shape=SHAPE,
-                    chunks=chunks,
-                    dtype=oracles[name].dtype,
-                    compressors=[zarr.codecs.Crc32cCodec()],
-                    fill_value=0,
-                    overwrite=True,
-                )[...] = oracles[name]
-            else:
-                zarr_array(
-                    store,
-                    oracles[name],
-                    chunks,
-                    zarr_format=zarr_format,
-                    shards=shards,
-                    overwrite=True,
-                )
+            zarr_array(
+                store,
+                oracles[name],
+                chunks,
+                zarr_format=zarr_format,
+                shards=shards,
+                overwrite=True,
+                compressors=[zarr.codecs.Crc32cCodec()] if checksum else None,
+            )
             encoded[name] = path.read_bytes()
         assert len(encoded["A"]) == len(encoded["B"]), "versions must be the same size"
         stop = threading.Event()

@@ -13,15 +13,13 @@ into its own forked child.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tests.redteam.cases_lifecycle import EXIT_BOUND
+from tests.redteam.cases_lifecycle import exits_promptly
 from tests.redteam.harness import Case, Context, Finding, Outcome
 from tests.redteam.stores import ramp, zarr_array
 
@@ -140,32 +138,7 @@ print("ready" if entered.wait(20) else "never computing", flush=True)
 
 
 def _dask_exit(context: Context) -> str:
-    process = subprocess.Popen(
-        [sys.executable, "-c", _DASK_EXIT_SCRIPT],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        context.begin()
-        assert process.stdout is not None
-        line = process.stdout.readline().strip()  # the interpreter's start is not timed
-        if line != "ready":
-            raise Finding("hang", f"the dask task never started ({line!r})")
-        started = time.perf_counter()
-        try:
-            process.wait(EXIT_BOUND)
-        except subprocess.TimeoutExpired:
-            raise Finding(
-                "hang",
-                f"the interpreter still runs {EXIT_BOUND:.0f} s after its last line "
-                "(a dask task in flight)",
-            ) from None
-        return f"exited in {time.perf_counter() - started:.2f} s (code {process.returncode})"
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(5)
+    return exits_promptly(context, [_DASK_EXIT_SCRIPT], "a dask task")
 
 
 # -- workers of dropped arrays ---------------------------------------------------------------

@@ -97,8 +97,10 @@ def zarr_array(
     zarr_format: int = 3,
     shards: tuple[int, ...] | None = None,
     overwrite: bool = False,
+    compressors: Any = None,
 ) -> Path:
-    """`data` written by zarr-python, uncompressed (chunk bytes are the pixels)."""
+    """`data` written by zarr-python, uncompressed (chunk bytes are the pixels) unless
+    `compressors` are given (zarr's bytes-to-bytes codecs: ``Crc32cCodec()`` keeps them)."""
     import zarr
 
     array = zarr.create_array(
@@ -107,7 +109,7 @@ def zarr_array(
         chunks=chunks,
         shards=shards,
         dtype=data.dtype,
-        compressors=None,
+        compressors=compressors,
         zarr_format=zarr_format,  # type: ignore[arg-type]
         overwrite=overwrite,
         fill_value=0,
