@@ -450,3 +450,46 @@ def test_spatialdata_points_and_shapes_are_skipped_with_one_notice(
     assert [s.name for s in specs] == ["pyramid", "raw", "cells"]
     (notice,) = [r.getMessage() for r in caplog.records if "not images" in r.getMessage()]
     assert notice.endswith("not shown: points: spots; shapes: cells_outline"), notice
+
+
+def test_dev_transforms_of_the_global_coordinate_system_are_composed() -> None:
+    from napari_lazy_zarr.core.formats.ome_dev import as_base_version
+
+    transforms = [
+        {"type": "scale", "scale": [2.0, 2.0], "output": {"name": "aligned"}},
+        {
+            "type": "sequence",
+            "output": {"name": "global"},
+            "transformations": [
+                {"type": "identity"},
+                {"type": "translation", "translation": [1.0, 1.0]},
+                {"type": "scale", "scale": [0.5, 0.25]},  # after the translation: scales it
+            ],
+        },
+    ]
+    document = {"version": "0.5-dev", "multiscales": [{"coordinateTransformations": transforms}]}
+    normal = as_base_version(document, "0.5-dev", "0.5")
+    assert normal["version"] == "0.5"
+    assert normal["multiscales"][0]["coordinateTransformations"] == [
+        {"type": "scale", "scale": [0.5, 0.25]},
+        {"type": "translation", "translation": [0.5, 0.25]},
+    ]
+    assert document["version"] == "0.5-dev"  # the document itself is left as it is
+
+
+def test_a_dev_transform_it_cannot_compose_is_refused_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "image.ome.zarr"
+    _write(path, "0.5")
+
+    def edit(ome: dict[str, Any]) -> None:
+        ome["version"] = "0.5-dev"
+        ome["multiscales"][0]["coordinateTransformations"] = [
+            {"type": "rotation", "rotation": [[1, 0, 0], [0, 1, 0], [0, 0, 1]]}
+        ]
+
+    _edit(path, "0.5", edit)
+    with (
+        pytest.warns(MetadataWarning, match="development version"),
+        pytest.raises(MetadataError, match=r"type: must be 'identity', 'scale' or 'translation'"),
+    ):
+        describe_store(path)
