@@ -165,7 +165,8 @@ class ImageSpec:
     Attributes
     ----------
     name
-        The layer name: the multiscales ``name``, else the group or array path,
+        The layer name: a SpatialData element's name, else the multiscales ``name``,
+        else the group or array path,
         else the store's basename without its suffix (`store_name`: ``cells.ome.zarr``
         shows as ``cells``) for what sits at the root.
     kind
@@ -183,8 +184,9 @@ class ImageSpec:
         multiscales has a name, as napari-ome-zarr names it; ``"<name> [<index>]"`` when
         the channel has no label), ``color`` as
         ``#RRGGBB`` (``#FFFFFF`` for every channel when ``omero.rdefs.model`` is
-        ``"greyscale"``), ``window`` start and end, ``active`` (True when absent).
-        None without omero metadata.
+        ``"greyscale"``, and where a channel gives no valid colour), ``window`` start and
+        end (None unless every channel has a usable one), ``active`` (True when absent).
+        None without (usable) omero metadata.
     label_colors
         For a label image, ``(label value, (r, g, b, a))`` pairs (0-255) from its
         ``image-label`` ``colors``, in order; None when it gives none.
@@ -299,8 +301,14 @@ def describe_store(path_or_url: str | os.PathLike[str]) -> tuple[ImageSpec, ...]
       ``multiscales[0].datasets`` with their composed scale and translation,
       axes, channel axis and ``omero`` channels; then one ``"labels"`` image per
       entry of its ``labels`` group.
+    - A SpatialData root (`core.formats.spatialdata`): its ``images/*``, then its
+      ``labels/*``, named after their elements; points, shapes and tables skipped.
     - Any other group: one single-level image per array directly in it, and the
       OME-Zarr images among its direct subgroups, in name order.
+
+    An OME development version of 0.4 or 0.5 (``0.5-dev-spatialdata``) is read
+    as its base (`core.formats.ome_dev`), and invalid optional rendering metadata
+    gives its defaults (`core.formats.rendering`), each with a `MetadataWarning`.
     - A kerchunk reference file: what the store it describes holds, as above
       (named after the file, without ``.json``).
     - A stack file (``*.zstack.json``): one single-level image, the composite
@@ -321,7 +329,7 @@ def describe_store(path_or_url: str | os.PathLike[str]) -> tuple[ImageSpec, ...]
         An array uses an object dtype or a pickle codec.
     UnsupportedDataError
         An array's dtype cannot be shown as an image, an OME-Zarr version other
-        than 0.4 or 0.5, or transforms stored in arrays.
+        than 0.4 or 0.5 (or their development versions), or transforms stored in arrays.
 
     Examples
     --------
