@@ -1,8 +1,9 @@
 """The conformance corpus (`tests/conformance/cases.py`) in a real napari viewer (Xvfb).
 
 Every store is written at test time by a third-party writer (ome-zarr-py,
-zarr-python, TensorStore, kerchunk; a bioformats2raw layout), opened with this
-plugin, and its pixels compared with the writer's arrays — level 0 read through
+zarr-python, TensorStore, kerchunk; a bioformats2raw layout; the lab writers of
+`tests/conformance/cases_labs.py`: ngff-zarr, iohub, bioio-ome-zarr, spatialdata),
+opened with this plugin, and its pixels compared with the writer's arrays — level 0 read through
 the layer's lazy arrays and the slice napari displays. Where napari-ome-zarr
 reads the case, its layers are the reference for the structure: layer count,
 names, channel split, colormaps, contrast limits, visibility, scale, translate,
