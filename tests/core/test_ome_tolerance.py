@@ -399,7 +399,7 @@ def _element(data: Any, kind: str, name: str) -> np.ndarray[Any, Any]:
     return np.asarray(element.values)
 
 
-def _specs_of_root(path: Path) -> tuple[ImageSpec, ...]:
+def _specs_of_root(path: Path | str) -> tuple[ImageSpec, ...]:
     with pytest.warns(MetadataWarning) as caught:
         specs = describe_store(path)
     messages = [str(w.message) for w in caught]
@@ -493,3 +493,21 @@ def test_a_dev_transform_it_cannot_compose_is_refused_by_name(tmp_path: Path) ->
         pytest.raises(MetadataError, match=r"type: must be 'identity', 'scale' or 'translation'"),
     ):
         describe_store(path)
+
+
+def test_a_spatialdata_root_over_http_lists_its_elements(tmp_path: Path) -> None:
+    """Over plain HTTP a group cannot be listed: SpatialData's consolidated metadata lists it."""
+    from tests.remote.server import FaultyServer
+
+    written = _spatialdata(tmp_path / "blobs.zarr")
+    with FaultyServer(tmp_path) as server:
+        url = f"{server.url}/blobs.zarr"
+        specs = _specs_of_root(url)
+        assert [(s.name, s.kind) for s in specs] == [
+            ("pyramid", "image"),
+            ("raw", "image"),
+            ("cells", "labels"),
+        ]
+        for spec, kind in zip(specs, ("images", "images", "labels"), strict=True):
+            pixels = _read(open_level_sources(url, spec)[0])
+            np.testing.assert_array_equal(pixels, _element(written, kind, spec.name))
