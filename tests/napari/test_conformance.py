@@ -37,6 +37,11 @@ KNOWN_FAILURES: dict[str, str] = {}
 # regular expressions; docs/user-guide.md says why). Any other warning fails the case.
 EXPECTED_WARNINGS: dict[str, str] = {"spatialdata": SPATIALDATA_WARNINGS}
 
+# Lab writers whose stores this plugin shows as napari-ome-zarr does (layer by layer). Not
+# ngff-zarr (napari-ome-zarr drops its translations; unlabelled channels are named apart) nor
+# spatialdata (element names and the "global" transform, which napari-ome-zarr ignores).
+SAME_AS_REFERENCE = ("iohub", "bioio-ome-zarr")
+
 # Accepted differences from napari-ome-zarr's layers ("<case>: <difference>", regular
 # expressions), each a choice of this plugin documented in docs/user-guide.md.
 ACCEPTED_DIFFERENCES: tuple[str, ...] = (
@@ -66,7 +71,12 @@ def test_conformance_corpus(
             ours = open_case(viewer, written, "napari-lazy-zarr", qtbot.waitUntil)
         if not ours.ok:
             failures[case.id] = ours.error or "; ".join(ours.problems)
-        if case.group in ("ome-zarr-py", "bioformats2raw", "ome-zarr-py plate"):
+        if case.group in (
+            "ome-zarr-py",
+            "bioformats2raw",
+            "ome-zarr-py plate",
+            *SAME_AS_REFERENCE,
+        ):
             reference = open_case(viewer, written, "napari-ome-zarr", qtbot.waitUntil)
             if reference.opened:
                 found = [
