@@ -459,7 +459,13 @@ def _build() -> tuple[Case, ...]:
     return tuple(cases)
 
 
-CASES: tuple[Case, ...] = _build()
+def _with_labs() -> tuple[Case, ...]:
+    from tests.conformance import cases_labs  # here: it imports Case and Written from this module
+
+    return _build() + cases_labs.build()
+
+
+CASES: tuple[Case, ...] = _with_labs()
 GROUPS: tuple[str, ...] = tuple(dict.fromkeys(case.group for case in CASES))
 
 

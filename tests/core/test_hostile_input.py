@@ -1189,15 +1189,16 @@ def _ome_edits(outside: str) -> list[tuple[str, Callable[[dict[str, Any]], None]
         ("Infinity scale on the coarsest level", _scale(1, [1.0, math.inf, 1.0]), "error"),
         ("1e308 scale on the coarsest level", _scale(1, [1.0, 1e308, 1e308]), "either"),
         ("NaN translation on the coarsest level", _translation(1, [0.0, math.nan, 0.0]), "error"),
-        ('omero color "red"', _channel_field(0, "color", "red"), "error"),
-        ("omero color 255 (number)", _channel_field(0, "color", 255), "error"),
-        ('omero color "#GGGGGG"', _channel_field(0, "color", "#GGGGGG"), "error"),
-        ('omero color "0000FF00" (8 digits)', _channel_field(0, "color", "0000FF00"), "error"),
-        ("omero color missing", lambda ome: ome["omero"]["channels"][0].pop("color"), "error"),
+        # Optional rendering metadata: a warning and defaults, never a refused image.
+        ('omero color "red"', _channel_field(0, "color", "red"), "opens"),
+        ("omero color 255 (number)", _channel_field(0, "color", 255), "opens"),
+        ('omero color "#GGGGGG"', _channel_field(0, "color", "#GGGGGG"), "opens"),
+        ('omero color "0000FF00" (8 digits)', _channel_field(0, "color", "0000FF00"), "opens"),
+        ("omero color missing", lambda ome: ome["omero"]["channels"][0].pop("color"), "opens"),
         (
             'omero window start "a"',
             _channel_field(0, "window", {"min": 0, "max": 1, "start": "a", "end": 1}),
-            "error",
+            "opens",
         ),
         (
             "omero window start > end",
@@ -1207,7 +1208,7 @@ def _ome_edits(outside: str) -> list[tuple[str, Callable[[dict[str, Any]], None]
         (
             'omero channels "x" (string)',
             lambda ome: ome["omero"].__setitem__("channels", "x"),
-            "error",
+            "opens",
         ),
         ("10,000 datasets, all but 2 missing", _many_datasets(10_000, same=False), "error"),
         ('10,000 datasets, all path "0"', _many_datasets(10_000, same=True), "either"),

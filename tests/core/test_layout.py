@@ -21,6 +21,7 @@ from napari_lazy_zarr.core import (
     UnsafeDataError,
     UnsupportedDataError,
 )
+from napari_lazy_zarr.core.errors import MetadataWarning
 from napari_lazy_zarr.core.formats.ome import ImageSpec, LevelSpec, describe_store, looks_like_zarr
 
 if TYPE_CHECKING:
@@ -477,7 +478,6 @@ def _space_axes_first(ome: dict[str, Any]) -> None:
     ("edit", "problem"),
     [
         (_drop_datasets, r"multiscales\.0\.datasets: Field required"),
-        (_drop_window, r"channels\.1\.window: Field required"),
         (_space_axes_first, r"space axes must be at the end"),
     ],
 )
@@ -486,6 +486,15 @@ def test_invalid_ome_metadata(tmp_path: Path, version: str, edit: Any, problem: 
     _edit_ome(path, version, edit)
     with pytest.raises(MetadataError, match=rf"image\.zarr: invalid OME-Zarr .*{problem}"):
         describe_store(path)
+
+
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+def test_a_channel_without_window_opens_with_sampled_limits(tmp_path: Path, version: str) -> None:
+    path = write_ome(tmp_path / "image.zarr", version, with_labels=False)
+    _edit_ome(path, version, _drop_window)
+    with pytest.warns(MetadataWarning, match=r"omero\.channels\.1\.window: Field required"):
+        (image,) = describe_store(path)
+    assert image.contrast_limits is None  # sampled from the data by the reader
 
 
 @pytest.mark.parametrize("version", ["0.4", "0.5"])
@@ -503,11 +512,14 @@ def test_level_rank_differs_from_axes(tmp_path: Path) -> None:
         describe_store(path)
 
 
-def test_omero_channel_count_must_match(tmp_path: Path) -> None:
+def test_an_omero_channel_count_that_differs_is_ignored(tmp_path: Path) -> None:
     path = write_ome(tmp_path / "image.zarr", "0.5", with_labels=False)
     _edit_ome(path, "0.5", lambda ome: ome["omero"]["channels"].pop())
-    with pytest.raises(MetadataError, match=r"omero lists 1 channels but the image has 2"):
-        describe_store(path)
+    with pytest.warns(
+        MetadataWarning, match=r"omero\.channels: lists 1 channels, the image has 2"
+    ):
+        (image,) = describe_store(path)
+    assert image.channel_names is None  # the reader's defaults, as without omero
 
 
 @pytest.mark.parametrize("version", ["0.4", "0.5"])

@@ -13,6 +13,7 @@ __all__ = [
     "LoadCancelledError",
     "LoadTimeoutError",
     "MetadataError",
+    "MetadataWarning",
     "NotAZarrStoreError",
     "PlanTooLargeError",
     "ReadOnlyError",
@@ -77,3 +78,12 @@ class LoadCancelledError(LazyZarrError):
 
 class CacheClosedError(LazyZarrError, RuntimeError):
     """The chunk cache was closed while this call waited on it, or before it was made."""
+
+
+class MetadataWarning(UserWarning):
+    """Metadata that breaks its spec where it decides no pixel, read anyway: the message names
+    the path, the key and the cause, and what is used instead (a default, a base version).
+
+    E.g. an invalid optional ``omero`` block or label colour (the reader's defaults used), or
+    an OME-Zarr development version such as ``0.5-dev-spatialdata`` (read as 0.5).
+    """

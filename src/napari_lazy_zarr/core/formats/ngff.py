@@ -25,17 +25,23 @@ documents, with ome-zarr-models as the oracle:
 - a multiscale's own ``coordinateTransformations``: absent, or a scale, then
   optionally a translation, as long as there are axes.
 - ``omero.channels``: a list; each channel a ``color`` and a ``window`` with
-  ``start`` and ``end``.
+  ``start`` and ``end``. These rules are checked, but ``omero`` is optional
+  rendering metadata: what breaks them never refuses the image. The broken
+  parts read as absent (a channel's ``color`` or ``window`` None, or no
+  ``omero`` at all) and `Image.ignored` lists the problems, for the reader to
+  warn about and fall back to its defaults.
 - ``labels``: a list of strings; colours: unique ``label-value`` integers, each
   with ``rgba`` null or four integers 0-255.
 
 Deliberate differences (each listed in the oracle test too). Stricter, on
 what decides pixels and geometry: vector values must be JSON numbers (not
 ``"0.5"`` nor ``true``, which pydantic coerces), finite, and scales non-zero;
-axis names must be strings; an omero colour is exactly ``RRGGBB`` or ``#RRGGBB`` (its pattern is
-unanchored) and window bounds are JSON numbers; label values and RGBA
-components are JSON integers (not ``"1"`` or ``true``). Tolerant, on optional
-rendering metadata: a window's ``min`` and ``max`` may be absent or null.
+axis names must be strings; label values and RGBA components are JSON
+integers (not ``"1"`` or ``true``). In ``omero`` (reported in `Image.ignored`,
+never refused): a colour is exactly ``RRGGBB`` or ``#RRGGBB`` (its pattern is
+unanchored) and window bounds are JSON numbers. Tolerant, on optional
+rendering metadata: a window's ``min`` and ``max`` may be absent or null, and
+an invalid ``omero`` never refuses the image (ome-zarr-models refuses it).
 Transforms stored in arrays (``path``), which ome-zarr-models accepts, raise
 `UnsupportedDataError`: their vectors would have to be read from an array.
 """
@@ -165,17 +171,17 @@ class Channel:
     Attributes
     ----------
     color
-        ``#RRGGBB``, upper case.
+        ``#RRGGBB``, upper case, or None when absent or invalid (see `Image.ignored`).
     window
-        The display window.
+        The display window, or None when absent or invalid.
     label
         The ``label``, as a string, or None when absent.
     active
         The ``active`` flag when it is a boolean, else None.
     """
 
-    color: str
-    window: Window
+    color: str | None
+    window: Window | None
     label: str | None = None
     active: bool | None = None
 
@@ -207,12 +213,17 @@ class Image:
     multiscales
         At least one; readers show the first.
     omero
-        The rendering metadata, or None when absent (or null).
+        The rendering metadata, or None when absent (or null) or unusable (not an
+        object, no list of ``channels``).
+    ignored
+        The problems of the optional ``omero`` block (``"loc: message"``, as in a
+        `MetadataError`), whose parts read as absent; empty when it is valid.
     """
 
     version: NgffVersion
     multiscales: tuple[Multiscale, ...]
     omero: Omero | None = None
+    ignored: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -462,15 +473,19 @@ class _Checker:
                 self.multiscale(entry, ("multiscales", index), version)
                 for index, entry in enumerate(listed)
             ]
-        omero = None
+        omero, ignored = None, tuple[str, ...]()
         if root.get("omero") is not None:
-            omero = self.omero(root["omero"], ("omero",))
+            # Optional rendering metadata: its problems are reported, never refuse the image.
+            optional = _Checker()
+            omero = optional.omero(root["omero"], ("omero",))
+            ignored = tuple(optional.problems)
         if len(self.problems) > start:
             return None
         return Image(
             version=version,
             multiscales=tuple(m for m in multiscales if m is not None),
             omero=omero,
+            ignored=ignored,
         )
 
     def multiscale(self, value: Any, loc: _Loc, version: NgffVersion) -> Multiscale | None:
@@ -667,33 +682,29 @@ class _Checker:
     # -- omero
 
     def omero(self, value: Any, loc: _Loc) -> Omero | None:
-        start = len(self.problems)
+        """The ``omero`` block, tolerantly: None without a list of channels, else every
+        channel, its invalid parts None (each one a problem recorded)."""
         entry = self.json_object(value, loc)
         if entry is None:
             return None
-        channels: list[Channel | None] = []
-        if "channels" in entry:
-            listed = self.json_list(entry["channels"], (*loc, "channels"))
-            channels = [
-                self.channel(item, (*loc, "channels", index))
-                for index, item in enumerate(listed or ())
-            ]
-        else:
+        if "channels" not in entry:
             self.field(entry, "channels", loc)
-        if len(self.problems) > start:
             return None
+        listed = self.json_list(entry["channels"], (*loc, "channels"))
+        if listed is None:
+            return None
+        channels = [
+            self.channel(item, (*loc, "channels", index)) for index, item in enumerate(listed)
+        ]
         rdefs = entry.get("rdefs")
         model = rdefs.get("model") if isinstance(rdefs, dict) else None
-        return Omero(
-            channels=tuple(c for c in channels if c is not None),
-            model=model if isinstance(model, str) else None,
-        )
+        return Omero(channels=tuple(channels), model=model if isinstance(model, str) else None)
 
-    def channel(self, value: Any, loc: _Loc) -> Channel | None:
-        start = len(self.problems)
+    def channel(self, value: Any, loc: _Loc) -> Channel:
+        """One channel; an invalid (or missing) colour or window is None."""
         entry = self.json_object(value, loc)
         if entry is None:
-            return None
+            return Channel(color=None, window=None)
         color = None
         if "color" in entry:
             text = self.json_string(entry["color"], (*loc, "color"))
@@ -708,8 +719,6 @@ class _Checker:
             window = self.window(entry["window"], (*loc, "window"))
         else:
             self.field(entry, "window", loc)
-        if len(self.problems) > start or color is None or window is None:
-            return None
         label, active = entry.get("label"), entry.get("active")
         return Channel(
             color=color,

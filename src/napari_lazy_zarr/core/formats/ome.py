@@ -19,7 +19,6 @@ ourselves, keeps one parse per document and one error class per cause.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import time
@@ -37,11 +36,21 @@ from zarr.abc.store import RangeByteRequest
 from napari_lazy_zarr.core.errors import (
     LazyZarrError,
     MetadataError,
+    MetadataWarning,
     NotAZarrStoreError,
     StoreNotFoundError,
     UnsupportedDataError,
 )
-from napari_lazy_zarr.core.formats.ngff import parse_image, parse_label_colors, parse_labels
+from napari_lazy_zarr.core.formats.ngff import parse_image, parse_labels
+from napari_lazy_zarr.core.formats.ome_dev import as_base_version, dev_base
+from napari_lazy_zarr.core.formats.rendering import ChannelDisplay, label_colors, warn_ignored
+from napari_lazy_zarr.core.formats.spatialdata import (
+    IMAGE_GROUPS,
+    OTHER_GROUPS,
+    element_name,
+    is_spatialdata,
+    skipped_notice,
+)
 from napari_lazy_zarr.core.formats.stack import (
     STACK_SUFFIX,
     open_stack,
@@ -69,7 +78,7 @@ from napari_lazy_zarr.core.storage.vetting import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from napari_lazy_zarr.core.formats.ngff import Multiscale, NgffVersion, Omero
+    from napari_lazy_zarr.core.formats.ngff import Multiscale, NgffVersion
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
 
 __all__ = [
@@ -156,7 +165,8 @@ class ImageSpec:
     Attributes
     ----------
     name
-        The layer name: the multiscales ``name``, else the group or array path,
+        The layer name: a SpatialData element's name, else the multiscales ``name``,
+        else the group or array path,
         else the store's basename without its suffix (`store_name`: ``cells.ome.zarr``
         shows as ``cells``) for what sits at the root.
     kind
@@ -174,8 +184,9 @@ class ImageSpec:
         multiscales has a name, as napari-ome-zarr names it; ``"<name> [<index>]"`` when
         the channel has no label), ``color`` as
         ``#RRGGBB`` (``#FFFFFF`` for every channel when ``omero.rdefs.model`` is
-        ``"greyscale"``), ``window`` start and end, ``active`` (True when absent).
-        None without omero metadata.
+        ``"greyscale"``, and where a channel gives no valid colour), ``window`` start and
+        end (None unless every channel has a usable one), ``active`` (True when absent).
+        None without (usable) omero metadata.
     label_colors
         For a label image, ``(label value, (r, g, b, a))`` pairs (0-255) from its
         ``image-label`` ``colors``, in order; None when it gives none.
@@ -290,8 +301,14 @@ def describe_store(path_or_url: str | os.PathLike[str]) -> tuple[ImageSpec, ...]
       ``multiscales[0].datasets`` with their composed scale and translation,
       axes, channel axis and ``omero`` channels; then one ``"labels"`` image per
       entry of its ``labels`` group.
+    - A SpatialData root (`core.formats.spatialdata`): its ``images/*``, then its
+      ``labels/*``, named after their elements; points, shapes and tables skipped.
     - Any other group: one single-level image per array directly in it, and the
       OME-Zarr images among its direct subgroups, in name order.
+
+    An OME development version of 0.4 or 0.5 (``0.5-dev-spatialdata``) is read
+    as its base (`core.formats.ome_dev`), and invalid optional rendering metadata
+    gives its defaults (`core.formats.rendering`), each with a `MetadataWarning`.
     - A kerchunk reference file: what the store it describes holds, as above
       (named after the file, without ``.json``).
     - A stack file (``*.zstack.json``): one single-level image, the composite
@@ -312,7 +329,7 @@ def describe_store(path_or_url: str | os.PathLike[str]) -> tuple[ImageSpec, ...]
         An array uses an object dtype or a pickle codec.
     UnsupportedDataError
         An array's dtype cannot be shown as an image, an OME-Zarr version other
-        than 0.4 or 0.5, or transforms stored in arrays.
+        than 0.4 or 0.5 (or their development versions), or transforms stored in arrays.
 
     Examples
     --------
@@ -421,19 +438,55 @@ class _Walk:
         ome = _ome_document(group, self.full(group.path))
         if ome is not None and "multiscales" in ome[1]:
             return self.ome_image(group, *ome)
+        if is_spatialdata(group.attrs.asdict()):
+            return self.spatialdata_root(group)
         return self.plain_group(group)
 
-    def plain_group(self, group: zarr.Group) -> tuple[ImageSpec, ...]:
+    def members(self, group: zarr.Group) -> list[tuple[str, zarr.Array[Any] | zarr.Group]]:
+        """A group's direct members in name order, their raw metadata vetted first if local."""
         full = self.full(group.path)
         if self.local_dir is not None:
             self._vet_children(os.path.join(self.local_dir, group.path), full)
         try:
-            members = sorted(group.members(), key=lambda member: member[0])
+            return sorted(group.members(), key=lambda member: member[0])
         except (ValueError, TypeError, KeyError) as error:
             raise MetadataError(
                 f"{full}: malformed zarr metadata in the group's members: "
                 f"{type(error).__name__}: {error}"
             ) from error
+
+    def spatialdata_root(self, group: zarr.Group) -> tuple[ImageSpec, ...]:
+        """A SpatialData store's images, then its labels (`core.formats.spatialdata`).
+
+        Its other elements (points, shapes, tables) are not images: logged, not shown.
+        """
+        full = self.full(group.path)
+        kinds = dict(self.members(group))
+        images: list[ImageSpec] = []
+        skipped: dict[str, list[str]] = {}
+        for kind in (*IMAGE_GROUPS, *OTHER_GROUPS):
+            holder = kinds.get(kind)
+            if not isinstance(holder, zarr.Group):
+                continue
+            for name, node in self.members(holder):
+                ome = None
+                if kind in IMAGE_GROUPS and isinstance(node, zarr.Group):
+                    ome = _ome_document(node, self.full(node.path))
+                if ome is None or "multiscales" not in ome[1] or not isinstance(node, zarr.Group):
+                    skipped.setdefault(kind, []).append(name)
+                    continue
+                images.extend(self.ome_image(node, *ome, label=name if kind == "labels" else ""))
+        skipped_notice(full, skipped)
+        if not images:
+            raise NotAZarrStoreError(
+                f"{full}: a SpatialData store with no images or labels"
+                + (f" (only {', '.join(skipped)})" if skipped else "")
+            )
+        return tuple(images)
+
+    def plain_group(self, group: zarr.Group) -> tuple[ImageSpec, ...]:
+        full = self.full(group.path)
+        members = self.members(group)
         images: list[ImageSpec] = []
         unsupported: list[UnsupportedDataError] = []
         for _, node in members:
@@ -492,17 +545,21 @@ class _Walk:
         )
         axes = multiscale.axes
         channel_axis = next((i for i, a in enumerate(axes) if a.type == "channel"), None)
-        layer_name = label or multiscale.name or group.path or self.basename
-        channels = _Channels()
+        # A SpatialData element is named after itself (its multiscales name is not its name).
+        element = element_name(group.attrs.asdict(), group.path, self.basename)
+        layer_name = label or element or multiscale.name or group.path or self.basename
+        if attributes.ignored:
+            warn_ignored(full, "omero", attributes.ignored, stacklevel=4)
+        channels = ChannelDisplay()
         if kind == "image" and omero is not None:
             n_channels = 1 if channel_axis is None else levels[0].shape[channel_axis]
             # Channel layers are named after the image too; an image without a channel axis
             # is one layer, named after the image alone.
-            title = (multiscale.name or None) if channel_axis is not None else None
-            channels = _Channels.from_omero(omero, n_channels, layer_name, full, titled=title)
-        label_colors = None
+            title = (element or multiscale.name or None) if channel_axis is not None else None
+            channels = ChannelDisplay.from_omero(omero, n_channels, layer_name, full, titled=title)
+        colors = None
         if kind == "labels":
-            label_colors = _label_colors(document.get("image-label"), full)
+            colors = label_colors(document.get("image-label"), full)
         image = ImageSpec(
             name=layer_name,
             kind=kind,
@@ -514,7 +571,7 @@ class _Walk:
             channel_colors=channels.colors,
             contrast_limits=channels.limits,
             channel_visible=channels.visible,
-            label_colors=label_colors,
+            label_colors=colors,
             version=version,
         )
         if label:
@@ -597,6 +654,13 @@ class _Walk:
             names = parse_labels(document, version, full).labels
         else:
             ome = document.get("ome")
+            declared = ome.get("version") if isinstance(ome, dict) else None
+            if (
+                isinstance(ome, dict)
+                and isinstance(declared, str)
+                and dev_base(declared) == version
+            ):
+                ome = {**ome, "version": version}  # a development version, warned for the image
             if isinstance(ome, dict) and "version" not in ome:
                 # ome-zarr-py 0.21 writes {"ome": {"labels": [...]}} without the version the
                 # spec asks for; the image the group belongs to has it.
@@ -659,6 +723,18 @@ def _ome_document(group: zarr.Group, full: str) -> tuple[NgffVersion, dict[str, 
         version = first.get("version", "0.4") if isinstance(first, dict) else "0.4"
     zarr_format = group.metadata.zarr_format
     expected: NgffVersion = "0.5" if zarr_format == 3 else "0.4"
+    base = dev_base(version) if isinstance(version, str) else None
+    if isinstance(version, str) and base in _SUPPORTED_VERSIONS:
+        # A draft of the next spec over a supported base (SpatialData: "0.5-dev-spatialdata").
+        warnings.warn(
+            MetadataWarning(
+                f"{full}: OME-Zarr version {version!r} is a development version: "
+                f"read as OME-Zarr {base}"
+            ),
+            stacklevel=3,
+        )
+        document = as_base_version(document, version, base)
+        version = base
     # A version that is not a string is left to `parse_image` to reject.
     if isinstance(version, str) and version not in _SUPPORTED_VERSIONS:
         raise UnsupportedDataError(
@@ -671,59 +747,6 @@ def _ome_document(group: zarr.Group, full: str) -> tuple[NgffVersion, dict[str, 
             f"(OME-Zarr {expected} goes with Zarr v{zarr_format})"
         )
     return expected, document
-
-
-@dataclass(frozen=True, slots=True)
-class _Channels:
-    """Per-channel display settings from ``omero`` (all None without it)."""
-
-    names: tuple[str, ...] | None = None
-    colors: tuple[str, ...] | None = None
-    limits: tuple[tuple[float, float], ...] | None = None
-    visible: tuple[bool, ...] | None = None
-
-    @classmethod
-    def from_omero(
-        cls, omero: Omero, n_channels: int, image: str, full: str, *, titled: str | None = None
-    ) -> _Channels:
-        """Channel settings from `omero`; a labelled channel of a `titled` image (its
-        multiscales name) is named ``"<title>: <label>"``, as napari-ome-zarr names it, so two
-        images' channels do not collide; an unlabelled one ``"<image> [<index>]"``."""
-        channels = omero.channels
-        if len(channels) != n_channels:
-            raise MetadataError(
-                f"{full}: omero lists {len(channels)} channels but the image has {n_channels}"
-            )
-        greyscale = omero.model == "greyscale"
-        windows = tuple((c.window.start, c.window.end) for c in channels)
-        # A window napari cannot use (start >= end, or not finite) is a display hint, not
-        # data: without it the limits are sampled from the data instead.
-        usable = all(math.isfinite(lo) and math.isfinite(hi) and lo < hi for lo, hi in windows)
-        return cls(
-            names=tuple(
-                f"{image} [{index}]"
-                if c.label is None
-                else c.label
-                if titled is None
-                else f"{titled}: {c.label}"
-                for index, c in enumerate(channels)
-            ),
-            colors=tuple("#FFFFFF" if greyscale else c.color for c in channels),
-            limits=windows if usable else None,
-            visible=tuple(c.active is not False for c in channels),
-        )
-
-
-def _label_colors(
-    document: Any, full: str
-) -> tuple[tuple[int, tuple[int, int, int, int]], ...] | None:
-    """``(label value, RGBA)`` pairs of a label image's ``image-label`` (None when none).
-
-    Entries whose ``rgba`` is null give no colour.
-    """
-    colors = parse_label_colors(document, full)
-    pairs = tuple((c.value, c.rgba) for c in colors or () if c.rgba is not None)
-    return pairs or None
 
 
 # -- plain zarr -------------------------------------------------------------
