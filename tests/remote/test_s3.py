@@ -97,22 +97,6 @@ def test_an_ome_zarr_image_written_into_s3_opens_from_the_settings_file(
     assert [kind for _, _, kind in layers] == ["image", "image"]
 
 
-def test_our_endpoint_setting_overrides_aws_endpoint_url_only_when_set(
-    s3: S3Server, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    bucket = s3.bucket("env")
-    data = _data((40, 40))
-    zarr.create_array(
-        f"{bucket}/a.zarr", shape=data.shape, chunks=(20, 20), dtype=data.dtype,
-        storage_options=s3.options(),
-    )[...] = data  # fmt: skip
-    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint)  # botocore's own variable
-    np.testing.assert_array_equal(_whole(open_zarr_source(f"{bucket}/a.zarr")), data)
-    monkeypatch.setenv(ENDPOINT, "http://127.0.0.1:1")  # ours, when set, wins
-    with pytest.raises(MetadataError, match=r"127\.0\.0\.1:1 does not answer.*s3_endpoint_url"):
-        open_zarr_source(f"{bucket}/a.zarr")
-
-
 def test_a_public_bucket_opens_anonymously_without_credentials(
     s3: S3Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
