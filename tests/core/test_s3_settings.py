@@ -28,7 +28,10 @@ def test_nothing_set_leaves_s3fs_and_botocore_their_own_configuration(tmp_path: 
     env = _env(tmp_path, AWS_ENDPOINT_URL="http://elsewhere:9000", AWS_PROFILE="lab")
     options = s3_options("s3://bucket/image.zarr", Timeouts(connect=3, read=4), env)
     # Only the time caps: botocore reads AWS_ENDPOINT_URL and AWS_PROFILE itself.
-    assert options == {"config_kwargs": {"connect_timeout": 3, "read_timeout": 4}}
+    assert options == {
+        "config_kwargs": {"connect_timeout": 3, "read_timeout": 4},
+        "max_concurrency": 1,  # whole keys in one GET (no HEAD first)
+    }
     assert s3_options("https://example.org/image.zarr", Timeouts(), env) == {}
 
 
@@ -57,6 +60,7 @@ def test_the_file_then_the_environment(tmp_path: Path) -> None:
         "config_kwargs": {"connect_timeout": 10.0, "read_timeout": 10.0},
         "endpoint_url": "http://127.0.0.1:9000",
         "profile": "other",
+        "max_concurrency": 1,
     }  # the variable turned anonymous access off again: no "anon" at all
 
 
@@ -71,13 +75,14 @@ def test_fsspecs_configured_options_are_merged_under_ours() -> None:
         "client_kwargs": {"region_name": "ap-south-1", "verify": False},
         "config_kwargs": {"retries": {"max_attempts": 2}, "connect_timeout": 99},
         "requester_pays": True,
+        "max_concurrency": 4,
     }
     settings = Settings(s3_region="eu-central-1")
     options = s3_storage_options(settings, Timeouts(connect=1, read=2), configured=configured)
     assert options == {
         "client_kwargs": {"region_name": "eu-central-1", "verify": False},
         "config_kwargs": {"retries": {"max_attempts": 2}, "connect_timeout": 1, "read_timeout": 2},
-    }  # the rest (requester_pays) fsspec applies itself, under explicit options
+    }  # the rest (requester_pays, max_concurrency) fsspec applies itself, under ours
 
 
 def test_fsspec_environment_variables_still_apply(monkeypatch: pytest.MonkeyPatch) -> None:
