@@ -137,6 +137,16 @@ def test_access_denied_names_the_url_and_the_settings(
     assert "testing" not in message  # the key id is never shown
 
 
+def test_an_unknown_profile_names_the_setting(
+    s3: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bucket = s3.bucket("profiles")
+    monkeypatch.setenv(ENDPOINT, s3.endpoint)
+    monkeypatch.setenv("NAPARI_LAZY_ZARR_S3_PROFILE", "no-such-profile")
+    with pytest.raises(MetadataError, match=r"no-such-profile.*\[s3\] s3_profile"):
+        describe_store(f"{bucket}/image.zarr")
+
+
 def test_a_missing_bucket_is_named_with_its_endpoint(
     s3: S3Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
