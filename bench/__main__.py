@@ -31,6 +31,7 @@ def _benchmarks() -> dict[str, Callable[[bool], str]]:
         playback,
         remote,
         remote_stores,
+        s3_plate,
         sample_startup,
         shard_reads,
         view_cycle,
@@ -50,6 +51,7 @@ def _benchmarks() -> dict[str, Callable[[bool], str]]:
         "backends": backends.run,
         "remote-stores": remote_stores.run,
         "sample": sample_startup.run,
+        "s3-plate": s3_plate.run,
     }
 
 

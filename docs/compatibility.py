@@ -6,6 +6,10 @@ Every case of `tests/conformance/cases.py` (the same writers the tests use) is
 written by its third-party writer into a temporary folder, then opened in one
 real napari viewer with this plugin, napari-ome-zarr and napari's built-in
 reader (`tests/conformance/check.py`, as in tests/napari/test_conformance.py).
+The remote cases of `tests/conformance/cases_remote.py` (S3 on moto, HTTPS with a
+private CA, every reader configured through the environment) follow in their own
+table. ``--remote-only`` opens only those and prints them (docs/compatibility.md is
+left alone).
 """
 
 from __future__ import annotations
@@ -44,16 +48,38 @@ def _cell(outcome: Any) -> str:
     return f"✗ {layers}, pixels differ"
 
 
+def _row(case: Any, outcomes: dict[str, Any]) -> str:
+    from tests.conformance.check import READERS, structure_differences
+
+    ours, reference = outcomes["napari-lazy-zarr"], outcomes["napari-ome-zarr"]
+    same = "—"
+    if ours.opened and reference.opened:
+        differences = structure_differences(ours, reference)
+        same = "same" if not differences else "; ".join(differences)
+    cells = " | ".join(_cell(outcomes[reader]) for reader in READERS)
+    print(case.id, cells, flush=True)
+    return f"| {case.group} | {case.name} | {cells} | {same} |"
+
+
 def main() -> int:
     if not os.environ.get("DISPLAY") and shutil.which("xvfb-run"):
-        command = ["xvfb-run", "-a", "-s", "-screen 0 1920x1080x24", sys.executable, __file__]
+        command = ["xvfb-run", "-a", "-s", "-screen 0 1920x1080x24", sys.executable, *sys.argv]
         return subprocess.call(command)
     sys.path.insert(0, str(ROOT))
     os.environ.setdefault("NAPARI_CONFIG", os.path.join(tempfile.mkdtemp(), "settings.yaml"))
+    from tests.conformance.cases_remote import REMOTE_CASES, RemoteServers
+
+    # The servers (and the environment every reader is configured with) before napari
+    # and aiohttp are imported: aiohttp reads SSL_CERT_FILE once.
+    with tempfile.TemporaryDirectory() as remote, RemoteServers(Path(remote)) as servers:
+        return _compare(servers, REMOTE_CASES, remote_only="--remote-only" in sys.argv)
+
+
+def _compare(servers: Any, remote_cases: Any, *, remote_only: bool) -> int:
     import napari
     from qtpy.QtWidgets import QApplication
     from tests.conformance.cases import CASES
-    from tests.conformance.check import READERS, open_case, structure_differences
+    from tests.conformance.check import READERS, open_case
 
     def wait(predicate: Any, timeout: int = 30_000) -> None:
         deadline = time.monotonic() + timeout / 1000
@@ -66,27 +92,39 @@ def main() -> int:
     viewer = napari.Viewer(show=True)
     rows, details = [], []
     totals = {reader: [0, 0] for reader in READERS}  # opens, correct
+    remote_rows: list[str] = []
+    remote_totals = {reader: [0, 0] for reader in READERS}
     with tempfile.TemporaryDirectory() as folder:
-        for number, case in enumerate(CASES):
-            (Path(folder) / str(number)).mkdir()
-            written = case.write(Path(folder) / str(number))
+        local_cases = () if remote_only else CASES
+        for number, case in enumerate((*local_cases, *remote_cases)):
+            remote = number >= len(local_cases)
+            if remote:
+                written = case.write(servers)
+            else:
+                (Path(folder) / str(number)).mkdir()
+                written = case.write(Path(folder) / str(number))
             outcomes = {reader: open_case(viewer, written, reader, wait) for reader in READERS}
             for reader, outcome in outcomes.items():
-                totals[reader][0] += outcome.opened
-                totals[reader][1] += outcome.ok
+                counts = remote_totals if remote else totals
+                counts[reader][0] += outcome.opened
+                counts[reader][1] += outcome.ok
                 if outcome.opened and not outcome.ok and reader == "napari-lazy-zarr":
                     details.append(f"- {case.id}: {'; '.join(outcome.problems)}")
                 if not outcome.opened and reader == "napari-lazy-zarr":
                     details.append(f"- {case.id}: {outcome.error}")
-            ours, reference = outcomes["napari-lazy-zarr"], outcomes["napari-ome-zarr"]
-            same = "—"
-            if ours.opened and reference.opened:
-                differences = structure_differences(ours, reference)
-                same = "same" if not differences else "; ".join(differences)
-            cells = " | ".join(_cell(outcomes[reader]) for reader in READERS)
-            rows.append(f"| {case.group} | {case.name} | {cells} | {same} |")
-            print(case.id, cells, flush=True)
+                if remote and not outcome.ok:
+                    print(f"  {reader}: {outcome.error or '; '.join(outcome.problems)}")
+            (remote_rows if remote else rows).append(_row(case, outcomes))
     viewer.close()
+    remote_count = len(remote_cases)
+    remote_total = " · ".join(
+        f"{LABELS[r]}: opens {remote_totals[r][0]}/{remote_count}, "
+        f"correct {remote_totals[r][1]}/{remote_count}"
+        for r in READERS
+    )
+    print(remote_total)
+    if remote_only:
+        return 0
     count = len(CASES)
     header = " | ".join(LABELS[reader] for reader in READERS)
     total = " · ".join(
@@ -113,6 +151,21 @@ contrast limits, visibility, scale, translate, units, label colours), where both
 | writer | case | {header} | layers vs napari-ome-zarr |
 |---|---|---|---|---|---|
 {chr(10).join(rows)}
+"""
+    text += f"""
+## Remote
+
+Stores served by servers the run starts on 127.0.0.1 (`tests/conformance/cases_remote.py`):
+moto's S3 server, the stores written into it by ome-zarr-py and zarr-python; an HTTPS server
+whose certificate a CA made for the run signs (trustme). Every reader is configured the
+standard way, through the environment: `AWS_ENDPOINT_URL` and dummy AWS credentials,
+`SSL_CERT_FILE` naming the CA.
+
+**Totals ({remote_count} cases):** {remote_total}.
+
+| server | case | {header} | layers vs napari-ome-zarr |
+|---|---|---|---|---|---|
+{chr(10).join(remote_rows)}
 """
     if details:
         text += "\n## Where this plugin fails\n\n" + "\n".join(details) + "\n"

@@ -28,7 +28,7 @@ __all__ = ["CASES", "GROUPS", "Case", "Written", "cases_of"]
 class Written:
     """A written store: where to open it and, per expected layer, the writer's array."""
 
-    path: Path
+    path: Path | str  # a URL for the remote cases (cases_remote.py)
     layers: tuple[np.ndarray[Any, Any], ...]
 
 

@@ -149,7 +149,7 @@ def test_the_manifest_page_is_the_model() -> None:
         "napari.yaml's configurations differ from core/settings.py's Settings: paste "
         "yaml.safe_dump({'configurations': configuration_schema()}, sort_keys=False)"
     )
-    json_types = {"integer": int, "number": float, "string": str}
+    json_types = {"integer": int, "number": float, "string": str, "boolean": bool}
     properties = {
         key: (section, entry)
         for section, table in contributed.items()

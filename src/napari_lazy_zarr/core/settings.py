@@ -27,6 +27,12 @@ overriding the earlier ones:
        allowed_roots = ["/data/hdf5", "~/scans"]   # relative to the file
        allowed_remotes = ["s3://open-data", "https://data.example.org"]
 
+       [s3]
+       s3_endpoint_url = "https://minio.example.org:9000"   # S3-compatible stores
+       s3_region = "eu-west-1"
+       s3_anon = true              # public buckets: unsigned requests
+       s3_profile = "lab"          # a profile of ~/.aws/credentials (never a secret here)
+
    It is the fallback for a napari without plugin preferences, and for Python
    scripts;
 3. napari's *Preferences* (*Lazy Zarr* under *Plugin Preferences*), when the
@@ -84,7 +90,7 @@ __all__ = [
     "use_preferences",
 ]
 
-type Section = Literal["cache", "timeouts", "reading", "references"]
+type Section = Literal["cache", "timeouts", "reading", "references", "s3"]
 type Preferences = Mapping[str, Mapping[str, Any]]
 
 SETTINGS_VARIABLE: Final = "NAPARI_LAZY_ZARR_SETTINGS"
@@ -94,6 +100,7 @@ SETTINGS_SECTIONS: Final[dict[Section, str]] = {
     "timeouts": "Timeouts",
     "reading": "Reading",
     "references": "Reference files",
+    "s3": "S3",
 }
 """The settings' sections (TOML tables, napari configuration keys) and their titles."""
 _MIB: Final = 1 << 20
@@ -218,6 +225,21 @@ class Settings:
     allowed_remotes
         Protocols and locations reference files may reach, separated by
         commas or spaces (`ReferencePolicy`).
+    s3_endpoint_url
+        The S3 endpoint ``s3://`` URLs are read from (MinIO, Ceph, a cloud
+        other than AWS); empty: s3fs and botocore's own (``AWS_ENDPOINT_URL``,
+        ``FSSPEC_S3_ENDPOINT_URL``, else AWS).
+    s3_region
+        The S3 region; empty: botocore's own (``AWS_DEFAULT_REGION``, the
+        profile's ``region``).
+    s3_anon
+        Read ``s3://`` URLs unsigned, as anyone may (public buckets); False
+        leaves it to s3fs (``FSSPEC_S3_ANON``, else signed requests).
+    s3_profile
+        The AWS profile whose credentials sign requests (a name in
+        ``~/.aws/credentials`` or ``~/.aws/config``); empty: botocore's own
+        (``AWS_PROFILE``, ``AWS_ACCESS_KEY_ID``..., the default profile).
+        Credentials themselves are never settings.
 
     Raises
     ------
@@ -325,6 +347,37 @@ class Settings:
         "reference files may reach, separated by commas.",
         variable="NAPARI_LAZY_ZARR_ALLOWED_REMOTES",
     )
+    # -- [s3]: applied to every s3:// store and reference (core.storage.s3) --
+    s3_endpoint_url: str = _field(
+        "",
+        section="s3",
+        title="Endpoint URL",
+        description="The S3 endpoint (MinIO, Ceph, another cloud), e.g. "
+        "https://minio.example.org:9000; empty: AWS_ENDPOINT_URL, else AWS.",
+        variable="NAPARI_LAZY_ZARR_S3_ENDPOINT_URL",
+    )
+    s3_region: str = _field(
+        "",
+        section="s3",
+        title="Region",
+        description="The S3 region, e.g. eu-west-1; empty: AWS_DEFAULT_REGION or the profile's.",
+        variable="NAPARI_LAZY_ZARR_S3_REGION",
+    )
+    s3_anon: bool = _field(
+        False,
+        section="s3",
+        title="Anonymous access",
+        description="Read s3:// URLs unsigned, without credentials (public buckets).",
+        variable="NAPARI_LAZY_ZARR_S3_ANON",
+    )
+    s3_profile: str = _field(
+        "",
+        section="s3",
+        title="AWS profile",
+        description="The profile of ~/.aws/credentials that signs requests; empty: "
+        "AWS_PROFILE, AWS_ACCESS_KEY_ID..., else the default profile.",
+        variable="NAPARI_LAZY_ZARR_S3_PROFILE",
+    )
 
     def __post_init__(self) -> None:
         for item in fields(self):
@@ -378,6 +431,8 @@ BACKEND_VARIABLE: Final = Settings.setting("backend").variable
 def _checked(name: str, value: Any, where: str) -> Any:
     """`value` as field `name` holds it, or MetadataError naming `where`."""
     kind, setting = _FIELDS[name].type, Settings.setting(name)
+    if kind == "bool":
+        return _checked_bool(value, where)
     if kind == "str":
         if setting.choices is not None and value not in setting.choices:
             allowed = ", ".join(repr(c) for c in setting.choices)
@@ -386,6 +441,8 @@ def _checked(name: str, value: Any, where: str) -> Any:
             raise MetadataError(f"{where}: a string is needed, got {value!r}")
         if name == "allowed_remotes":
             _check_remotes(value, where)
+        if name == "s3_endpoint_url":
+            _check_endpoint(value, where)
         return value
     low, high = setting.minimum, setting.maximum
     number: float
@@ -408,6 +465,35 @@ def _checked(name: str, value: Any, where: str) -> Any:
     ):
         raise MetadataError(f"{where}: {wanted}{bounds} is needed, got {value!r}")
     return int(number) if kind == "int" else number
+
+
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
+_FALSE: Final = frozenset({"0", "false", "no", "off", ""})
+
+
+def _checked_bool(value: Any, where: str) -> bool:
+    """A switch: True/False, or (an environment variable's) 1/0, true/false, yes/no, on/off."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise MetadataError(f"{where}: true or false is needed, got {value!r}")
+
+
+def _check_endpoint(text: str, where: str) -> None:
+    if not text:
+        return
+    try:
+        parts = urlsplit(text.strip())
+        ok = parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+        _ = parts.port  # a port that is not a number raises
+    except ValueError:
+        ok = False
+    if not ok:
+        raise MetadataError(
+            f"{where}: an endpoint is an http(s) URL such as "
+            f"'https://minio.example.org:9000', got {text!r}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -491,7 +577,7 @@ def configuration_schema() -> dict[str, Any]:
     >>> configuration_schema()["cache"]["properties"]["concurrency"]["default"]
     0
     """
-    json_types = {"int": "integer", "float": "number", "str": "string"}
+    json_types = {"int": "integer", "float": "number", "str": "string", "bool": "boolean"}
     schema: dict[str, Any] = {
         section: {"title": title, "properties": {}} for section, title in SETTINGS_SECTIONS.items()
     }

@@ -27,6 +27,7 @@ from napari_lazy_zarr.core.storage.files import (
     FileStamp,
     read_stamped,
 )
+from napari_lazy_zarr.core.storage.s3 import is_s3, s3_options, s3_read_error
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -276,9 +277,11 @@ def _fsspec_get(url: str, start: int, count: int | None, cap: Cap, timeouts: Tim
     """`count` bytes of `url` from `start` (None: to its end, at most `cap`) read with fsspec.
 
     Only the bytes referenced are asked for; an asynchronous file system
-    (s3, gcs, ...) is given `timeouts.total` per call.
+    (s3, gcs, ...) is given `timeouts.total` per call. ``s3://`` URLs are read
+    with the ``[s3]`` settings and `timeouts` as botocore's (`s3_options`), and
+    their failures explained (`s3_read_error`).
     """
-    filesystem, path = _remote(url)
+    filesystem, path = _remote(url, timeouts)
 
     def call(method: str, *args: Any, **options: Any) -> Any:
         if not getattr(filesystem, "async_impl", False):
@@ -294,23 +297,29 @@ def _fsspec_get(url: str, start: int, count: int | None, cap: Cap, timeouts: Tim
         except TimeoutError as error:
             raise TimeoutError(f"{url}: no complete answer within {timeouts.total:g} s") from error
 
-    if count is None:
-        size = int(call("size", path))
-        if size - start > cap.size:
-            raise _TooLargeError(cap.refusal(f"{url} holds from offset {start}", size - start))
-        count = size - start
-    data = bytes(call("cat_file", path, start=start, end=start + count))
+    try:
+        if count is None:
+            size = int(call("size", path))
+            if size - start > cap.size:
+                raise _TooLargeError(cap.refusal(f"{url} holds from offset {start}", size - start))
+            count = size - start
+        data = bytes(call("cat_file", path, start=start, end=start + count))
+    except Exception as error:
+        explained = s3_read_error(url, error) if is_s3(url) else None
+        if explained is None:
+            raise
+        raise explained from error
     if len(data) > count:
         raise OSError(f"{url}: {len(data):,} bytes answered for a range of {count:,}")
     return data
 
 
-def _remote(url: str) -> tuple[Any, str]:
+def _remote(url: str, timeouts: Timeouts) -> tuple[Any, str]:
     try:
         import fsspec  # type: ignore[import-untyped]
     except ImportError as error:  # pragma: no cover - fsspec comes with napari
         raise OSError(f"reading {url!r} needs fsspec, which is not installed") from error
-    filesystem, path = fsspec.core.url_to_fs(url)
+    filesystem, path = fsspec.core.url_to_fs(url, **s3_options(url, timeouts))
     return filesystem, path
 
 

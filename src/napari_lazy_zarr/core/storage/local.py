@@ -43,6 +43,7 @@ from napari_lazy_zarr.core.storage.files import (
 )
 from napari_lazy_zarr.core.storage.memo import MetadataMemoStore, is_metadata_key
 from napari_lazy_zarr.core.storage.retry import classify
+from napari_lazy_zarr.core.storage.s3 import s3_errors, s3_options
 from napari_lazy_zarr.core.storage.vetting import MAX_METADATA_BYTES, check_local, is_url
 
 if TYPE_CHECKING:
@@ -350,7 +351,8 @@ def store_for(location: str, *, timeouts: Timeouts | None = None) -> tuple[Any, 
     it has opened what it needed): an ``http(s)://`` URL our bounded `HttpStore`
     (each request within `timeouts`, bodies capped, metadata retried), any other
     an fsspec store (``s3://`` with `timeouts` as botocore's connect and read
-    timeouts). ``file://`` URLs are left to zarr-python. Without `timeouts`, the
+    timeouts, and the ``[s3]`` settings: `s3_options`). ``file://`` URLs are
+    left to zarr-python. Without `timeouts`, the
     user's (`timeouts_from_settings`: the settings file's ``[timeouts]`` and the
     ``NAPARI_LAZY_ZARR_TIMEOUT_*`` variables, else `DEFAULT_TIMEOUTS`).
     """
@@ -362,6 +364,8 @@ def store_for(location: str, *, timeouts: Timeouts | None = None) -> tuple[Any, 
             from napari_lazy_zarr.core.settings import timeouts_from_settings
 
             timeouts = timeouts_from_settings()
+        # s3:// URLs: the [s3] settings and the time caps (`s3_storage_options`).
+        options = s3_options(location, timeouts)
         with zarr_errors(location):
             if scheme in ("http", "https"):
                 from napari_lazy_zarr.core.storage.http import HttpStore
@@ -370,12 +374,6 @@ def store_for(location: str, *, timeouts: Timeouts | None = None) -> tuple[Any, 
                     location, timeouts=timeouts, max_metadata_bytes=MAX_METADATA_BYTES
                 )
                 return MetadataMemoStore(http), None
-            options: dict[str, Any] = {}
-            if scheme in ("s3", "s3a"):
-                options["config_kwargs"] = {
-                    "connect_timeout": timeouts.connect,
-                    "read_timeout": timeouts.read,
-                }
             store = FsspecStore.from_url(location, read_only=True, storage_options=options)
             return MetadataMemoStore(store), None
     check_local(location)
@@ -388,36 +386,38 @@ def store_for(location: str, *, timeouts: Timeouts | None = None) -> tuple[Any, 
 def zarr_errors(full: str) -> Iterator[None]:
     """zarr-python's (and the store's) failures to open `full`, mapped to ours naming it.
 
-    A `LoadCancelledError` (the store was closed meanwhile) passes through.
+    A `LoadCancelledError` (the store was closed meanwhile) passes through. An
+    S3 store's failures name the setting to change (`s3_errors`).
     """
-    try:
-        yield
-    except (FileNotFoundError, zarr.errors.NodeNotFoundError) as error:
-        raise NotAZarrStoreError(f"{full}: no zarr array or group found: {error}") from error
-    except ImportError as error:
-        raise NotAZarrStoreError(
-            f"{full}: opening this URL needs a package that is not installed ({error}); "
-            "install napari-lazy-zarr[remote]"
-        ) from error
-    except zipfile.BadZipFile as error:
-        raise NotAZarrStoreError(f"{full}: not a zip archive: {error}") from error
-    except (ValueError, TypeError, KeyError, ArithmeticError, RecursionError) as error:
-        raise MetadataError(
-            f"{full}: malformed zarr metadata: {type(error).__name__}: {error}"
-        ) from error
-    except OSError as error:  # refused, unknown host, timed out, an HTTP status, a cut body
-        raise MetadataError(
-            f"{full}: cannot read zarr metadata: {type(error).__name__}: {error}"
-        ) from error
-    except Exception as error:
-        # aiohttp's and botocore's own errors (a dropped connection, an unreachable
-        # endpoint) are no OSError: mapped too, never shown raw.
-        library = type(error).__module__.split(".", 1)[0]
-        if classify(error) == "permanent" and library not in ("aiohttp", "botocore", "s3fs"):
-            raise
-        raise MetadataError(
-            f"{full}: cannot read zarr metadata: {type(error).__name__}: {error}"
-        ) from error
+    with s3_errors(full):
+        try:
+            yield
+        except (FileNotFoundError, zarr.errors.NodeNotFoundError) as error:
+            raise NotAZarrStoreError(f"{full}: no zarr array or group found: {error}") from error
+        except ImportError as error:
+            raise NotAZarrStoreError(
+                f"{full}: opening this URL needs a package that is not installed ({error}); "
+                "install napari-lazy-zarr[remote]"
+            ) from error
+        except zipfile.BadZipFile as error:
+            raise NotAZarrStoreError(f"{full}: not a zip archive: {error}") from error
+        except (ValueError, TypeError, KeyError, ArithmeticError, RecursionError) as error:
+            raise MetadataError(
+                f"{full}: malformed zarr metadata: {type(error).__name__}: {error}"
+            ) from error
+        except OSError as error:  # refused, unknown host, timed out, an HTTP status, a cut body
+            raise MetadataError(
+                f"{full}: cannot read zarr metadata: {type(error).__name__}: {error}"
+            ) from error
+        except Exception as error:
+            # aiohttp's and botocore's own errors (a dropped connection, an unreachable
+            # endpoint) are no OSError: mapped too, never shown raw.
+            library = type(error).__module__.split(".", 1)[0]
+            if classify(error) == "permanent" and library not in ("aiohttp", "botocore", "s3fs"):
+                raise
+            raise MetadataError(
+                f"{full}: cannot read zarr metadata: {type(error).__name__}: {error}"
+            ) from error
 
 
 def range_size(byte_range: ByteRequest | None) -> int | None:
