@@ -27,6 +27,14 @@ overriding the earlier ones:
        allowed_roots = ["/data/hdf5", "~/scans"]   # relative to the file
        allowed_remotes = ["s3://open-data", "https://data.example.org"]
 
+       [remote]
+       ca_bundle = "~/certs/lab-ca.pem"            # trusted besides the system's CAs
+       proxy = "http://proxy.example.org:3128"     # else HTTPS_PROXY / HTTP_PROXY
+       no_proxy = "localhost,.example.org"         # else NO_PROXY
+
+       [remote.headers."data.example.org"]         # sent to that host only
+       Authorization = "Bearer ..."
+
    It is the fallback for a napari without plugin preferences, and for Python
    scripts;
 3. napari's *Preferences* (*Lazy Zarr* under *Plugin Preferences*), when the
@@ -37,7 +45,10 @@ overriding the earlier ones:
    ``NAPARI_LAZY_ZARR_TOTAL_BYTES_LIMIT`` is in bytes, rounded up to MiB).
 
 The two allow-lists (``allowed_roots``, ``allowed_remotes``) add up instead:
-what any source allows is allowed. The napari manifest's
+what any source allows is allowed. Request headers (``[remote.headers]``,
+``NAPARI_LAZY_ZARR_HEADERS``) hold secrets: they are read from the settings
+file and the environment only, never shown on the Preferences page nor in a
+`Settings` repr. The napari manifest's
 ``contributions.configurations`` is `configuration_schema` (a test keeps the
 two equal).
 
@@ -46,6 +57,7 @@ This module imports neither napari nor Qt.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import posixpath
@@ -70,6 +82,7 @@ __all__ = [
     "SETTINGS_SECTIONS",
     "SETTINGS_VARIABLE",
     "TIMEOUT_VARIABLES",
+    "ProxyAddress",
     "RemoteLocation",
     "Setting",
     "Settings",
@@ -77,6 +90,8 @@ __all__ = [
     "backend_from_settings",
     "configuration_schema",
     "current_settings",
+    "parse_headers",
+    "parse_proxy",
     "parse_remote",
     "settings_path",
     "timeouts_from_settings",
@@ -84,7 +99,7 @@ __all__ = [
     "use_preferences",
 ]
 
-type Section = Literal["cache", "timeouts", "reading", "references"]
+type Section = Literal["cache", "timeouts", "reading", "references", "remote"]
 type Preferences = Mapping[str, Mapping[str, Any]]
 
 SETTINGS_VARIABLE: Final = "NAPARI_LAZY_ZARR_SETTINGS"
@@ -94,6 +109,7 @@ SETTINGS_SECTIONS: Final[dict[Section, str]] = {
     "timeouts": "Timeouts",
     "reading": "Reading",
     "references": "Reference files",
+    "remote": "Remote access",
 }
 """The settings' sections (TOML tables, napari configuration keys) and their titles."""
 _MIB: Final = 1 << 20
@@ -168,6 +184,9 @@ class Setting:
         The largest value allowed (numbers).
     choices
         The values allowed (strings with a closed vocabulary).
+    preferences
+        Whether napari's Preferences page shows it (False: a secret, set in the
+        settings file or the environment only).
 
     Examples
     --------
@@ -182,10 +201,11 @@ class Setting:
     minimum: float | None = None
     maximum: float | None = None
     choices: tuple[str, ...] | None = None
+    preferences: bool = True
 
 
-def _field(default: Any, **setting: Any) -> Any:
-    return field(default=default, metadata={"setting": Setting(**setting)})
+def _field(default: Any, *, repr: bool = True, **setting: Any) -> Any:
+    return field(default=default, repr=repr, metadata={"setting": Setting(**setting)})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -218,6 +238,18 @@ class Settings:
     allowed_remotes
         Protocols and locations reference files may reach, separated by
         commas or spaces (`ReferencePolicy`).
+    ca_bundle
+        A PEM file (or a folder of them) of certificate authorities trusted for
+        ``https://`` besides the system's (`core.storage.remote_config`).
+    proxy
+        The proxy for ``http(s)://`` URLs (``http://[user:password@]host:port``);
+        empty: ``HTTPS_PROXY`` / ``HTTP_PROXY``. Never in a repr.
+    no_proxy
+        Hosts reached without the proxy (``NO_PROXY`` syntax); empty: ``NO_PROXY``.
+    headers
+        Request headers per host or URL prefix, as a JSON object
+        ``{"host or URL prefix": {"Header": "value"}}``. Never in a repr, never on
+        the Preferences page.
 
     Raises
     ------
@@ -325,6 +357,42 @@ class Settings:
         "reference files may reach, separated by commas.",
         variable="NAPARI_LAZY_ZARR_ALLOWED_REMOTES",
     )
+    # -- [remote]: how http(s) requests travel (storage/remote_config.py) --
+    ca_bundle: str = _field(
+        "",
+        section="remote",
+        title="CA bundle",
+        description="A PEM file (or folder) of certificate authorities trusted for https "
+        "besides the system's, e.g. your institution's own CA.",
+        variable="NAPARI_LAZY_ZARR_CA_BUNDLE",
+    )
+    proxy: str = _field(
+        "",
+        repr=False,
+        section="remote",
+        title="Proxy",
+        description="http://host:port of the proxy for http(s) URLs; empty: HTTPS_PROXY / "
+        "HTTP_PROXY. Put a proxy password in the settings file or the environment instead.",
+        variable="NAPARI_LAZY_ZARR_PROXY",
+    )
+    no_proxy: str = _field(
+        "",
+        section="remote",
+        title="No proxy for",
+        description="Hosts reached without the proxy, separated by commas "
+        "(localhost,.example.org); empty: NO_PROXY.",
+        variable="NAPARI_LAZY_ZARR_NO_PROXY",
+    )
+    headers: str = _field(
+        "",
+        repr=False,
+        section="remote",
+        title="Request headers",
+        description="Request headers per host or URL prefix (JSON); settings file and "
+        "environment only.",
+        variable="NAPARI_LAZY_ZARR_HEADERS",
+        preferences=False,
+    )
 
     def __post_init__(self) -> None:
         for item in fields(self):
@@ -369,6 +437,7 @@ _BY_KEY: Final[dict[tuple[str, str], str]] = {
     (Settings.setting(name).section, name): name for name in _FIELDS
 }
 _LISTS: Final = frozenset({"allowed_roots", "allowed_remotes"})
+_SECRETS: Final = frozenset({"proxy", "headers"})  # never in a message, a repr, a log
 TIMEOUT_VARIABLES: Final = {
     name: Settings.setting(f"{name}_timeout").variable for name in ("connect", "read", "total")
 }
@@ -383,9 +452,14 @@ def _checked(name: str, value: Any, where: str) -> Any:
             allowed = ", ".join(repr(c) for c in setting.choices)
             raise MetadataError(f"{where}: unknown {name} {value!r}; choose one of {allowed}")
         if not isinstance(value, str):
-            raise MetadataError(f"{where}: a string is needed, got {value!r}")
+            shown = "a secret, not shown" if name in _SECRETS else repr(value)
+            raise MetadataError(f"{where}: a string is needed, got {shown}")
         if name == "allowed_remotes":
             _check_remotes(value, where)
+        elif name == "headers":
+            parse_headers(value, where)
+        elif name == "proxy":
+            parse_proxy(value, where)
         return value
     low, high = setting.minimum, setting.maximum
     number: float
@@ -483,6 +557,120 @@ def _check_remotes(text: str, where: str) -> None:
         raise MetadataError(f"{where}: {error}") from error
 
 
+_TOKEN: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP field name (RFC 9110)
+_OWN_HEADERS: Final = frozenset(
+    {"host", "range", "accept-encoding", "content-length", "transfer-encoding", "connection"}
+)  # the client sets these itself: a setting may not
+
+
+def parse_headers(text: str, where: str = "headers") -> dict[str, dict[str, str]]:
+    """The ``headers`` setting as ``{host or URL prefix: {name: value}}``; "" is none.
+
+    Each key is a host (``data.example.org``, ``host:8443``) or a URL prefix
+    (``https://data.example.org/private``). A message never quotes a value.
+
+    Raises
+    ------
+    MetadataError
+        Not a JSON object of objects of strings, a header name that is not a
+        token or one the client sets itself, a value holding a line break.
+
+    Examples
+    --------
+    >>> parse_headers('{"data.example.org": {"Authorization": "Bearer abc"}}')
+    {'data.example.org': {'Authorization': 'Bearer abc'}}
+    >>> parse_headers('{"h": {"Range": "x"}}')
+    Traceback (most recent call last):
+    ...
+    napari_lazy_zarr.core.errors.MetadataError: headers: host 'h': 'Range' is set by the client
+    """
+    if not text.strip():
+        return {}
+    try:
+        document = json.loads(text)
+    except ValueError:
+        raise MetadataError(
+            f"{where}: not a JSON object {{host: {{header: value}}}}"
+        ) from None  # the text holds secrets: neither it nor the parser's excerpt is shown
+    if not isinstance(document, dict):
+        raise MetadataError(f"{where}: not a JSON object {{host: {{header: value}}}}")
+    rules: dict[str, dict[str, str]] = {}
+    for host, table in document.items():
+        if not host or any(c.isspace() for c in host):
+            raise MetadataError(f"{where}: {host!r} is not a host or a URL prefix")
+        if not isinstance(table, dict):
+            raise MetadataError(f"{where}: host {host!r}: not an object {{header: value}}")
+        for name, value in table.items():
+            if not _TOKEN.fullmatch(name):
+                raise MetadataError(f"{where}: host {host!r}: {name!r} is not a header name")
+            if name.lower() in _OWN_HEADERS:
+                raise MetadataError(f"{where}: host {host!r}: {name!r} is set by the client")
+            if not isinstance(value, str) or any(c in value for c in "\r\n\0"):
+                raise MetadataError(
+                    f"{where}: host {host!r}: header {name!r} must be a string on one line"
+                )
+        rules[host] = dict(table)
+    return rules
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyAddress:
+    """An HTTP proxy: where it listens, and the credentials its URL held (never in a repr).
+
+    Examples
+    --------
+    >>> parse_proxy("http://user:pw@proxy.example.org:3128")
+    ProxyAddress(host='proxy.example.org', port=3128)
+    """
+
+    host: str
+    port: int
+    username: str = field(default="", repr=False)
+    password: str = field(default="", repr=False)
+
+    @property
+    def label(self) -> str:
+        """``http://host:port``: the proxy named without its credentials."""
+        return f"http://{self.host}:{self.port}"
+
+
+def parse_proxy(text: str, where: str = "proxy") -> ProxyAddress | None:
+    """A proxy URL (``http://[user:password@]host[:port]``, scheme optional) or None for "".
+
+    Raises
+    ------
+    MetadataError
+        Not such a URL (the message never shows its credentials).
+
+    Examples
+    --------
+    >>> parse_proxy("proxy.example.org:3128").label
+    'http://proxy.example.org:3128'
+    >>> parse_proxy("") is None
+    True
+    """
+    text = text.strip()
+    if not text:
+        return None
+    if "://" not in text:
+        text = f"http://{text}"
+    scheme = text.split("://", 1)[0]
+    try:
+        parts = urlsplit(text)
+        host, port = parts.hostname, parts.port
+    except ValueError:  # e.g. a port that is not a number
+        raise MetadataError(f"{where}: {scheme}://... is not an http://host:port proxy") from None
+    shown = f"{scheme}://{host or '?'}"
+    if scheme.lower() != "http" or not host or parts.path not in ("", "/"):
+        raise MetadataError(
+            f"{where}: {shown}... is not an http://host:port proxy (an https:// proxy is "
+            "not supported; the proxy tunnels https itself)"
+        )
+    return ProxyAddress(
+        host, port or 80, unquote(parts.username or ""), unquote(parts.password or "")
+    )
+
+
 def configuration_schema() -> dict[str, Any]:
     """The napari manifest's ``contributions.configurations``, made from `Settings`.
 
@@ -497,6 +685,8 @@ def configuration_schema() -> dict[str, Any]:
     }
     for item in fields(Settings):
         setting: Setting = item.metadata["setting"]
+        if not setting.preferences:
+            continue
         entry: dict[str, Any] = {
             "title": setting.title,
             "description": setting.description,
@@ -585,6 +775,10 @@ def _file_values(path: str) -> dict[str, tuple[Any, str]]:
                     f"{path}: [{section}] {key!r} is not a setting ({', '.join(keys)})"
                 )
             name, where = _BY_KEY[section, key], f"{path}: [{section}] {key}"
+            if name == "headers":  # [remote.headers."host"] tables, as JSON text
+                if not isinstance(value, dict):
+                    raise MetadataError(f'{where}: must be tables [remote.headers."host"]')
+                value = json.dumps(value)
             if name in _LISTS:
                 value = _file_list(name, value, path, where)
             values[name] = (value, where)
@@ -610,7 +804,7 @@ def _preference_values() -> dict[str, tuple[Any, str]]:
     for section, table in source().items():
         for key, value in table.items():
             name = _BY_KEY.get((section, key))
-            if name is not None:
+            if name is not None and Settings.setting(name).preferences:
                 values[name] = (value, f"napari Preferences: Lazy Zarr {section}.{key}")
     return values
 

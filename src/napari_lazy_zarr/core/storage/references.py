@@ -70,6 +70,7 @@ from napari_lazy_zarr.core.storage.policy import (
     address_problem,
 )
 from napari_lazy_zarr.core.storage.retry import RetryPolicy
+from napari_lazy_zarr.core.storage.transport import HttpClient
 from napari_lazy_zarr.core.storage.vetting import (
     MAX_METADATA_BYTES,
     check_document,
@@ -554,9 +555,9 @@ class ManifestStore(SyncReads, Store):
         }
         del self._targets
         self._caps: dict[str, int] = {}  # array path -> cap of one stored chunk (bytes)
-        # Remote URL -> its size as a 206 answer gave it; later answers must agree (at most
-        # one entry per distinct URL the references name).
-        self._totals: dict[str, int] = {}
+        # The one bounded HTTP client (it remembers each URL's size as a 206 answer gave
+        # it: later answers must agree); redirects refused, as the policy checked the URLs.
+        self._http = HttpClient(timeouts, max_redirects=0)
         metadata = [k for k in self._entries if k.endswith(_METADATA_TAILS) and _is_metadata(k)]
         for key in metadata:
             self._decode_inline(key)
@@ -729,7 +730,7 @@ class ManifestStore(SyncReads, Store):
                     byte_range,
                     cap,
                     self._timeouts,
-                    self._totals,
+                    self._http,
                 )
             return read_local(
                 entry.target.path,
