@@ -159,3 +159,27 @@ def test_headers_are_not_on_the_preferences_page() -> None:
     assert {"ca_bundle", "proxy", "no_proxy"} <= set(
         configuration_schema()["remote"]["properties"]
     )
+
+
+def test_which_rules_cover_a_url() -> None:
+    from napari_lazy_zarr.core.storage.remote_config import RemoteConfig, header_rules
+
+    config = RemoteConfig(
+        headers=header_rules(
+            {
+                "data.example.org": {"A": "host"},
+                "data.example.org:8443": {"A": "host:port", "B": "b"},
+                "https://data.example.org/lab": {"A": "prefix"},
+            }
+        )
+    )
+    assert config.headers_for("http://data.example.org:9000/x") == {"A": "host"}
+    assert config.headers_for("https://data.example.org:8443/x") == {"A": "host:port", "B": "b"}
+    assert config.headers_for("https://DATA.example.org/lab/a.zarr") == {"A": "prefix"}
+    assert config.headers_for("https://data.example.org:443/lab") == {"A": "prefix"}
+    assert config.headers_for("https://data.example.org/laboratory") == {"A": "host"}
+    assert config.headers_for("https://data.example.org/lab/../other") == {"A": "host"}
+    assert config.headers_for("https://data.example.org:444/lab/a") == {"A": "host"}
+    assert config.headers_for("http://data.example.org/lab/a") == {"A": "host"}  # scheme
+    assert config.headers_for("https://other.example.org/lab") == {}
+    assert config.headers_for("https://data.example.org.evil.net/lab") == {}

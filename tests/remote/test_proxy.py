@@ -135,3 +135,42 @@ def test_proxy_credentials_are_sent_and_never_shown(
         assert SECRET not in text, text
         assert "wrong" not in text, text
     assert all("Proxy-Authorization" not in h for _, h in server.faults.seen)  # not forwarded
+
+
+def test_no_proxy_follows_urllibs_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example.org:3128")
+    monkeypatch.setenv("HTTP_PROXY", "proxy.example.org:8080")  # no scheme: http
+    monkeypatch.setenv("NO_PROXY", ".internal.org, 10.1.2.3, data.example.org:8443")
+    config = remote_config()
+    labels = {
+        url: None if (proxy := config.proxy_for(url)) is None else proxy.label
+        for url in (
+            "https://public.example.net/a.zarr",
+            "http://public.example.net/a.zarr",
+            "https://images.internal.org/a.zarr",
+            "http://10.1.2.3:9000/a.zarr",
+            "https://data.example.org:8443/a.zarr",
+            "https://data.example.org/a.zarr",
+        )
+    }
+    assert list(labels.values()) == [
+        "http://proxy.example.org:3128",
+        "http://proxy.example.org:8080",
+        None,
+        None,
+        None,
+        "http://proxy.example.org:3128",
+    ]
+    monkeypatch.setenv("NO_PROXY", "*")
+    assert remote_config().proxy_for("https://public.example.net/a.zarr") is None
+
+
+def test_an_https_proxy_url_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    from napari_lazy_zarr.core.errors import MetadataError
+
+    monkeypatch.setenv("HTTPS_PROXY", f"https://lab:{SECRET}@proxy.example.org:443")
+    with pytest.raises(
+        MetadataError, match=r"HTTPS_PROXY: https://proxy\.example\.org\.\.\."
+    ) as e:
+        remote_config()
+    assert SECRET not in str(e.value)

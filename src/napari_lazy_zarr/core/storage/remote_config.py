@@ -14,8 +14,9 @@ the environment say, resolved once per HTTP client (`core.storage.transport`):
   ``.domain``, ``host:port``). Credentials in the proxy's URL are sent as
   ``Proxy-Authorization`` (Basic) and appear in no message or repr.
 - **Headers**: the ``headers`` setting maps a host (``data.example.org``, any
-  port; ``host:8443``) or a URL prefix (``https://data.example.org/private``)
-  to request headers, e.g. a bearer token. A request gets the headers of the
+  port and scheme; ``host:8443``) or a URL prefix
+  (``https://data.example.org/private``: that origin, its default port when none
+  is written, under that path) to request headers, e.g. a bearer token. A request gets the headers of the
   rules covering *its own* URL, so a redirect to another host never carries
   them. Their values appear in no message, repr or log.
 
@@ -97,6 +98,8 @@ def header_rules(table: Mapping[str, Mapping[str, str]]) -> tuple[HeaderRule, ..
             raise MetadataError(f"headers: {key!r} is not a host or a URL prefix")
         scheme = parts.scheme.lower() or None
         path = url_path(parts.path) if scheme is not None else ""
+        if scheme is not None and port is None:  # a URL prefix is of one origin
+            port = _DEFAULT_PORTS.get(scheme)
         rules.append(HeaderRule(host, scheme, port, path, tuple(headers.items())))
     return tuple(sorted(rules, key=lambda rule: rule.specificity))
 
