@@ -16,9 +16,10 @@ the environment say, resolved once per HTTP client (`core.storage.transport`):
 - **Headers**: the ``headers`` setting maps a host (``data.example.org``, any
   port and scheme; ``host:8443``) or a URL prefix
   (``https://data.example.org/private``: that origin, its default port when none
-  is written, under that path) to request headers, e.g. a bearer token. A request gets the headers of the
-  rules covering *its own* URL, so a redirect to another host never carries
-  them. Their values appear in no message, repr or log.
+  is written, under that path) to request headers, e.g. a bearer token. A
+  request gets the headers of the rules covering *its own* URL, so a redirect
+  to another host never carries them. Their values appear in no message, repr
+  or log.
 
 Examples
 --------
