@@ -136,3 +136,18 @@ def test_kerchunk_references_over_https_use_the_same_client_and_setting(
     monkeypatch.setenv(CA_VARIABLE, str(authority.pem))
     source = ManifestSource(manifest, allow_protocols=[server.url])
     np.testing.assert_array_equal(source.read_chunk((1, 0)), pixels[2:])
+
+
+def test_the_ca_bundle_from_napari_preferences(https: Any) -> None:
+    """The Preferences route (as `_preferences.watch_preferences` registers the page)."""
+    from napari_lazy_zarr.core.settings import use_preferences
+
+    server, authority, data = https
+    use_preferences(lambda: {"remote": {"ca_bundle": str(authority.pem), "headers": "{}"}})
+    try:
+        config = remote_config()
+        array = open_array(f"{server.url}/a.zarr")
+        np.testing.assert_array_equal(np.asarray(array[...]), data)
+    finally:
+        use_preferences(None)
+    assert config.ca_bundle == str(authority.pem)
