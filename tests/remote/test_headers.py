@@ -138,6 +138,7 @@ def test_header_values_are_never_shown(
     ("value", "message"),
     [
         (f'{{"h": {{"Authorization": "Bearer {SECRET}\\r\\nX: y"}}}}', "on one line"),
+        (f'{{"h": {{"Authorization": "Bearer {SECRET}\u2019"}}}}', "printable ASCII"),
         (f'{{"h": {{"Authorization": "Bearer {SECRET}"', "not a JSON object"),
         (f'{{"h": {{"Range": "{SECRET}"}}}}', "'Range' is set by the client"),
         (f'{{"h": {{"Bad Name": "{SECRET}"}}}}', "is not a header name"),

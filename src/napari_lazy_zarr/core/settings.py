@@ -573,7 +573,8 @@ def parse_headers(text: str, where: str = "headers") -> dict[str, dict[str, str]
     ------
     MetadataError
         Not a JSON object of objects of strings, a header name that is not a
-        token or one the client sets itself, a value holding a line break.
+        token or one the client sets itself, a value that is not printable ASCII
+        on one line.
 
     Examples
     --------
@@ -605,9 +606,11 @@ def parse_headers(text: str, where: str = "headers") -> dict[str, dict[str, str]
                 raise MetadataError(f"{where}: host {host!r}: {name!r} is not a header name")
             if name.lower() in _OWN_HEADERS:
                 raise MetadataError(f"{where}: host {host!r}: {name!r} is set by the client")
-            if not isinstance(value, str) or any(c in value for c in "\r\n\0"):
+            # Printable ASCII only: http.client would quote a bad value in its error.
+            if not (isinstance(value, str) and value.isascii() and value.isprintable()):
                 raise MetadataError(
-                    f"{where}: host {host!r}: header {name!r} must be a string on one line"
+                    f"{where}: host {host!r}: header {name!r} must be a string of printable "
+                    "ASCII on one line"
                 )
         rules[host] = dict(table)
     return rules
