@@ -36,9 +36,10 @@ head arrives, so neither the watchdog nor `close` could shut a request still
 connecting or waiting; and it is not faster here. Measured on the benchmark of
 `core.storage.http` (1,024 uncompressed 64x64 uint16 chunks, 32 threads, the
 loopback server in another process adding 20 ms per request, 2 busy cores,
-median of 5): this client 0.75 s, a urllib3 ``PoolManager`` with the same caps
-(``preload_content=False``, ``Retry(False)``, a capped read loop) 0.87 s, the
-store's previous client 0.78 s. Nothing is logged here: neither a proxy's
+median of 5, two runs): this client 0.75 and 0.82 s, a urllib3 ``PoolManager``
+with the same caps (``preload_content=False``, ``Retry(False)``, a capped read
+loop) 0.87 and 0.86 s, the store's previous client 0.78 and 0.82 s
+(``python -m bench.http_client``). Nothing is logged here: neither a proxy's
 credentials nor a header value ever reaches a message.
 """
 
