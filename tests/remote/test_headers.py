@@ -184,3 +184,24 @@ def test_which_rules_cover_a_url() -> None:
     assert config.headers_for("http://data.example.org/lab/a") == {"A": "host"}  # scheme
     assert config.headers_for("https://other.example.org/lab") == {}
     assert config.headers_for("https://data.example.org.evil.net/lab") == {}
+
+
+def test_a_reference_is_not_followed_through_a_redirect(
+    servers: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from napari_lazy_zarr.core.errors import ChunkReadError
+    from napari_lazy_zarr.core.storage.references import ManifestStore
+
+    first, second, _ = servers
+    first.faults.redirects["moved/"] = f"{second.url}/"
+    monkeypatch.setenv(HEADERS, json.dumps({"127.0.0.1": {"Authorization": f"Bearer {SECRET}"}}))
+    zarray = {"zarr_format": 2, "shape": [2, 8], "chunks": [2, 8], "dtype": "<u2",
+              "compressor": None, "filters": None, "fill_value": 0, "order": "C"}  # fmt: skip
+    refs = {".zarray": json.dumps(zarray), "0.0": [f"{first.url}/moved/a.zarr/zarr.json", 0, 32]}
+    manifest = tmp_path / "refs.json"
+    manifest.write_text(json.dumps({"version": 1, "refs": refs}))
+    store = ManifestStore(manifest, allow_protocols=[first.url, second.url])
+    with pytest.raises(ChunkReadError, match=r"HTTP 302: redirects to .* are not followed"):
+        store.get_sync("0.0")
+    assert _authorizations(first) == [f"Bearer {SECRET}"]
+    assert _authorizations(second) == []
