@@ -33,13 +33,14 @@ bounded-reads work:
 Why not urllib3 (installed with napari's dependencies; it brings proxies and
 pooling): its pool gives no handle on a request's socket before the response
 head arrives, so neither the watchdog nor `close` could shut a request still
-connecting or waiting; and it is not faster here. Measured on the benchmark of
-`core.storage.http` (1,024 uncompressed 64x64 uint16 chunks, 32 threads, the
-loopback server in another process adding 20 ms per request, 2 busy cores,
-median of 5, two runs): this client 0.75 and 0.82 s, a urllib3 ``PoolManager``
-with the same caps (``preload_content=False``, ``Retry(False)``, a capped read
-loop) 0.87 and 0.86 s, the store's previous client 0.78 and 0.82 s
-(``python -m bench.http_client``). Nothing is logged here: neither a proxy's
+connecting or waiting; and it is not clearly faster. Measured with
+``python -m bench.http_client`` (the workload of `core.storage.http`: 1,024
+uncompressed 64x64 uint16 chunks, 32 threads, the loopback server in another
+process adding 20 ms per request, 2 cores shared with other work, median of 5),
+four runs, this client against a urllib3 ``PoolManager`` under the same caps
+(``preload_content=False``, ``Retry(False)``, a capped read loop): 0.75 / 0.87 s,
+0.82 / 0.86 s, 1.14 / 0.94 s (load average 6.5), 0.71 / 0.73 s.
+Nothing is logged here: neither a proxy's
 credentials nor a header value ever reaches a message.
 """
 
