@@ -39,9 +39,11 @@ uncompressed 64x64 uint16 chunks, 32 threads, the loopback server in another
 process adding 20 ms per request, 2 cores shared with other work, median of 5),
 four runs, this client against a urllib3 ``PoolManager`` under the same caps
 (``preload_content=False``, ``Retry(False)``, a capped read loop): 0.75 / 0.87 s,
-0.82 / 0.86 s, 1.14 / 0.94 s (load average 6.5), 0.71 / 0.73 s.
-Nothing is logged here: neither a proxy's
-credentials nor a header value ever reaches a message.
+0.82 / 0.86 s, 1.14 / 0.94 s (load average 6.5), 0.71 / 0.73 s (the first two
+with its precursor script).
+
+Nothing is logged here: neither a proxy's credentials nor a header value ever
+reaches a message.
 """
 
 from __future__ import annotations
