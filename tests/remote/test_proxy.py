@@ -197,3 +197,27 @@ def test_kerchunk_references_go_through_the_same_proxy(
         source = ManifestSource(manifest, allow_protocols=[server.url])
         np.testing.assert_array_equal(source.read_chunk((1, 0)), pixels[2:])
         assert proxy.relayed == [("GET", f"{url}")]
+
+
+def test_refused_proxy_credentials_on_a_tunnel_are_denied_not_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from napari_lazy_zarr.core.storage.retry import classify
+    from napari_lazy_zarr.core.storage.transport import HttpAccessDeniedError, HttpClient
+
+    (tmp_path / "tls").mkdir()
+    write_store(tmp_path / "tls")
+    authority = private_ca(tmp_path)
+    monkeypatch.setenv("NAPARI_LAZY_ZARR_CA_BUNDLE", str(authority.pem))
+    with (
+        FaultyServer(tmp_path / "tls", tls=authority.server) as server,
+        CountingProxy(credentials=("lab", SECRET)) as proxy,
+    ):
+        monkeypatch.setenv("HTTPS_PROXY", proxy.url_with_credentials.replace(SECRET, "nope"))
+        client = HttpClient()
+        with pytest.raises(HttpAccessDeniedError, match=r"407.*proxy's credentials") as caught:
+            client.get(f"{server.url}/a.zarr/zarr.json", None, 1 << 16)
+        client.close()
+        assert proxy.count("CONNECT") == 1
+    assert classify(caught.value) == "denied"
+    assert "nope" not in str(caught.value)

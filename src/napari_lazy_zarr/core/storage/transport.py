@@ -573,8 +573,16 @@ class HttpClient:
         if isinstance(error, ConnectionError | socket.gaierror):
             return _ConnectError(f"{where}: cannot connect: {error}", url=url)
         if proxy is not None and str(error).startswith("Tunnel connection failed"):
-            # http.client's CONNECT refused: "Tunnel connection failed: 407 ..." (transient
-            # for 5xx of the proxy, as any other connection failure)
+            # http.client's CONNECT refused: "Tunnel connection failed: 407 ...". A 407 is
+            # the proxy's credentials (never retried); any other, a failed connection.
+            if " 407 " in f"{error} ":
+                return HttpAccessDeniedError(
+                    f"{where}: the proxy refused the tunnel: {error} (the proxy's "
+                    "credentials, not retried)",
+                    url=url,
+                    status=407,
+                    retry_after=None,
+                )
             return _ConnectError(f"{where}: the proxy refused the tunnel: {error}", url=url)
         return HttpError(f"{where}: {type(error).__name__}: {error}", url=url)
 
@@ -665,9 +673,10 @@ def _connect(connection: http.client.HTTPConnection, read_timeout: float) -> Non
 def _status_error(url: str, response: http.client.HTTPResponse) -> HttpStatusError:
     status = response.status
     retry_after = parse_retry_after(response.getheader("Retry-After"))
-    if status in (401, 403):
+    if status in (401, 403, 407):
+        what = "the proxy's credentials are missing or refused" if status == 407 else ""
         return HttpAccessDeniedError(
-            f"{url}: HTTP {status} {response.reason} (access denied)",
+            f"{url}: HTTP {status} {response.reason} ({what or 'access denied'})",
             url=url,
             status=status,
             retry_after=None,
