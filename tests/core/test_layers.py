@@ -27,12 +27,14 @@ PACKAGE = "napari_lazy_zarr.core"
 # dotted entry allows that one module of a layer, not the rest of it.
 # Modules not named here are still in the flat layout and are not checked yet;
 # every layer of the layout is here.
-LEAVES = ("errors", "keys", "states", "executors")
+LEAVES = ("errors", "keys", "states", "executors", "remote_values")
 ALLOWED: dict[str, frozenset[str]] = {
     "errors": frozenset(),
     "keys": frozenset({"errors"}),
     "states": frozenset({"errors"}),
     "executors": frozenset({"errors"}),
+    # The syntax of the remote settings' values (endpoints, headers, proxies): a leaf.
+    "remote_values": frozenset({"errors"}),
     # Configuration everyone reads: the leaves, nothing above them.
     "settings": frozenset({*LEAVES}),
     # Bounded byte reads: the leaves and the settings, nothing that knows a chunk.

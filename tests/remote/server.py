@@ -9,15 +9,20 @@ released), truncated bodies and corrupt payloads, and hostile answers: silence
 10**12, an endless body, a ``Content-Encoding: gzip`` bomb and a body trickled
 one byte at a time; mislabelled ranges (another range than asked, honestly
 labelled, a ``206`` without or with a garbled ``Content-Range``, a total that
-changes). Each request is counted per path. Range requests are
+changes); redirects (``redirects``: a key prefix answered ``302`` to another
+base URL). Each request is counted per path, and its headers are kept
+(``seen``). Range requests are
 served (sharded stores read inner chunks by byte range). Connections are kept
 alive (HTTP/1.1), as real servers keep them, unless ``keep_alive=False``.
+With ``tls=`` (an `ssl.SSLContext` holding a certificate, e.g. one `trustme`
+issued at test time) it serves ``https://``.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -61,6 +66,9 @@ class Faults:
     garbled: set[str] = field(default_factory=set)
     total_off: dict[str, int] = field(default_factory=dict)
     random_rate: float = 0.0  # fraction of chunk requests answered 503 (deterministic by count)
+    # Key prefix -> base URL: a key under the prefix is answered 302 to the base URL + the rest.
+    redirects: dict[str, str] = field(default_factory=dict)
+    seen: list[tuple[str, dict[str, str]]] = field(default_factory=list)  # (key, its headers)
     lock: threading.Lock = field(default_factory=threading.Lock)
     requests: dict[str, int] = field(default_factory=dict)
     injected: int = 0
@@ -128,6 +136,15 @@ class _Handler(BaseHTTPRequestHandler):
         faults = self.server.faults
         key = self.path.split("?", 1)[0].lstrip("/")
         nth = faults.count(key)
+        with faults.lock:
+            faults.seen.append((key, dict(self.headers.items())))
+        for prefix, base in faults.redirects.items():
+            if key.startswith(prefix):
+                self.send_response(302)
+                self.send_header("Location", f"{base}{key[len(prefix) :]}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
         if faults.latency:
             time.sleep(faults.latency)  # the injected latency of this request
         if key in faults.stalled:
@@ -242,8 +259,8 @@ class _Server(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that hung up mid-answer (a cancelled or timed-out read, a closed
         # store) is the point of many tests, not a server error worth a traceback.
-        if isinstance(sys.exc_info()[1], ConnectionError):
-            return
+        if isinstance(sys.exc_info()[1], ConnectionError | ssl.SSLError):
+            return  # (an SSLError: a client that does not trust the certificate, by design)
         super().handle_error(request, client_address)
 
 
@@ -255,11 +272,25 @@ class FaultyServer:
     """Serves `root` on 127.0.0.1 (a free port) until the context exits."""
 
     def __init__(
-        self, root: Path, faults: Faults | None = None, *, keep_alive: bool = True
+        self,
+        root: Path,
+        faults: Faults | None = None,
+        *,
+        keep_alive: bool = True,
+        tls: ssl.SSLContext | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
         self.faults = faults or Faults()
+        self._scheme = "http" if tls is None else "https"
+        self._host = host
         handler = _Handler if keep_alive else _Http10Handler
         self._server = _Server(("127.0.0.1", 0), handler)
+        if tls is not None:
+            # The handshake happens in the handler's thread, at its first read: a client
+            # refusing the certificate cannot stall the accepting thread.
+            self._server.socket = tls.wrap_socket(
+                self._server.socket, server_side=True, do_handshake_on_connect=False
+            )
         self._server.faults = self.faults
         self._server.stopping = threading.Event()
         self._server.root = os.path.realpath(root)
@@ -267,8 +298,9 @@ class FaultyServer:
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        """``http(s)://host:port``, `host` as given (``localhost``: another origin)."""
+        port = self._server.server_address[1]
+        return f"{self._scheme}://{self._host}:{port}"
 
     def __enter__(self) -> FaultyServer:
         self._thread.start()

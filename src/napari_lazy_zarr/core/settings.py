@@ -27,6 +27,13 @@ overriding the earlier ones:
        allowed_roots = ["/data/hdf5", "~/scans"]   # relative to the file
        allowed_remotes = ["s3://open-data", "https://data.example.org"]
 
+       [remote]
+       ca_bundle = "~/certs/lab-ca.pem"            # trusted besides the system's CAs
+       proxy = "http://proxy.example.org:3128"     # else HTTPS_PROXY / HTTP_PROXY
+       no_proxy = "localhost,.example.org"         # else NO_PROXY
+
+       [remote.headers."data.example.org"]         # sent to that host only
+       Authorization = "Bearer ..."
        [s3]
        s3_endpoint_url = "https://minio.example.org:9000"   # S3-compatible stores
        s3_region = "eu-west-1"
@@ -43,7 +50,10 @@ overriding the earlier ones:
    ``NAPARI_LAZY_ZARR_TOTAL_BYTES_LIMIT`` is in bytes, rounded up to MiB).
 
 The two allow-lists (``allowed_roots``, ``allowed_remotes``) add up instead:
-what any source allows is allowed. The napari manifest's
+what any source allows is allowed. Request headers (``[remote.headers]``,
+``NAPARI_LAZY_ZARR_HEADERS``) hold secrets: they are read from the settings
+file and the environment only, never shown on the Preferences page nor in a
+`Settings` repr. The napari manifest's
 ``contributions.configurations`` is `configuration_schema` (a test keeps the
 two equal).
 
@@ -52,20 +62,25 @@ This module imports neither napari nor Qt.
 
 from __future__ import annotations
 
+import json
 import math
 import os
-import posixpath
 import re
 import stat
 import threading
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Final, Literal
-from urllib.parse import unquote, urlsplit
 
 import platformdirs
 
 from napari_lazy_zarr.core.errors import MetadataError
+from napari_lazy_zarr.core.remote_values import (
+    check_endpoint,
+    check_remotes,
+    parse_headers,
+    parse_proxy,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping
@@ -76,21 +91,18 @@ __all__ = [
     "SETTINGS_SECTIONS",
     "SETTINGS_VARIABLE",
     "TIMEOUT_VARIABLES",
-    "RemoteLocation",
     "Setting",
     "Settings",
     "Timeouts",
     "backend_from_settings",
     "configuration_schema",
     "current_settings",
-    "parse_remote",
     "settings_path",
     "timeouts_from_settings",
-    "url_path",
     "use_preferences",
 ]
 
-type Section = Literal["cache", "timeouts", "reading", "references", "s3"]
+type Section = Literal["cache", "timeouts", "reading", "references", "remote", "s3"]
 type Preferences = Mapping[str, Mapping[str, Any]]
 
 SETTINGS_VARIABLE: Final = "NAPARI_LAZY_ZARR_SETTINGS"
@@ -100,13 +112,13 @@ SETTINGS_SECTIONS: Final[dict[Section, str]] = {
     "timeouts": "Timeouts",
     "reading": "Reading",
     "references": "Reference files",
+    "remote": "Remote access",
     "s3": "S3",
 }
 """The settings' sections (TOML tables, napari configuration keys) and their titles."""
 _MIB: Final = 1 << 20
 _INT32_MAX: Final = 2**31 - 1  # napari's Preferences edit integers in a 32-bit spin box
 _SETTINGS_BYTES: Final = 1 << 20  # a settings file is a few lines
-_PROTOCOL: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 _BACKEND_NAMES: Final = ("auto", "zarr", "tensorstore", "zarrs")
 
 
@@ -175,6 +187,9 @@ class Setting:
         The largest value allowed (numbers).
     choices
         The values allowed (strings with a closed vocabulary).
+    preferences
+        Whether napari's Preferences page shows it (False: a secret, set in the
+        settings file or the environment only).
 
     Examples
     --------
@@ -189,10 +204,11 @@ class Setting:
     minimum: float | None = None
     maximum: float | None = None
     choices: tuple[str, ...] | None = None
+    preferences: bool = True
 
 
-def _field(default: Any, **setting: Any) -> Any:
-    return field(default=default, metadata={"setting": Setting(**setting)})
+def _field(default: Any, *, repr: bool = True, **setting: Any) -> Any:
+    return field(default=default, repr=repr, metadata={"setting": Setting(**setting)})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -225,6 +241,18 @@ class Settings:
     allowed_remotes
         Protocols and locations reference files may reach, separated by
         commas or spaces (`ReferencePolicy`).
+    ca_bundle
+        A PEM file (or a folder of them) of certificate authorities trusted for
+        ``https://`` besides the system's (`core.storage.remote_config`).
+    proxy
+        The proxy for ``http(s)://`` URLs (``http://[user:password@]host:port``);
+        empty: ``HTTPS_PROXY`` / ``HTTP_PROXY``. Never in a repr.
+    no_proxy
+        Hosts reached without the proxy (``NO_PROXY`` syntax); empty: ``NO_PROXY``.
+    headers
+        Request headers per host or URL prefix, as a JSON object
+        ``{"host or URL prefix": {"Header": "value"}}``. Never in a repr, never on
+        the Preferences page.
     s3_endpoint_url
         The S3 endpoint ``s3://`` URLs are read from (MinIO, Ceph, a cloud
         other than AWS); empty: s3fs and botocore's own (``AWS_ENDPOINT_URL``,
@@ -347,6 +375,42 @@ class Settings:
         "reference files may reach, separated by commas.",
         variable="NAPARI_LAZY_ZARR_ALLOWED_REMOTES",
     )
+    # -- [remote]: how http(s) requests travel (storage/remote_config.py) --
+    ca_bundle: str = _field(
+        "",
+        section="remote",
+        title="CA bundle",
+        description="A PEM file (or folder) of certificate authorities trusted for https "
+        "besides the system's, e.g. your institution's own CA.",
+        variable="NAPARI_LAZY_ZARR_CA_BUNDLE",
+    )
+    proxy: str = _field(
+        "",
+        repr=False,
+        section="remote",
+        title="Proxy",
+        description="http://host:port of the proxy for http(s) URLs; empty: HTTPS_PROXY / "
+        "HTTP_PROXY. Put a proxy password in the settings file or the environment instead.",
+        variable="NAPARI_LAZY_ZARR_PROXY",
+    )
+    no_proxy: str = _field(
+        "",
+        section="remote",
+        title="No proxy for",
+        description="Hosts reached without the proxy, separated by commas "
+        "(localhost,.example.org); empty: NO_PROXY.",
+        variable="NAPARI_LAZY_ZARR_NO_PROXY",
+    )
+    headers: str = _field(
+        "",
+        repr=False,
+        section="remote",
+        title="Request headers",
+        description="Request headers per host or URL prefix (JSON); settings file and "
+        "environment only.",
+        variable="NAPARI_LAZY_ZARR_HEADERS",
+        preferences=False,
+    )
     # -- [s3]: applied to every s3:// store and reference (core.storage.s3) --
     s3_endpoint_url: str = _field(
         "",
@@ -422,6 +486,7 @@ _BY_KEY: Final[dict[tuple[str, str], str]] = {
     (Settings.setting(name).section, name): name for name in _FIELDS
 }
 _LISTS: Final = frozenset({"allowed_roots", "allowed_remotes"})
+_SECRETS: Final = frozenset({"proxy", "headers"})  # never in a message, a repr, a log
 TIMEOUT_VARIABLES: Final = {
     name: Settings.setting(f"{name}_timeout").variable for name in ("connect", "read", "total")
 }
@@ -438,11 +503,16 @@ def _checked(name: str, value: Any, where: str) -> Any:
             allowed = ", ".join(repr(c) for c in setting.choices)
             raise MetadataError(f"{where}: unknown {name} {value!r}; choose one of {allowed}")
         if not isinstance(value, str):
-            raise MetadataError(f"{where}: a string is needed, got {value!r}")
+            shown = "a secret, not shown" if name in _SECRETS else repr(value)
+            raise MetadataError(f"{where}: a string is needed, got {shown}")
         if name == "allowed_remotes":
-            _check_remotes(value, where)
-        if name == "s3_endpoint_url":
-            _check_endpoint(value, where)
+            check_remotes(value, where)
+        elif name == "s3_endpoint_url":
+            check_endpoint(value, where)
+        elif name == "headers":
+            parse_headers(value, where)
+        elif name == "proxy":
+            parse_proxy(value, where)
         return value
     low, high = setting.minimum, setting.maximum
     number: float
@@ -480,95 +550,6 @@ def _checked_bool(value: Any, where: str) -> bool:
     raise MetadataError(f"{where}: true or false is needed, got {value!r}")
 
 
-def _check_endpoint(text: str, where: str) -> None:
-    if not text:
-        return
-    try:
-        parts = urlsplit(text.strip())
-        ok = parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
-        _ = parts.port  # a port that is not a number raises
-    except ValueError:
-        ok = False
-    if not ok:
-        raise MetadataError(
-            f"{where}: an endpoint is an http(s) URL such as "
-            f"'https://minio.example.org:9000', got {text!r}"
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class RemoteLocation:
-    """A remote location an ``allowed_remotes`` entry names.
-
-    The URLs of `scheme` on `host` (and `port`, when given) under `path`;
-    `parse_remote` makes one, `ReferencePolicy` checks URLs against it.
-    """
-
-    scheme: str
-    host: str
-    port: int | None
-    path: str
-
-    def covers(self, scheme: str, host: str, port: int | None, path: str) -> bool:
-        """Whether the URL of these parts lies under this location."""
-        if (scheme, host) != (self.scheme, self.host):
-            return False
-        if self.port is not None and port != self.port:
-            return False
-        return not self.path or path == self.path or path.startswith(self.path + "/")
-
-
-def parse_remote(entry: str) -> str | RemoteLocation:
-    """An ``allowed_remotes`` entry as a protocol name (lower case) or a `RemoteLocation`.
-
-    Raises
-    ------
-    ValueError
-        The entry is neither a protocol nor a location.
-
-    Examples
-    --------
-    >>> parse_remote("S3://")
-    's3'
-    >>> parse_remote("https://Example.org:8000")
-    RemoteLocation(scheme='https', host='example.org', port=8000, path='')
-    """
-    text = entry.strip() if isinstance(entry, str) else ""
-    protocol = text.removesuffix("://")
-    if _PROTOCOL.fullmatch(protocol):
-        if protocol.lower() == "file":
-            raise ValueError(
-                f"{entry!r}: local files are allowed by folder (roots), not by protocol"
-            )
-        return protocol.lower()
-    try:
-        parts = urlsplit(text)
-        scheme, host, port = parts.scheme, (parts.hostname or "").lower(), parts.port
-    except ValueError:  # e.g. a port that is not a number
-        scheme, host, port = "", "", None
-    if not (scheme and host and _PROTOCOL.fullmatch(scheme)):
-        raise ValueError(
-            f"{entry!r} is neither a protocol ('s3', 'https') nor a location "
-            "('s3://bucket', 'https://host', 'http://host:port/path')"
-        )
-    return RemoteLocation(scheme.lower(), host, port, url_path(parts.path))
-
-
-def url_path(path: str) -> str:
-    """A URL path normalised for comparison (``..`` and ``%2e`` cannot climb out of a prefix)."""
-    if not path or path == "/":
-        return ""
-    return posixpath.normpath("/" + unquote(path)).rstrip("/")
-
-
-def _check_remotes(text: str, where: str) -> None:
-    try:
-        for entry in (r for r in re.split(r"[,\s]+", text) if r):
-            parse_remote(entry)
-    except ValueError as error:
-        raise MetadataError(f"{where}: {error}") from error
-
-
 def configuration_schema() -> dict[str, Any]:
     """The napari manifest's ``contributions.configurations``, made from `Settings`.
 
@@ -583,6 +564,8 @@ def configuration_schema() -> dict[str, Any]:
     }
     for item in fields(Settings):
         setting: Setting = item.metadata["setting"]
+        if not setting.preferences:
+            continue
         entry: dict[str, Any] = {
             "title": setting.title,
             "description": setting.description,
@@ -671,6 +654,10 @@ def _file_values(path: str) -> dict[str, tuple[Any, str]]:
                     f"{path}: [{section}] {key!r} is not a setting ({', '.join(keys)})"
                 )
             name, where = _BY_KEY[section, key], f"{path}: [{section}] {key}"
+            if name == "headers":  # [remote.headers."host"] tables, as JSON text
+                if not isinstance(value, dict):
+                    raise MetadataError(f'{where}: must be tables [remote.headers."host"]')
+                value = json.dumps(value)
             if name in _LISTS:
                 value = _file_list(name, value, path, where)
             values[name] = (value, where)
@@ -696,7 +683,7 @@ def _preference_values() -> dict[str, tuple[Any, str]]:
     for section, table in source().items():
         for key, value in table.items():
             name = _BY_KEY.get((section, key))
-            if name is not None:
+            if name is not None and Settings.setting(name).preferences:
                 values[name] = (value, f"napari Preferences: Lazy Zarr {section}.{key}")
     return values
 

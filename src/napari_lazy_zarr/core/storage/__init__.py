@@ -4,7 +4,8 @@ The lowest layer above the leaves (the TensorStore "kvstore", zarr's "storage"):
 bytes and stores, never a chunk. It imports only `errors`, `settings` and the leaves
 (`tests/core/test_layers.py`). Its private helpers are `_sync` (synchronous reads for zarr
 stores), `_fetch` (referenced bytes) and `_ranges` (a 206 answer checked against the
-range asked, for both HTTP clients).
+range asked). One HTTP client (`transport`) serves `HttpStore` and the references;
+`remote_config` is how its requests travel (CA bundle, proxy, headers per host).
 """
 
 from napari_lazy_zarr.core.storage.files import (
@@ -19,13 +20,8 @@ from napari_lazy_zarr.core.storage.files import (
 from napari_lazy_zarr.core.storage.http import (
     DEFAULT_MAX_BODY_BYTES,
     METADATA_DOCUMENTS,
-    HttpAccessDeniedError,
-    HttpError,
-    HttpRangeError,
-    HttpStatusError,
     HttpStore,
     http_store_of,
-    parse_retry_after,
 )
 from napari_lazy_zarr.core.storage.local import (
     DEFAULT_MAX_VALUE_BYTES,
@@ -60,6 +56,12 @@ from napari_lazy_zarr.core.storage.references import (
     policy_source,
     read_json,
 )
+from napari_lazy_zarr.core.storage.remote_config import (
+    HeaderRule,
+    RemoteConfig,
+    header_rules,
+    remote_config,
+)
 from napari_lazy_zarr.core.storage.retry import (
     NO_RETRY,
     RetryPolicy,
@@ -76,6 +78,18 @@ from napari_lazy_zarr.core.storage.s3 import (
     s3_options,
     s3_read_error,
     s3_storage_options,
+)
+from napari_lazy_zarr.core.storage.transport import (
+    CA_BUNDLE_HINT,
+    HttpAccessDeniedError,
+    HttpBodyTooLargeError,
+    HttpCertificateError,
+    HttpClient,
+    HttpError,
+    HttpRangeError,
+    HttpStatusError,
+    parse_retry_after,
+    split_url,
 )
 from napari_lazy_zarr.core.storage.vetting import (
     ATTRIBUTE_FILES,
@@ -95,6 +109,7 @@ __all__ = [
     "ALLOWED_ROOTS_VARIABLE",
     "ATTRIBUTE_FILES",
     "BUCKET_PROTOCOLS",
+    "CA_BUNDLE_HINT",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_VALUE_BYTES",
     "MAX_JSON_DEPTH",
@@ -112,7 +127,11 @@ __all__ = [
     "BoundedZipStore",
     "FileChangedError",
     "FileStamp",
+    "HeaderRule",
     "HttpAccessDeniedError",
+    "HttpBodyTooLargeError",
+    "HttpCertificateError",
+    "HttpClient",
     "HttpError",
     "HttpRangeError",
     "HttpStatusError",
@@ -121,6 +140,7 @@ __all__ = [
     "ManifestStore",
     "MetadataMemoStore",
     "ReferencePolicy",
+    "RemoteConfig",
     "Resolver",
     "RetryPolicy",
     "address_problem",
@@ -133,6 +153,7 @@ __all__ = [
     "explain_s3_failure",
     "forget_metadata",
     "group_arrays",
+    "header_rules",
     "http_store_of",
     "is_metadata_key",
     "is_remote",
@@ -148,11 +169,13 @@ __all__ = [
     "read_json",
     "read_regular_file",
     "read_stamped",
+    "remote_config",
     "retry_after",
     "s3_errors",
     "s3_options",
     "s3_read_error",
     "s3_storage_options",
+    "split_url",
     "store_for",
     "zarr_errors",
 ]

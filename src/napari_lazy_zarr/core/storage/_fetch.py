@@ -1,19 +1,18 @@
 """Bounded reads of referenced bytes: local files and remote URLs (HTTP, fsspec).
 
 Each read is capped (`Cap`) before it is made, and a remote one is made within
-`Timeouts`; `ManifestStore` reads its references through these.
+`Timeouts`; `ManifestStore` reads its references through these. ``http(s)://``
+references are read with the same bounded client as `HttpStore`
+(`core.storage.transport.HttpClient`: its pool, caps, proxies, CA bundle and
+headers), never a second one.
 """
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import functools
-import http.client
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from zarr.abc.store import (
     ByteRequest,
@@ -22,12 +21,12 @@ from zarr.abc.store import (
     SuffixByteRequest,
 )
 
-from napari_lazy_zarr.core.storage._ranges import check_partial, range_header
 from napari_lazy_zarr.core.storage.files import (
     FileStamp,
     read_stamped,
 )
 from napari_lazy_zarr.core.storage.s3 import is_s3, s3_options, s3_read_error
+from napari_lazy_zarr.core.storage.transport import HttpBodyTooLargeError, HttpClient
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -100,17 +99,21 @@ def read_remote(
     byte_range: ByteRequest | None,
     cap: Cap,
     timeouts: Timeouts,
-    totals: dict[str, int] | None = None,
+    client: HttpClient | None = None,
 ) -> bytes:
     """What `byte_range` asks of a remote reference, within `cap` bytes and `timeouts`.
 
     A byte range is fetched as asked; a whole file (`length` None) is fetched
-    whole, at most `cap` bytes, and then windowed. `totals` (URL -> size) holds
-    the sizes earlier HTTP answers gave: a later answer must agree.
+    whole, at most `cap` bytes, and then windowed. ``http(s)://`` goes through
+    `client` (the bounded `HttpClient` the store shares; None: a new one of
+    `timeouts`), which remembers the sizes earlier answers gave: a later answer
+    must agree. Redirects are refused (`HttpClient.max_redirects` 0 is asked of
+    a client made here): they could lead where the reference policy does not
+    allow.
     """
     get: Callable[[str, int, int | None, Cap, Timeouts], bytes] = _fsspec_get
     if url.split("://", 1)[0].lower() in ("http", "https"):
-        get = functools.partial(_http_get, totals=totals)
+        get = functools.partial(_http_get, client=client or HttpClient(timeouts, max_redirects=0))
     if length is None:
         whole = get(url, offset, None, cap, timeouts)
         start, stop = window(len(whole), byte_range)
@@ -127,36 +130,6 @@ def read_remote(
     return data
 
 
-class _RangeMismatchError(OSError):
-    """A ``206`` answer for another range than the one asked (`check_partial`): retried."""
-
-    retryable = True
-
-
-class _HttpStatusError(OSError):
-    """An HTTP error status: `status` and `retry_after` (seconds) say if and when to retry."""
-
-    def __init__(self, message: str, status: int, retry_after: float | None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.retry_after = retry_after
-
-
-def _retry_after(value: str | None) -> float | None:
-    """A ``Retry-After`` header in seconds (delta-seconds or an HTTP date), else None."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
 def _http_get(
     url: str,
     start: int,
@@ -164,113 +137,26 @@ def _http_get(
     cap: Cap,
     timeouts: Timeouts,
     *,
-    totals: dict[str, int] | None = None,
+    client: HttpClient,
 ) -> bytes:
-    """`count` bytes of `url` from `start` (None: to its end, at most `cap`), with time caps.
+    """`count` bytes of `url` from `start` (None: to its end, at most `cap`) through `client`.
 
-    One ``GET`` with a ``Range`` header and no content coding: a declared
-    length over what was asked is refused before the body is read, a body is
-    read no further than asked, a compressed answer is refused, and redirects
-    are not followed (they could lead where the policy does not allow).
-    `timeouts` caps connecting, every wait for data, and the whole request
-    (`TimeoutError`, which `LoadTimeoutError` reports as retryable).
+    The client's errors are ``OSError``s (`HttpError`, `LoadTimeoutError`); a
+    body over the cap is reworded with what sets the cap, and 404 is
+    `FileNotFoundError` (a reference names bytes that must exist).
     """
-    parts = urlsplit(url)
-    https = parts.scheme.lower() == "https"
-    kind = http.client.HTTPSConnection if https else http.client.HTTPConnection
-    connect = min(timeouts.connect, timeouts.total)
-    connection = kind(parts.hostname or "", parts.port, timeout=connect)
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    wanted = cap.size + 1 if count is None else count
-    deadline = time.monotonic() + timeouts.total
-    phase = f"could not connect within {connect:g} s"
-    late = f"{url}: no complete answer within {timeouts.total:g} s"
-
-    def wait() -> float:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError(late)
-        return min(timeouts.read, left)
-
-    response: http.client.HTTPResponse | None = None
+    asked = OffsetByteRequest(start) if count is None else RangeByteRequest(start, start + count)
     try:
-        asked = (
-            OffsetByteRequest(start) if count is None else RangeByteRequest(start, start + count)
-        )
-        headers = {"Range": range_header(asked), "Accept-Encoding": "identity"}
-        connection.request("GET", target, headers=headers)
-        sock = connection.sock
-        assert sock is not None
-        phase = f"no data for {timeouts.read:g} s"
-        sock.settimeout(wait())
-        response = connection.getresponse()
-        _check_answer(url, response, start)
-        if response.status == 416:  # the range starts past the end: a short file
-            return b""
-        if response.status == 206:
-            known = None if totals is None else totals.get(url)
-            span = check_partial(response.getheader("Content-Range"), asked, known)
-            if isinstance(span, str):
-                raise _RangeMismatchError(
-                    f"{url}: asked for {headers['Range']}, the 206 answer is "
-                    f"{response.getheader('Content-Range')!r}: {span}; refused"
-                )
-            wanted = min(wanted, span.length)
-            if totals is not None and span.total is not None:
-                totals[url] = span.total
-        declared = response.getheader("Content-Length", "")
-        if declared.isdigit() and int(declared) > cap.size and count is None:
-            raise _TooLargeError(cap.refusal(f"{url} declares", int(declared)))
-        if declared.isdigit() and int(declared) > wanted and response.status == 206:
-            raise OSError(f"{url}: answers {int(declared):,} bytes for a range of {wanted:,}")
-        body = bytearray()
-        while len(body) < wanted:
-            sock.settimeout(wait())
-            # read1: what has arrived (read(n) would wait for all n, past the total cap)
-            piece = response.read1(min(wanted - len(body), 1 << 16))
-            if not piece:
-                break
-            body += piece
-    except TimeoutError as error:
-        overdue = time.monotonic() >= deadline - 0.01  # the socket's last wait was the rest
-        raise TimeoutError(late if overdue else f"{url}: {phase}") from error
-    except http.client.HTTPException as error:
-        raise OSError(f"{url}: {type(error).__name__}: {error}") from error
-    finally:
-        if response is not None:
-            response.close()
-        connection.close()
-    if count is None and len(body) > cap.size:
-        raise _TooLargeError(f"{url} holds more than {cap.what} ({cap.size:,}); refused")
-    return bytes(body)
-
-
-def _check_answer(url: str, response: http.client.HTTPResponse, start: int) -> None:
-    """Refuse an answer that is not (a range of) the file as stored."""
-    status = response.status
-    if status == 404:
+        body = client.get(url, None if (start, count) == (0, None) else asked, cap.size)
+    except HttpBodyTooLargeError as error:
+        if error.declared is not None:
+            raise _TooLargeError(cap.refusal(f"{url} declares", error.declared)) from error
+        raise _TooLargeError(
+            f"{url} holds more than {cap.what} ({cap.size:,}); refused"
+        ) from error
+    if body is None:
         raise FileNotFoundError(f"{url}: not found (HTTP 404)")
-    if status in (401, 403):
-        raise PermissionError(f"{url}: access denied (HTTP {status})")
-    if 300 <= status < 400:
-        raise OSError(
-            f"{url}: HTTP {status}: redirects to {response.getheader('Location')!r} are not "
-            "followed; a reference must name the data's own URL"
-        )
-    if status not in (200, 206, 416):
-        raise _HttpStatusError(
-            f"{url}: HTTP {status} {response.reason}",
-            status,
-            _retry_after(response.getheader("Retry-After")),
-        )
-    coding = (response.getheader("Content-Encoding") or "identity").strip().lower()
-    if coding != "identity":
-        raise OSError(
-            f"{url}: the answer is {coding!r}-encoded, though no encoding was accepted; refused "
-            "(a compressed body could expand without bound)"
-        )
-    if status == 200 and start > 0:
-        raise OSError(f"{url}: the server ignores range requests (HTTP 200 for bytes {start}-)")
+    return bytes(body)
 
 
 def _fsspec_get(url: str, start: int, count: int | None, cap: Cap, timeouts: Timeouts) -> bytes:

@@ -17,11 +17,8 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from napari_lazy_zarr.core.settings import (
-    Settings,
-    current_settings,
-    parse_remote,
-)
+from napari_lazy_zarr.core.remote_values import parse_remote
+from napari_lazy_zarr.core.settings import Settings, current_settings
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -47,14 +47,8 @@ from napari_lazy_zarr.core.errors import (
     UnsafeDataError,
     UnsupportedDataError,
 )
-from napari_lazy_zarr.core.settings import (
-    DEFAULT_TIMEOUTS,
-    RemoteLocation,
-    Timeouts,
-    parse_remote,
-    settings_path,
-    url_path,
-)
+from napari_lazy_zarr.core.remote_values import RemoteLocation, parse_remote, url_path
+from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS, Timeouts, settings_path
 from napari_lazy_zarr.core.storage._fetch import Cap, read_local, read_remote, window
 from napari_lazy_zarr.core.storage._sync import SyncReads
 from napari_lazy_zarr.core.storage.files import (
@@ -70,6 +64,7 @@ from napari_lazy_zarr.core.storage.policy import (
     address_problem,
 )
 from napari_lazy_zarr.core.storage.retry import RetryPolicy
+from napari_lazy_zarr.core.storage.transport import HttpClient
 from napari_lazy_zarr.core.storage.vetting import (
     MAX_METADATA_BYTES,
     check_document,
@@ -554,9 +549,9 @@ class ManifestStore(SyncReads, Store):
         }
         del self._targets
         self._caps: dict[str, int] = {}  # array path -> cap of one stored chunk (bytes)
-        # Remote URL -> its size as a 206 answer gave it; later answers must agree (at most
-        # one entry per distinct URL the references name).
-        self._totals: dict[str, int] = {}
+        # The one bounded HTTP client (it remembers each URL's size as a 206 answer gave
+        # it: later answers must agree); redirects refused, as the policy checked the URLs.
+        self._http = HttpClient(timeouts, max_redirects=0)
         metadata = [k for k in self._entries if k.endswith(_METADATA_TAILS) and _is_metadata(k)]
         for key in metadata:
             self._decode_inline(key)
@@ -729,7 +724,7 @@ class ManifestStore(SyncReads, Store):
                     byte_range,
                     cap,
                     self._timeouts,
-                    self._totals,
+                    self._http,
                 )
             return read_local(
                 entry.target.path,

@@ -1,0 +1,207 @@
+"""Request headers and bearer tokens per host: sent to their host only, never shown (issue 23).
+
+Two loopback servers (another port, or ``localhost`` instead of 127.0.0.1: another
+origin) record every request's headers; the first redirects a store to the
+second. Stores are written by zarr-python; pixels are compared with what it
+was given.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+
+from napari_lazy_zarr import open_array
+from napari_lazy_zarr.core.cache import ChunkCache
+from napari_lazy_zarr.core.errors import LazyZarrError, MetadataError
+from napari_lazy_zarr.core.settings import configuration_schema, current_settings
+from napari_lazy_zarr.core.storage.http import HttpStore
+from napari_lazy_zarr.core.storage.remote_config import remote_config
+from tests.remote.server import FaultyServer
+from tests.remote.test_tls import write_store
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+SECRET = "t0ken-never-shown"
+HEADERS = "NAPARI_LAZY_ZARR_HEADERS"
+
+
+@pytest.fixture(autouse=True)
+def hermetic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NAPARI_LAZY_ZARR_SETTINGS", str(tmp_path / "absent.toml"))
+    monkeypatch.delenv(HEADERS, raising=False)
+    for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[tuple[FaultyServer, FaultyServer, np.ndarray[Any, Any]]]:
+    """The first serves the store too; the second (on ``localhost``) the same files."""
+    (tmp_path / "served").mkdir()
+    data = write_store(tmp_path / "served")
+    with (
+        FaultyServer(tmp_path / "served") as first,
+        FaultyServer(tmp_path / "served", host="localhost") as second,
+    ):
+        yield first, second, data
+
+
+def _authorizations(server: FaultyServer) -> list[str | None]:
+    with server.faults.lock:
+        return [headers.get("Authorization") for _, headers in server.faults.seen]
+
+
+def test_a_bearer_token_goes_to_its_host_and_not_through_a_redirect_to_another(
+    servers: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second, data = servers
+    first.faults.redirects["moved.zarr/"] = f"{second.url}/a.zarr/"
+    monkeypatch.setenv(HEADERS, json.dumps({"127.0.0.1": {"Authorization": f"Bearer {SECRET}"}}))
+    array = open_array(f"{first.url}/moved.zarr")
+    np.testing.assert_array_equal(np.asarray(array[...]), data)
+    assert _authorizations(first)
+    assert set(_authorizations(first)) == {f"Bearer {SECRET}"}
+    assert _authorizations(second)
+    assert set(_authorizations(second)) == {None}
+
+
+def test_a_url_prefix_rule_keeps_its_headers_from_another_port_of_the_same_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "served").mkdir()
+    data = write_store(tmp_path / "served")
+    with (
+        FaultyServer(tmp_path / "served") as first,
+        FaultyServer(tmp_path / "served") as second,  # 127.0.0.1 too: another port
+    ):
+        first.faults.redirects["moved.zarr/"] = f"{second.url}/a.zarr/"
+        rule = {f"{first.url}/moved.zarr": {"Authorization": f"Bearer {SECRET}"}}
+        monkeypatch.setenv(HEADERS, json.dumps(rule))
+        array = open_array(f"{first.url}/moved.zarr")
+        np.testing.assert_array_equal(np.asarray(array[...]), data)
+        assert _authorizations(first)
+        assert set(_authorizations(first)) == {f"Bearer {SECRET}"}
+        assert _authorizations(second)
+        assert set(_authorizations(second)) == {None}
+
+
+def test_headers_from_the_settings_file_apply_under_their_prefix_only(
+    servers: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, _, data = servers
+    host = first.url.removeprefix("http://")
+    settings = tmp_path / "settings.toml"
+    settings.write_text(
+        f'[remote.headers."{host}"]\nX-Api-Key = "{SECRET}"\n\n'
+        f'[remote.headers."{first.url}/other.zarr"]\nAuthorization = "Bearer other"\n'
+    )
+    monkeypatch.setenv("NAPARI_LAZY_ZARR_SETTINGS", str(settings))
+    array = open_array(f"{first.url}/a.zarr")
+    np.testing.assert_array_equal(np.asarray(array[...]), data)
+    with first.faults.lock:
+        seen = first.faults.seen[:]
+    assert seen
+    assert all(headers.get("X-Api-Key") == SECRET for _, headers in seen)
+    assert all("Authorization" not in headers for _, headers in seen)  # not under its prefix
+
+
+def test_header_values_are_never_shown(
+    servers: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    first, _, _ = servers
+    caplog.set_level(logging.DEBUG)
+    monkeypatch.setenv(HEADERS, json.dumps({"127.0.0.1": {"Authorization": f"Bearer {SECRET}"}}))
+    first.faults.errors["a.zarr/c/1/1"] = 403
+    cache = ChunkCache(1 << 24)
+    array = open_array(f"{first.url}/a.zarr", cache=cache)
+    with pytest.raises(LazyZarrError) as caught:
+        np.asarray(array[32:64, 32:64])
+    store = HttpStore(f"{first.url}/a.zarr")
+    shown = [str(caught.value), repr(caught.value), repr(store), str(store), repr(store.client)]
+    shown += [repr(current_settings()), repr(remote_config()), repr(remote_config().headers)]
+    shown += [event.detail for event in cache.events()]
+    shown += [record.getMessage() for record in caplog.records]
+    assert any("403" in text for text in shown)  # the failure itself is reported
+    for text in shown:
+        assert SECRET not in text, text
+    store.close()
+    cache.close()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (f'{{"h": {{"Authorization": "Bearer {SECRET}\\r\\nX: y"}}}}', "on one line"),
+        (f'{{"h": {{"Authorization": "Bearer {SECRET}\u2019"}}}}', "printable ASCII"),
+        (f'{{"h": {{"Authorization": "Bearer {SECRET}"', "not a JSON object"),
+        (f'{{"h": {{"Range": "{SECRET}"}}}}', "'Range' is set by the client"),
+        (f'{{"h": {{"Bad Name": "{SECRET}"}}}}', "is not a header name"),
+    ],
+)
+def test_a_bad_headers_setting_is_refused_without_showing_a_value(
+    monkeypatch: pytest.MonkeyPatch, value: str, message: str
+) -> None:
+    monkeypatch.setenv(HEADERS, value)
+    with pytest.raises(MetadataError, match=message) as caught:
+        current_settings()
+    assert HEADERS in str(caught.value)
+    assert SECRET not in str(caught.value)
+    assert SECRET not in repr(caught.value)
+
+
+def test_headers_are_not_on_the_preferences_page() -> None:
+    assert "headers" not in configuration_schema()["remote"]["properties"]
+    assert {"ca_bundle", "proxy", "no_proxy"} <= set(
+        configuration_schema()["remote"]["properties"]
+    )
+
+
+def test_which_rules_cover_a_url() -> None:
+    from napari_lazy_zarr.core.storage.remote_config import RemoteConfig, header_rules
+
+    config = RemoteConfig(
+        headers=header_rules(
+            {
+                "data.example.org": {"A": "host"},
+                "data.example.org:8443": {"A": "host:port", "B": "b"},
+                "https://data.example.org/lab": {"A": "prefix"},
+            }
+        )
+    )
+    assert config.headers_for("http://data.example.org:9000/x") == {"A": "host"}
+    assert config.headers_for("https://data.example.org:8443/x") == {"A": "host:port", "B": "b"}
+    assert config.headers_for("https://DATA.example.org/lab/a.zarr") == {"A": "prefix"}
+    assert config.headers_for("https://data.example.org:443/lab") == {"A": "prefix"}
+    assert config.headers_for("https://data.example.org/laboratory") == {"A": "host"}
+    assert config.headers_for("https://data.example.org/lab/../other") == {"A": "host"}
+    assert config.headers_for("https://data.example.org:444/lab/a") == {"A": "host"}
+    assert config.headers_for("http://data.example.org/lab/a") == {"A": "host"}  # scheme
+    assert config.headers_for("https://other.example.org/lab") == {}
+    assert config.headers_for("https://data.example.org.evil.net/lab") == {}
+
+
+def test_a_reference_is_not_followed_through_a_redirect(
+    servers: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from napari_lazy_zarr.core.errors import ChunkReadError
+    from napari_lazy_zarr.core.storage.references import ManifestStore
+
+    first, second, _ = servers
+    first.faults.redirects["moved/"] = f"{second.url}/"
+    monkeypatch.setenv(HEADERS, json.dumps({"127.0.0.1": {"Authorization": f"Bearer {SECRET}"}}))
+    zarray = {"zarr_format": 2, "shape": [2, 8], "chunks": [2, 8], "dtype": "<u2",
+              "compressor": None, "filters": None, "fill_value": 0, "order": "C"}  # fmt: skip
+    refs = {".zarray": json.dumps(zarray), "0.0": [f"{first.url}/moved/a.zarr/zarr.json", 0, 32]}
+    manifest = tmp_path / "refs.json"
+    manifest.write_text(json.dumps({"version": 1, "refs": refs}))
+    store = ManifestStore(manifest, allow_protocols=[first.url, second.url])
+    with pytest.raises(ChunkReadError, match=r"HTTP 302: redirects to .* are not followed"):
+        store.get_sync("0.0")
+    assert _authorizations(first) == [f"Bearer {SECRET}"]
+    assert _authorizations(second) == []

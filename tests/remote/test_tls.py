@@ -1,0 +1,153 @@
+"""HTTPS with a lab's own certificate authority: a real TLS server on 127.0.0.1 (issue 23).
+
+The CA is made at test time (`trustme`); the store is written by zarr-python and
+served by the loopback test server over TLS. Without the CA the open fails with
+an error naming the URL, the verification failure and the setting to use; with
+it (the setting, the settings file, or ``SSL_CERT_FILE``), the pixels are the
+writer's.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+import zarr
+
+from napari_lazy_zarr import open_array
+from napari_lazy_zarr.core.errors import ChunkReadError, LazyZarrError, MetadataError
+from napari_lazy_zarr.core.sources.manifest import ManifestSource
+from napari_lazy_zarr.core.storage.references import ManifestStore
+from napari_lazy_zarr.core.storage.remote_config import RemoteConfig, remote_config
+from napari_lazy_zarr.core.storage.transport import HttpClient
+from tests.remote.server import FaultyServer
+from tests.remote.tls import PrivateCA, private_ca
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+CA_VARIABLE = "NAPARI_LAZY_ZARR_CA_BUNDLE"
+
+
+def write_store(folder: Path) -> np.ndarray[Any, Any]:
+    """A zarr v3 array written by zarr-python itself (the oracle is what it was given)."""
+    data = (np.arange(96 * 80, dtype=np.uint32) * 13 % 4093).astype(np.uint16).reshape(96, 80)
+    array = zarr.create_array(
+        str(folder / "a.zarr"), shape=data.shape, chunks=(32, 32), dtype="u2"
+    )
+    array[...] = data
+    return data
+
+
+@pytest.fixture
+def https(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[FaultyServer, PrivateCA, np.ndarray[Any, Any]]]:
+    monkeypatch.setenv("NAPARI_LAZY_ZARR_SETTINGS", str(tmp_path / "absent.toml"))
+    monkeypatch.delenv(CA_VARIABLE, raising=False)
+    (tmp_path / "served").mkdir()
+    data = write_store(tmp_path / "served")
+    authority = private_ca(tmp_path)
+    with FaultyServer(tmp_path / "served", tls=authority.server) as server:
+        yield server, authority, data
+
+
+def test_an_untrusted_certificate_is_a_clear_error_naming_the_setting(https: Any) -> None:
+    server, _, _ = https
+    url = f"{server.url}/a.zarr"
+    with pytest.raises(LazyZarrError) as caught:
+        open_array(url)
+    message = str(caught.value)
+    assert url in message
+    assert "certificate is not trusted" in message
+    assert "certificate verify failed" in message or "issuer" in message  # OpenSSL's reason
+    assert "[remote] ca_bundle" in message
+    assert CA_VARIABLE in message
+    assert "SSL_CERT_FILE" in message
+    assert server.faults.total("a.zarr/") == 0  # no request got through
+
+
+def test_the_ca_bundle_setting_opens_the_store_with_the_writers_pixels(
+    https: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, authority, data = https
+    monkeypatch.setenv(CA_VARIABLE, str(authority.pem))
+    array = open_array(f"{server.url}/a.zarr")
+    np.testing.assert_array_equal(np.asarray(array[...]), data)
+
+
+def test_the_ca_bundle_in_the_settings_file(
+    https: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, authority, data = https
+    settings = tmp_path / "settings.toml"
+    settings.write_text(f'[remote]\nca_bundle = "{authority.pem}"\n')
+    monkeypatch.setenv("NAPARI_LAZY_ZARR_SETTINGS", str(settings))
+    array = open_array(f"{server.url}/a.zarr")
+    np.testing.assert_array_equal(np.asarray(array[20:70, 10:75]), data[20:70, 10:75])
+
+
+def test_ssl_cert_file_keeps_working(https: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    server, authority, data = https
+    monkeypatch.setenv("SSL_CERT_FILE", str(authority.pem))
+    array = open_array(f"{server.url}/a.zarr")
+    np.testing.assert_array_equal(np.asarray(array[...]), data)
+
+
+def test_the_bundle_is_trusted_besides_the_systems_cas(tmp_path: Path) -> None:
+    authority = private_ca(tmp_path)
+    system = ssl.create_default_context().cert_store_stats()["x509_ca"]
+    both = RemoteConfig(ca_bundle=str(authority.pem)).ssl_context().cert_store_stats()
+    assert both["x509_ca"] == system + 1
+
+
+def test_a_ca_bundle_that_cannot_be_read_names_the_setting(
+    https: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, _, _ = https
+    (tmp_path / "not-a-ca.pem").write_text("not a certificate\n")
+    for bundle in (tmp_path / "absent.pem", tmp_path / "not-a-ca.pem"):
+        monkeypatch.setenv(CA_VARIABLE, str(bundle))
+        client = HttpClient(config=remote_config())
+        with pytest.raises(MetadataError, match=rf"\[remote\] ca_bundle {bundle}: cannot load"):
+            client.get(f"{server.url}/a.zarr/zarr.json", None, 1 << 16)
+        client.close()
+
+
+def test_kerchunk_references_over_https_use_the_same_client_and_setting(
+    https: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, authority, _ = https
+    pixels = (np.arange(32, dtype="<u2") * 5).reshape(4, 8)
+    (tmp_path / "served" / "pixels.raw").write_bytes(pixels.tobytes())
+    zarray = {"zarr_format": 2, "shape": [4, 8], "chunks": [2, 8], "dtype": "<u2",
+              "compressor": None, "filters": None, "fill_value": 0, "order": "C"}  # fmt: skip
+    url = f"{server.url}/pixels.raw"
+    refs = {".zarray": json.dumps(zarray), "0.0": [url, 0, 32], "1.0": [url, 32, 32]}
+    manifest = tmp_path / "refs.json"
+    manifest.write_text(json.dumps({"version": 1, "refs": refs}))
+    untrusting = ManifestStore(manifest, allow_protocols=[server.url])
+    with pytest.raises(ChunkReadError, match=r"certificate is not trusted.*\[remote\] ca_bundle"):
+        untrusting.get_sync("1.0")
+    monkeypatch.setenv(CA_VARIABLE, str(authority.pem))
+    source = ManifestSource(manifest, allow_protocols=[server.url])
+    np.testing.assert_array_equal(source.read_chunk((1, 0)), pixels[2:])
+
+
+def test_the_ca_bundle_from_napari_preferences(https: Any) -> None:
+    """The Preferences route (as `_preferences.watch_preferences` registers the page)."""
+    from napari_lazy_zarr.core.settings import use_preferences
+
+    server, authority, data = https
+    use_preferences(lambda: {"remote": {"ca_bundle": str(authority.pem), "headers": "{}"}})
+    try:
+        config = remote_config()
+        array = open_array(f"{server.url}/a.zarr")
+        np.testing.assert_array_equal(np.asarray(array[...]), data)
+    finally:
+        use_preferences(None)
+    assert config.ca_bundle == str(authority.pem)
