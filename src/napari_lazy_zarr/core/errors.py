@@ -13,6 +13,7 @@ __all__ = [
     "LoadCancelledError",
     "LoadTimeoutError",
     "MetadataError",
+    "MissingCodecError",
     "NotAZarrStoreError",
     "PlanTooLargeError",
     "ReadOnlyError",
@@ -77,3 +78,8 @@ class LoadCancelledError(LazyZarrError):
 
 class CacheClosedError(LazyZarrError, RuntimeError):
     """The chunk cache was closed while this call waited on it, or before it was made."""
+
+
+class MissingCodecError(UnsupportedDataError):
+    """The array's codec is valid but no installed package provides it; the message names
+    the codec and what to install (``napari-lazy-zarr[codecs]`` for imagecodecs' codecs)."""

@@ -44,6 +44,7 @@ from napari_lazy_zarr.core.sources._sharding import ShardReader
 from napari_lazy_zarr.core.sources._zarr_compat import (  # per chunk read: bound once here
     chunk_spec,
 )
+from napari_lazy_zarr.core.sources.codecs import with_installed_codecs
 from napari_lazy_zarr.core.sources.protocol import SourceFields, fill_value_of
 from napari_lazy_zarr.core.storage.files import (
     read_stamped,
@@ -627,9 +628,30 @@ def open_node(
     documents; ``consolidated=False`` spares a Zarr v2 group's ``.zmetadata``,
     which only listing the group's members over HTTP needs. A local directory
     given as a path is read through a `BoundedLocalStore`.
+
+    Raises
+    ------
+    MissingCodecError
+        The metadata names a codec no installed package provides (after
+        `register_installed_codecs`).
     """
     if isinstance(store, str):  # a local directory: read through a BoundedLocalStore
         store = bounded_store(store)
+    # A codec zarr does not know: the installed packages' codecs are registered, once,
+    # and the node opened again (`codecs`); a store of zarr's own codecs pays nothing.
+    return with_installed_codecs(
+        lambda: _open_node(store, path, full, zarr_format, consolidated=consolidated), full
+    )
+
+
+def _open_node(
+    store: Any,
+    path: str,
+    full: str,
+    zarr_format: Literal[2, 3] | None,
+    *,
+    consolidated: bool,
+) -> zarr.Array[Any] | zarr.Group:
     with zarr_errors(full), zarr.config.set(compat.FUSED_PIPELINE_CONFIG):
         # zarr.open's array-else-group dispatch, but passing on the format the array
         # probe found: zarr.open probes both formats again for a group.

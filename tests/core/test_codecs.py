@@ -1,0 +1,162 @@
+"""Codecs of installed packages (`core/sources/codecs.py`) against tifffile's own references.
+
+tifffile's ``ZarrTiffStore.write_fsspec`` writes kerchunk references to a
+TIFF's tiles whose codecs are imagecodecs' (``imagecodecs_lzw``,
+``imagecodecs_jpeg``, ``imagecodecs_delta`` ...), Zarr v2 or v3. The oracle
+is tifffile's own decode of the same TIFF (`tifffile.imread`: JPEG is lossy,
+so the writer's decode, not the array written, is what the references must
+give). The registration is once per process: the claims about *when* it
+happens (only for a store that needs it) and about a missing package run in
+a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+import tifffile
+import tifffile.zarr
+
+from napari_lazy_zarr.core import ChunkCache, ChunkedArray
+from napari_lazy_zarr.core.errors import MissingCodecError
+from napari_lazy_zarr.core.formats.ome import describe_store, open_source
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def tiff_references(
+    folder: Path, name: str, data: np.ndarray[Any, Any], zarr_format: int, **layout: Any
+) -> Path:
+    """A TIFF written by tifffile with `layout`, and tifffile's references to it."""
+    tifffile.imwrite(folder / f"{name}.tif", data, **layout)
+    with tifffile.TiffFile(folder / f"{name}.tif") as tif, tif.aszarr() as store:
+        store.write_fsspec(
+            str(folder / f"{name}.json"), url=".", version=1, zarr_format=zarr_format
+        )
+    return folder / f"{name}.json"
+
+
+def _ramp(shape: tuple[int, ...], dtype: Any) -> np.ndarray[Any, Any]:
+    """Smooth data (predictors and JPEG are made for it), not constant."""
+    grid = np.indices(shape).sum(axis=0)
+    return ((grid * 37 + (grid**2) // 11) % 251).astype(dtype)
+
+
+LAYOUTS: dict[str, tuple[tuple[int, ...], Any, dict[str, Any]]] = {
+    "lzw+predictor": ((96, 80), np.uint16, {"compression": "lzw", "predictor": True}),
+    "jpeg rgb": ((96, 80, 3), np.uint8, {"compression": "jpeg", "photometric": "rgb"}),
+    "deflate": ((96, 80), np.int16, {"compression": "zlib"}),
+    "zstd": ((96, 80), np.float32, {"compression": "zstd"}),
+    "lzw float+predictor": ((96, 80), np.float32, {"compression": "lzw", "predictor": 3}),
+}
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_tifffile_references_with_imagecodecs_read_as_tifffile_decodes(
+    tmp_path: Path, threaded_cache: ChunkCache, layout: str, zarr_format: int
+) -> None:
+    shape, dtype, options = LAYOUTS[layout]
+    refs = tiff_references(
+        tmp_path, "image", _ramp(shape, dtype), zarr_format, tile=(32, 32), **options
+    )
+    (spec,) = describe_store(refs)
+    source = open_source(refs, path=spec.levels[0].path)
+    decoded = ChunkedArray(source, threaded_cache).result(timeout=30)
+    expected = tifffile.imread(tmp_path / "image.tif")
+    assert decoded.dtype == expected.dtype
+    np.testing.assert_array_equal(decoded, expected)
+
+
+def test_the_references_name_imagecodecs_codecs(tmp_path: Path) -> None:
+    """The cases above test what they claim: tifffile's references need imagecodecs."""
+    refs = tiff_references(
+        tmp_path, "image", _ramp((64, 64), np.uint16), 2, tile=(32, 32), compression="lzw"
+    )
+    zarray = json.loads(json.loads(refs.read_text())["refs"][".zarray"])
+    assert zarray["compressor"]["id"] == "imagecodecs_lzw"
+
+
+def _python(code: str, tmp_path: Path) -> str:
+    """Run `code` in a fresh interpreter (nothing registered yet); its stdout."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_codecs_are_registered_only_when_a_store_needs_them(tmp_path: Path) -> None:
+    tiff_references(
+        tmp_path, "lzw", _ramp((64, 64), np.uint16), 2, tile=(32, 32), compression="lzw"
+    )
+    out = _python(
+        """
+        import sys, numpy as np, tifffile, zarr
+        from napari_lazy_zarr.core.formats.ome import describe_store, open_source
+        z = zarr.create_array("plain.zarr", shape=(8, 8), dtype="u2")
+        z[...] = 3
+        describe_store("plain.zarr"), open_source("plain.zarr")
+        print("plain", "imagecodecs.numcodecs" in sys.modules, "imagecodecs.zarr" in sys.modules)
+        import numcodecs
+        try:
+            numcodecs.get_codec({"id": "imagecodecs_lzw"})
+        except Exception as error:
+            print("before", type(error).__name__)
+        (spec,) = describe_store("lzw.json")
+        open_source("lzw.json", path=spec.levels[0].path)
+        print("lzw", "imagecodecs.numcodecs" in sys.modules, "imagecodecs.zarr" in sys.modules)
+        """,
+        tmp_path,
+    )
+    assert out.split("\n")[:3] == [
+        "plain False False",
+        "before UnknownCodecError",
+        "lzw True True",
+    ]
+
+
+def test_a_missing_codec_package_is_named_with_the_extra(tmp_path: Path) -> None:
+    tiff_references(
+        tmp_path, "lzw", _ramp((64, 64), np.uint16), 3, tile=(32, 32), compression="lzw"
+    )
+    out = _python(
+        """
+        import sys
+        sys.modules["imagecodecs"] = None  # as if imagecodecs were not installed
+        from napari_lazy_zarr.core.errors import MissingCodecError
+        from napari_lazy_zarr.core.formats.ome import describe_store
+        try:
+            describe_store("lzw.json")
+        except MissingCodecError as error:
+            print(error)
+        """,
+        tmp_path,
+    )
+    assert "lzw.json: " in out
+    assert "'imagecodecs_" in out
+    assert "pip install 'napari-lazy-zarr[codecs]'" in out
+
+
+def test_an_unknown_codec_names_itself_and_the_node(tmp_path: Path) -> None:
+    import zarr
+
+    array = zarr.create_array(tmp_path / "a.zarr", shape=(4, 4), dtype="u1", zarr_format=2)
+    array[...] = 1
+    metadata = json.loads((tmp_path / "a.zarr" / ".zarray").read_text())
+    metadata["compressor"] = {"id": "no_such_codec"}
+    (tmp_path / "a.zarr" / ".zarray").write_text(json.dumps(metadata))
+    with pytest.raises(MissingCodecError, match=r"a\.zarr: .*'no_such_codec'.*install"):
+        describe_store(tmp_path / "a.zarr")
