@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import zarr
 
+from tests.conformance import cases_files
+
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
@@ -459,7 +461,7 @@ def _build() -> tuple[Case, ...]:
     return tuple(cases)
 
 
-CASES: tuple[Case, ...] = _build()
+CASES: tuple[Case, ...] = _build() + cases_files.cases()
 GROUPS: tuple[str, ...] = tuple(dict.fromkeys(case.group for case in CASES))
 
 

@@ -201,7 +201,7 @@ def looks_like_zarr(path: str | os.PathLike[str], *, timeout: float = _PROBE_TIM
     """Whether `path` looks like a zarr store, from its metadata alone; never raises.
 
     True for a directory holding ``zarr.json``, ``.zarray``, ``.zgroup`` or
-    ``.zattrs`` (a few ``stat`` calls), for a ``*.zarr.zip`` file, for an
+    ``.zattrs`` (a few ``stat`` calls), for a ``*.zarr.zip`` or ``*.ozx`` file, for an
     ``http(s)://`` or ``s3://`` URL ending in ``.zarr`` (or ``.zarr/``), and for
     any other ``http(s)://`` URL whose ``zarr.json``, ``.zarray`` or ``.zgroup``
     is zarr metadata (fetched, at most `timeout` seconds in all; e.g. an array
@@ -231,7 +231,7 @@ def looks_like_zarr(path: str | os.PathLike[str], *, timeout: float = _PROBE_TIM
                 return True
             return scheme in ("http", "https") and _serves_zarr_metadata(location, timeout)
         if os.path.isfile(location):
-            return location.lower().endswith(".zarr.zip")
+            return location.lower().endswith((".zarr.zip", ".ozx"))  # .ozx: RFC-9
         # os.path.isfile swallows OSError and ValueError (a NUL byte): never raises.
         return any(os.path.isfile(os.path.join(location, name)) for name in _MARKER_FILES)
     except Exception:  # the napari reader hook must get an answer, whatever it is handed

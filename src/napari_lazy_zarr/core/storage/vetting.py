@@ -37,6 +37,7 @@ __all__ = [
     "ATTRIBUTE_FILES",
     "MAX_METADATA_BYTES",
     "METADATA_FILES",
+    "ZIP_SUFFIXES",
     "check_document",
     "check_local",
     "check_safe",
@@ -118,6 +119,10 @@ def metadata_files(path: str) -> list[str]:
 ATTRIBUTE_FILES: Final = (".zattrs", ".zmetadata")
 
 
+ZIP_SUFFIXES: Final = (".zip", ".ozx")
+"""A file of these suffixes is read as a zipped store (``.ozx``: zipped OME-Zarr, RFC-9)."""
+
+
 MAX_METADATA_BYTES: Final = 16 << 20
 """Metadata files larger than this are refused (a real one is kilobytes; OME plates megabytes)."""
 
@@ -139,7 +144,7 @@ def check_local(path: str) -> None:
     if not os.path.exists(path):
         raise StoreNotFoundError(f"{path}: no such file or directory")
     if os.path.isfile(path):
-        if path.endswith(".zip"):
+        if path.lower().endswith(ZIP_SUFFIXES):
             return
         raise NotAZarrStoreError(f"{path}: is a file, not a zarr store (a directory)")
     found = metadata_files(path)
