@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +31,11 @@ from napari_lazy_zarr._layer_data import LayerLoader, loader_of
 from napari_lazy_zarr._preferences import watch_preferences
 from napari_lazy_zarr.core import ChunkCache
 from napari_lazy_zarr.core.cache import default_concurrency
-from napari_lazy_zarr.core.errors import LazyZarrError, UnsupportedDataError
+from napari_lazy_zarr.core.errors import (
+    LazyZarrError,
+    UnsupportedDataError,
+    UnsupportedDtypeError,
+)
 from napari_lazy_zarr.core.formats.ome import (
     ImageSpec,
     PlateStoreError,
@@ -42,7 +47,7 @@ from napari_lazy_zarr.core.formats.plate import describe_plate, field_opener, pl
 from napari_lazy_zarr.core.formats.stack import reference_file_kind
 from napari_lazy_zarr.core.settings import Settings, current_settings
 from napari_lazy_zarr.core.sources.decimated import DecimatedSource, virtual_levels
-from napari_lazy_zarr.core.storage.vetting import is_remote
+from napari_lazy_zarr.core.storage.vetting import dtype_refusal, is_remote
 from napari_lazy_zarr.core.viewport import AxisMap, ViewController, contrast_selection
 
 if TYPE_CHECKING:
@@ -235,8 +240,16 @@ def read_zarr(path: PathOrPaths) -> list[LayerDataTuple]:
             + " (images need at least two dimensions)"
         )
     layers: list[LayerDataTuple] = []
+    refused: list[UnsupportedDtypeError] = []
     for spec in images:
-        layers.extend(layer_data(location, spec, cache))
+        try:
+            layers.extend(layer_data(location, spec, cache))
+        except UnsupportedDtypeError as error:  # a complex array beside the images
+            refused.append(error)
+    if refused and not layers:
+        raise refused[0]
+    for skipped in refused:  # napari shows a warning as a notification
+        warnings.warn(f"not shown: {skipped}", UserWarning, stacklevel=2)
     _watch_current_viewer()
     return layers
 
@@ -274,6 +287,11 @@ def layer_data(
     """
     if sources is None:
         sources = open_level_sources(location, spec)
+    if sources[0].dtype.kind == "c":  # open_array reads it; napari cannot display it
+        path = spec.levels[0].path
+        raise dtype_refusal(
+            f"{location.rstrip('/')}/{path}" if path else location, sources[0].dtype
+        )
     scale = spec.levels[0].scale
     translate = spec.levels[0].translate
     layer_type = "labels" if spec.kind == "labels" else "image"

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from tests.conformance.cases import Case, Written
 
-__all__ = ["cases"]
+__all__ = ["cases", "write_ozx"]
 
 
 def _ramp(shape: tuple[int, ...], dtype: Any, seed: int = 0) -> np.ndarray[Any, Any]:
@@ -35,7 +35,8 @@ def _ramp(shape: tuple[int, ...], dtype: Any, seed: int = 0) -> np.ndarray[Any, 
 # -- ngff-zarr: zipped OME-Zarr (RFC-9) ------------------------------------------------
 
 
-def _ozx(folder: Path, dims: str) -> Written:
+def write_ozx(folder: Path, dims: str) -> Written:
+    """An OME-Zarr 0.5 image of axes `dims` zipped by ngff-zarr (`to_ngff_zarr("x.ozx")`)."""
     import ngff_zarr as nz
 
     from tests.conformance.cases import Written
@@ -113,7 +114,7 @@ def cases() -> tuple[Case, ...]:
     from tests.conformance.cases import Case
 
     found: list[Case] = [
-        Case("ngff-zarr .ozx", f"0.5 {dims} sharded", lambda f, d=dims: _ozx(f, d))
+        Case("ngff-zarr .ozx", f"0.5 {dims} sharded", lambda f, d=dims: write_ozx(f, d))
         for dims in ("yx", "cyx", "zyx")
     ]
     for label, zarr_format, shape, dtype, layout in _TIFF_LAYOUTS:

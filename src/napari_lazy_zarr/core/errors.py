@@ -8,6 +8,7 @@ from __future__ import annotations
 __all__ = [
     "CacheClosedError",
     "ChunkReadError",
+    "DisabledFeatureError",
     "IncompatibleSourcesError",
     "LazyZarrError",
     "LoadCancelledError",
@@ -20,6 +21,7 @@ __all__ = [
     "StoreNotFoundError",
     "UnsafeDataError",
     "UnsupportedDataError",
+    "UnsupportedDtypeError",
 ]
 
 
@@ -83,3 +85,13 @@ class CacheClosedError(LazyZarrError, RuntimeError):
 class MissingCodecError(UnsupportedDataError):
     """The array's codec is valid but no installed package provides it; the message names
     the codec and what to install (``napari-lazy-zarr[codecs]`` for imagecodecs' codecs)."""
+
+
+class DisabledFeatureError(UnsupportedDataError):
+    """The store is valid but uses what zarr-python leaves disabled by default (a
+    rectilinear chunk grid); the message names the zarr setting that enables it."""
+
+
+class UnsupportedDtypeError(UnsupportedDataError):
+    """The array's dtype is no image napari can show (complex, structured, strings, dates,
+    durations); the message names the array, the dtype and what to do instead."""
