@@ -111,3 +111,17 @@ def test_a_complex_array_beside_an_image_is_skipped_with_a_warning(tmp_path: Pat
         layers = read_zarr(str(tmp_path / "both.zarr"))
     assert [kwargs["name"] for _, kwargs, _ in layers] == ["amplitude"]
     assert any("both.zarr/field: dtype complex64" in str(w.message) for w in caught)
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_an_xarray_dataset_opens_as_its_data_variable_with_its_dimensions(
+    make_napari_viewer: Callable[..., Any], tmp_path: Path, zarr_format: int
+) -> None:
+    (case,) = [c for c in cases() if c.id == f"xarray/v{zarr_format} tyx"]
+    written = case.write(tmp_path)
+    viewer = make_napari_viewer(show=True)
+    (layer,) = viewer.open(str(written.path), plugin="napari-lazy-zarr")  # not t, y, x
+    assert layer.name == "intensity"
+    # Zarr v3 names them in the metadata; v2 in xarray's `_ARRAY_DIMENSIONS` attribute.
+    assert tuple(layer.axis_labels) == ("t", "y", "x")
+    np.testing.assert_array_equal(_full_resolution(layer), written.layers[0])

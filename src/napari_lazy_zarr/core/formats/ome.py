@@ -736,10 +736,14 @@ def _plain_image(array: zarr.Array[Any], name: str, *, keep: bool) -> ImageSpec:
     """
     shape = tuple(int(s) for s in array.shape)
     ndim = len(shape)
-    # Zarr v3 arrays may name their dimensions; v2 arrays cannot.
+    # Zarr v3 arrays may name their dimensions; v2 arrays only by the `_ARRAY_DIMENSIONS`
+    # attribute xarray (and tifffile, kerchunk) write.
     dimension_names: Sequence[str | None] = getattr(array.metadata, "dimension_names", None) or (
         (None,) * ndim
     )
+    named = array.attrs.get("_ARRAY_DIMENSIONS") if array.metadata.zarr_format == 2 else None
+    if isinstance(named, list) and len(named) == ndim and all(isinstance(n, str) for n in named):
+        dimension_names = named
     axis_names = tuple(
         axis if isinstance(axis, str) and axis else f"dim_{i}"
         for i, axis in enumerate(dimension_names)
