@@ -160,3 +160,36 @@ def test_an_unknown_codec_names_itself_and_the_node(tmp_path: Path) -> None:
     (tmp_path / "a.zarr" / ".zarray").write_text(json.dumps(metadata))
     with pytest.raises(MissingCodecError, match=r"a\.zarr: .*'no_such_codec'.*install"):
         describe_store(tmp_path / "a.zarr")
+
+
+def test_a_plain_group_listing_an_imagecodecs_array_registers_them(tmp_path: Path) -> None:
+    """Listing a Zarr v2 group (no consolidated metadata) parses its members' codecs."""
+    import imagecodecs.numcodecs
+    import zarr
+
+    imagecodecs.numcodecs.register_codecs(verbose=False)  # the writer's process needs them
+    group = zarr.open_group(str(tmp_path / "group.zarr"), mode="w", zarr_format=2)
+    data = _ramp((64, 64), np.uint16)
+    array = group.create_array(
+        "raw",
+        shape=data.shape,
+        dtype=data.dtype,
+        chunks=(32, 32),
+        compressors=imagecodecs.numcodecs.Lzw(),
+    )
+    array[...] = data
+    np.save(tmp_path / "expected.npy", data)
+    out = _python(
+        """
+        import numpy as np
+        from napari_lazy_zarr.core import ChunkCache, ChunkedArray
+        from napari_lazy_zarr.core.formats.ome import describe_store, open_source
+        (spec,) = describe_store("group.zarr")
+        source = open_source("group.zarr", path=spec.levels[0].path)
+        with ChunkCache(16 << 20, concurrency=1) as cache:
+            read = ChunkedArray(source, cache).result(timeout=30)
+        print(spec.name, np.array_equal(read, np.load("expected.npy")))
+        """,
+        tmp_path,
+    )
+    assert out.split() == ["raw", "True"]

@@ -37,6 +37,7 @@ from zarr.abc.store import RangeByteRequest
 from napari_lazy_zarr.core.errors import (
     LazyZarrError,
     MetadataError,
+    MissingCodecError,
     NotAZarrStoreError,
     StoreNotFoundError,
     UnsupportedDataError,
@@ -50,6 +51,7 @@ from napari_lazy_zarr.core.formats.stack import (
 )
 from napari_lazy_zarr.core.settings import Timeouts, backend_from_settings
 from napari_lazy_zarr.core.sources.backends import choose_backend, open_backend_source
+from napari_lazy_zarr.core.sources.codecs import with_installed_codecs
 from napari_lazy_zarr.core.sources.manifest import ManifestSource
 from napari_lazy_zarr.core.sources.zarr import ZarrChunkSource, open_node, open_zarr_source
 from napari_lazy_zarr.core.storage.http import HttpStore
@@ -428,7 +430,12 @@ class _Walk:
         if self.local_dir is not None:
             self._vet_children(os.path.join(self.local_dir, group.path), full)
         try:
-            members = sorted(group.members(), key=lambda member: member[0])
+            # Listing parses each member's metadata: a codec zarr does not know yet is
+            # registered from the installed packages first (`sources.codecs`).
+            listed = with_installed_codecs(group.members, full)
+            members = sorted(listed, key=lambda member: member[0])
+        except MissingCodecError:
+            raise
         except (ValueError, TypeError, KeyError) as error:
             raise MetadataError(
                 f"{full}: malformed zarr metadata in the group's members: "
