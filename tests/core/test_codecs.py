@@ -99,9 +99,9 @@ def _python(code: str, tmp_path: Path) -> str:
 
 
 def test_codecs_are_registered_only_when_a_store_needs_them(tmp_path: Path) -> None:
-    tiff_references(
-        tmp_path, "lzw", _ramp((64, 64), np.uint16), 2, tile=(32, 32), compression="lzw"
-    )
+    for name, zarr_format in (("lzw", 2), ("lzw3", 3)):
+        data = _ramp((64, 64), np.uint16)
+        tiff_references(tmp_path, name, data, zarr_format, tile=(32, 32), compression="lzw")
     out = _python(
         """
         import sys, numpy as np, tifffile, zarr
@@ -115,16 +115,19 @@ def test_codecs_are_registered_only_when_a_store_needs_them(tmp_path: Path) -> N
             numcodecs.get_codec({"id": "imagecodecs_lzw"})
         except Exception as error:
             print("before", type(error).__name__)
-        (spec,) = describe_store("lzw.json")
-        open_source("lzw.json", path=spec.levels[0].path)
-        print("lzw", "imagecodecs.numcodecs" in sys.modules, "imagecodecs.zarr" in sys.modules)
+        for name in ("lzw", "lzw3"):
+            (spec,) = describe_store(f"{name}.json")
+            open_source(f"{name}.json", path=spec.levels[0].path)
+            print(name, "imagecodecs.numcodecs" in sys.modules, "imagecodecs.zarr" in sys.modules)
         """,
         tmp_path,
     )
-    assert out.split("\n")[:3] == [
+    # Nothing for a plain store; a Zarr v2 store pays only for imagecodecs' numcodecs codecs.
+    assert out.splitlines() == [
         "plain False False",
         "before UnknownCodecError",
-        "lzw True True",
+        "lzw True False",
+        "lzw3 True True",
     ]
 
 
