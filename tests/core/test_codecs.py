@@ -196,3 +196,49 @@ def test_a_plain_group_listing_an_imagecodecs_array_registers_them(tmp_path: Pat
         tmp_path,
     )
     assert out.split() == ["raw", "True"]
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize("codec", ["lzw", "zstd"])
+def test_an_imagecodecs_stream_that_expands_too_far_is_refused_bounded(
+    tmp_path: Path, threaded_cache: ChunkCache, codec: str, zarr_format: int
+) -> None:
+    """A reference chunk replaced by a stream of 64 MiB of zeros (LZW: 50 kB; zstd: 2 kB)
+    for a 32x32 uint16 tile fails that chunk, decoding at most its size plus the slack."""
+    import tracemalloc
+
+    import imagecodecs
+
+    from napari_lazy_zarr.core.errors import ChunkReadError
+
+    refs_path = tiff_references(
+        tmp_path,
+        "image",
+        _ramp((64, 64), np.uint16),
+        zarr_format,
+        tile=(32, 32),
+        compression=codec,
+    )
+    bomb = getattr(imagecodecs, f"{codec}_encode")(bytes(64 << 20))
+    (tmp_path / "bomb.bin").write_bytes(bomb)
+    references = json.loads(refs_path.read_text())
+    references["refs"]["0.0" if zarr_format == 2 else "c/0/0"] = ["bomb.bin", 0, len(bomb)]
+    refs_path.write_text(json.dumps(references))
+    (spec,) = describe_store(refs_path)
+    source = open_source(refs_path, path=spec.levels[0].path)
+    tracemalloc.start()
+    try:
+        # Refused by the check after the decode (LZW stops at the buffer's end), or by the
+        # codec itself (zstd: "Destination buffer is too small").
+        refused = r"expands beyond its expected 2,048 bytes|Destination buffer is too small"
+        with pytest.raises(ChunkReadError, match=refused):
+            ChunkedArray(source, threaded_cache)[0:32, 0:32].result(timeout=30)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20
+    # The other tiles still read as tifffile decodes them.
+    expected = tifffile.imread(tmp_path / "image.tif")
+    np.testing.assert_array_equal(
+        ChunkedArray(source, threaded_cache)[32:64, 0:64].result(timeout=30), expected[32:64]
+    )
