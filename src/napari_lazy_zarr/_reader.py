@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +31,11 @@ from napari_lazy_zarr._layer_data import LayerLoader, loader_of
 from napari_lazy_zarr._preferences import watch_preferences
 from napari_lazy_zarr.core import ChunkCache
 from napari_lazy_zarr.core.cache import default_concurrency
-from napari_lazy_zarr.core.errors import LazyZarrError, UnsupportedDataError
+from napari_lazy_zarr.core.errors import (
+    LazyZarrError,
+    UnsupportedDataError,
+    UnsupportedDtypeError,
+)
 from napari_lazy_zarr.core.formats.ome import (
     ImageSpec,
     PlateStoreError,
@@ -42,7 +47,7 @@ from napari_lazy_zarr.core.formats.plate import describe_plate, field_opener, pl
 from napari_lazy_zarr.core.formats.stack import reference_file_kind
 from napari_lazy_zarr.core.settings import Settings, current_settings
 from napari_lazy_zarr.core.sources.decimated import DecimatedSource, virtual_levels
-from napari_lazy_zarr.core.storage.vetting import is_remote
+from napari_lazy_zarr.core.storage.vetting import dtype_refusal, is_remote
 from napari_lazy_zarr.core.viewport import AxisMap, ViewController, contrast_selection
 
 if TYPE_CHECKING:
@@ -235,8 +240,16 @@ def read_zarr(path: PathOrPaths) -> list[LayerDataTuple]:
             + " (images need at least two dimensions)"
         )
     layers: list[LayerDataTuple] = []
+    refused: list[UnsupportedDtypeError] = []
     for spec in images:
-        layers.extend(layer_data(location, spec, cache))
+        try:
+            layers.extend(layer_data(location, spec, cache))
+        except UnsupportedDtypeError as error:  # a complex array beside the images
+            refused.append(error)
+    if refused and not layers:
+        raise refused[0]
+    for skipped in refused:  # napari shows a warning as a notification
+        warnings.warn(f"not shown: {skipped}", UserWarning, stacklevel=2)
     _watch_current_viewer()
     return layers
 
@@ -274,17 +287,24 @@ def layer_data(
     """
     if sources is None:
         sources = open_level_sources(location, spec)
+    if sources[0].dtype.kind == "c":  # open_array reads it; napari cannot display it
+        path = spec.levels[0].path
+        raise dtype_refusal(
+            f"{location.rstrip('/')}/{path}" if path else location, sources[0].dtype
+        )
     scale = spec.levels[0].scale
     translate = spec.levels[0].translate
+    layer_type = "labels" if spec.kind == "labels" else "image"
+    rgb = layer_type == "image" and _looks_rgb(spec)
+    spatial = _spatial_axes(spec, rgb=rgb)
     if len(sources) == 1:
         # No stored pyramid: napari would read whole planes of a single-level layer.
-        sources = virtual_levels(sources[0], axes=_spatial_axes(spec))
-    elif any(sources[-1].shape[a] > _COARSEST_EXTENT for a in _spatial_axes(spec)):
+        sources = virtual_levels(sources[0], axes=spatial)
+    elif any(sources[-1].shape[a] > _COARSEST_EXTENT for a in spatial):
         # A stored pyramid whose coarsest level is still huge: napari reads that level
         # whole (the thumbnail, a zoomed-out view); virtual levels below it keep the
         # views bounded (`viewport._coarser`).
-        sources = [*sources, *virtual_levels(sources[-1], axes=_spatial_axes(spec))[1:]]
-    layer_type = "labels" if spec.kind == "labels" else "image"
+        sources = [*sources, *virtual_levels(sources[-1], axes=spatial)[1:]]
     axis = spec.channel_axis
     channels: list[int | None] = (
         [None] if axis is None else list(range(spec.levels[0].shape[axis]))
@@ -297,6 +317,8 @@ def layer_data(
             rank, fixed=() if channel is None or axis is None else ((axis, channel),)
         )
         keep = list(axis_map.layer_axes)
+        if rgb:  # napari's RGB(A) layer: its scale, units ... leave out the colour axis
+            keep = keep[:-1]
         name = _channel_name(spec, channel)
         controller = ViewController(
             sources, cache, axis_map=axis_map, name=name, prefetch=prefetch
@@ -315,6 +337,7 @@ def layer_data(
         if any(units):  # an axis without a unit (time in frames) stays in pixels, as napari's
             kwargs["units"] = tuple(unit or "pixel" for unit in units)
         if layer_type == "image":
+            kwargs["rgb"] = rgb  # never left to napari's guess (its axes would disagree)
             kwargs.update(_image_kwargs(spec, channel, loader))
         elif spec.label_colors:
             kwargs["colormap"] = _label_colormap(spec.label_colors)
@@ -329,10 +352,27 @@ def channel_axis(spec: ImageSpec) -> int:
     return spec.channel_axis
 
 
-def _spatial_axes(spec: ImageSpec) -> tuple[int, ...]:
-    """The axes a virtual pyramid decimates: the last two non-channel axes."""
+def _spatial_axes(spec: ImageSpec, *, rgb: bool = False) -> tuple[int, ...]:
+    """The axes a virtual pyramid decimates: the last two non-channel axes (before the
+    colour axis of an RGB(A) image)."""
     axes = [a for a in range(len(spec.axis_names)) if a != spec.channel_axis]
+    if rgb:
+        axes = axes[:-1]
     return tuple(axes[-2:])
+
+
+def _looks_rgb(spec: ImageSpec) -> bool:
+    """Whether a plain array (no OME metadata) is RGB(A), by napari's own rule for arrays:
+    more than two axes, the last of 3 or 4, the two before it longer than 30 (an RGB TIFF
+    through tifffile's references: Y, X, S)."""
+    shape = spec.levels[0].shape
+    return (
+        spec.version is None
+        and spec.channel_axis is None
+        and len(shape) > 2
+        and shape[-1] in (3, 4)
+        and all(n > 30 for n in shape[-3:-1])
+    )
 
 
 def _channel_name(spec: ImageSpec, channel: int | None) -> str:

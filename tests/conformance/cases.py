@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import zarr
 
+from tests.conformance import cases_files
+
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
@@ -462,7 +464,7 @@ def _build() -> tuple[Case, ...]:
 def _with_labs() -> tuple[Case, ...]:
     from tests.conformance import cases_labs  # here: it imports Case and Written from this module
 
-    return _build() + cases_labs.build()
+    return _build() + cases_labs.build() + cases_files.cases()
 
 
 CASES: tuple[Case, ...] = _with_labs()

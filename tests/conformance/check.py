@@ -157,7 +157,8 @@ def _shown_problem(layer: Any, viewer: Any) -> str:
     corners = np.asarray(layer.corner_pixels)
     point = layer.world_to_data(viewer.dims.point)
     index: list[Any] = []
-    for axis in range(level.ndim):
+    rgb = bool(getattr(layer, "rgb", False))  # the colour axis is napari's, not a layer axis
+    for axis in range(level.ndim - rgb):
         if axis in displayed and not layer.multiscale:
             index.append(slice(None))  # a single-level layer is sliced whole
         elif axis in displayed:
@@ -165,5 +166,7 @@ def _shown_problem(layer: Any, viewer: Any) -> str:
         else:
             scale = layer.downsample_factors[layer.data_level][axis] if layer.multiscale else 1
             index.append(int(np.clip(round(point[axis] / scale), 0, level.shape[axis] - 1)))
+    if rgb:
+        index.append(slice(None))
     problem = _equal(raw, level[tuple(index)])
     return f"displayed slice: {problem}" if problem else ""

@@ -8,18 +8,21 @@ from __future__ import annotations
 __all__ = [
     "CacheClosedError",
     "ChunkReadError",
+    "DisabledFeatureError",
     "IncompatibleSourcesError",
     "LazyZarrError",
     "LoadCancelledError",
     "LoadTimeoutError",
     "MetadataError",
     "MetadataWarning",
+    "MissingCodecError",
     "NotAZarrStoreError",
     "PlanTooLargeError",
     "ReadOnlyError",
     "StoreNotFoundError",
     "UnsafeDataError",
     "UnsupportedDataError",
+    "UnsupportedDtypeError",
 ]
 
 
@@ -87,3 +90,18 @@ class MetadataWarning(UserWarning):
     E.g. an invalid optional ``omero`` block or label colour (the reader's defaults used), or
     an OME-Zarr development version such as ``0.5-dev-spatialdata`` (read as 0.5).
     """
+
+
+class MissingCodecError(UnsupportedDataError):
+    """The array's codec is valid but no installed package provides it; the message names
+    the codec and what to install (``napari-lazy-zarr[codecs]`` for imagecodecs' codecs)."""
+
+
+class DisabledFeatureError(UnsupportedDataError):
+    """The store is valid but uses what zarr-python leaves disabled by default (a
+    rectilinear chunk grid); the message names the zarr setting that enables it."""
+
+
+class UnsupportedDtypeError(UnsupportedDataError):
+    """The array's dtype is no image napari can show (complex, structured, strings, dates,
+    durations); the message names the array, the dtype and what to do instead."""

@@ -37,6 +37,7 @@ from napari_lazy_zarr.core.errors import (
     LazyZarrError,
     MetadataError,
     MetadataWarning,
+    MissingCodecError,
     NotAZarrStoreError,
     StoreNotFoundError,
     UnsupportedDataError,
@@ -59,6 +60,7 @@ from napari_lazy_zarr.core.formats.stack import (
 )
 from napari_lazy_zarr.core.settings import Timeouts, backend_from_settings
 from napari_lazy_zarr.core.sources.backends import choose_backend, open_backend_source
+from napari_lazy_zarr.core.sources.codecs import with_installed_codecs
 from napari_lazy_zarr.core.sources.manifest import ManifestSource
 from napari_lazy_zarr.core.sources.zarr import ZarrChunkSource, open_node, open_zarr_source
 from napari_lazy_zarr.core.storage.http import HttpStore
@@ -212,7 +214,7 @@ def looks_like_zarr(path: str | os.PathLike[str], *, timeout: float = _PROBE_TIM
     """Whether `path` looks like a zarr store, from its metadata alone; never raises.
 
     True for a directory holding ``zarr.json``, ``.zarray``, ``.zgroup`` or
-    ``.zattrs`` (a few ``stat`` calls), for a ``*.zarr.zip`` file, for an
+    ``.zattrs`` (a few ``stat`` calls), for a ``*.zarr.zip`` or ``*.ozx`` file, for an
     ``http(s)://`` or ``s3://`` URL ending in ``.zarr`` (or ``.zarr/``), and for
     any other ``http(s)://`` URL whose ``zarr.json``, ``.zarray`` or ``.zgroup``
     is zarr metadata (fetched, at most `timeout` seconds in all; e.g. an array
@@ -242,7 +244,7 @@ def looks_like_zarr(path: str | os.PathLike[str], *, timeout: float = _PROBE_TIM
                 return True
             return scheme in ("http", "https") and _serves_zarr_metadata(location, timeout)
         if os.path.isfile(location):
-            return location.lower().endswith(".zarr.zip")
+            return location.lower().endswith((".zarr.zip", ".ozx"))  # .ozx: RFC-9
         # os.path.isfile swallows OSError and ValueError (a NUL byte): never raises.
         return any(os.path.isfile(os.path.join(location, name)) for name in _MARKER_FILES)
     except Exception:  # the napari reader hook must get an answer, whatever it is handed
@@ -448,7 +450,12 @@ class _Walk:
         if self.local_dir is not None:
             self._vet_children(os.path.join(self.local_dir, group.path), full)
         try:
-            return sorted(group.members(), key=lambda member: member[0])
+            # Listing parses each member's metadata: a codec zarr does not know yet is
+            # registered from the installed packages first (`sources.codecs`).
+            listed = with_installed_codecs(group.members, full)
+            return sorted(listed, key=lambda member: member[0])
+        except MissingCodecError:
+            raise
         except (ValueError, TypeError, KeyError) as error:
             raise MetadataError(
                 f"{full}: malformed zarr metadata in the group's members: "
@@ -759,10 +766,14 @@ def _plain_image(array: zarr.Array[Any], name: str, *, keep: bool) -> ImageSpec:
     """
     shape = tuple(int(s) for s in array.shape)
     ndim = len(shape)
-    # Zarr v3 arrays may name their dimensions; v2 arrays cannot.
+    # Zarr v3 arrays may name their dimensions; v2 arrays only by the `_ARRAY_DIMENSIONS`
+    # attribute xarray (and tifffile, kerchunk) write.
     dimension_names: Sequence[str | None] = getattr(array.metadata, "dimension_names", None) or (
         (None,) * ndim
     )
+    named = array.attrs.get("_ARRAY_DIMENSIONS") if array.metadata.zarr_format == 2 else None
+    if isinstance(named, list) and len(named) == ndim and all(isinstance(n, str) for n in named):
+        dimension_names = named
     axis_names = tuple(
         axis if isinstance(axis, str) and axis else f"dim_{i}"
         for i, axis in enumerate(dimension_names)

@@ -31,6 +31,7 @@ from zarr.abc.store import _store_supports_sync_io
 from zarr.codecs import ShardingCodec
 from zarr.core.array import _get_chunk_spec
 from zarr.core.codec_pipeline import FusedCodecPipeline
+from zarr.core.metadata.v3 import RectilinearChunksDisabledError
 from zarr.core.sync import sync
 
 if TYPE_CHECKING:
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FUSED_PIPELINE_CONFIG",
+    "RECTILINEAR_CHUNKS_FLAG",
+    "RectilinearChunksDisabledError",
     "chunk_grid",
     "chunk_spec",
     "config_with_order",
@@ -64,6 +67,12 @@ FUSED_PIPELINE_CONFIG: Final = {
 }
 """zarr config selecting its synchronous `FusedCodecPipeline` (a documented config key;
 the class lives in the private `zarr.core.codec_pipeline`)."""
+
+RECTILINEAR_CHUNKS_FLAG: Final = "array.rectilinear_chunks"
+"""The zarr config key (``ZARR_ARRAY__RECTILINEAR_CHUNKS`` in the environment) that lets
+zarr 3.4 read rectilinear chunk grids, experimental and off by default; without it, opening
+such an array raises `RectilinearChunksDisabledError` (private ``zarr.core.metadata.v3``,
+re-exported here: zarr.errors has no name for it)."""
 
 
 # -- arrays -------------------------------------------------------------------

@@ -29,6 +29,7 @@ from zarr_indexing import (
 
 from napari_lazy_zarr.core.errors import (
     ChunkReadError,
+    DisabledFeatureError,
     LoadCancelledError,
     MetadataError,
     NotAZarrStoreError,
@@ -44,6 +45,7 @@ from napari_lazy_zarr.core.sources._sharding import ShardReader
 from napari_lazy_zarr.core.sources._zarr_compat import (  # per chunk read: bound once here
     chunk_spec,
 )
+from napari_lazy_zarr.core.sources.codecs import with_installed_codecs
 from napari_lazy_zarr.core.sources.protocol import SourceFields, fill_value_of
 from napari_lazy_zarr.core.storage.files import (
     read_stamped,
@@ -88,10 +90,18 @@ DEFAULT_RETRY: Final = RetryPolicy()
 MAX_RANK: Final = 32  # NumPy's limit on an array's dimensions is 64; real images have < 8
 
 
+def _chunk_shape(array: zarr.Array[Any]) -> tuple[int, ...]:
+    """The stored chunk shape; for a rectilinear grid (chunks of varying sizes, where zarr's
+    ``Array.chunks`` is undefined) the largest chunk along each axis."""
+    if array.metadata.zarr_format == 2 or compat.has_regular_grid(array):
+        return tuple(int(c) for c in array.chunks)
+    return tuple(max((int(n) for n in sizes), default=1) for sizes in array.read_chunk_sizes)
+
+
 def _read_grid(array: zarr.Array[Any], shape: tuple[int, ...]) -> tuple[DimensionGridLike, ...]:
     """The read grid, without listing every chunk of a regular grid (shapes may be huge)."""
-    chunks = tuple(int(c) for c in array.chunks)
     if array.metadata.zarr_format == 2 or compat.has_regular_grid(array):
+        chunks = tuple(int(c) for c in array.chunks)
         if any(c <= 0 for c in chunks):
             raise MetadataError(f"{array.store_path}: chunk shape {chunks} has empty chunks")
         return tuple(
@@ -248,7 +258,8 @@ class ZarrChunkSource(SourceFields):
             if all(isinstance(g, FixedDimension) for g in self._grid)
             else None
         )
-        stored = array.shards if array.shards is not None else array.chunks
+        chunks = _chunk_shape(array)
+        stored = array.shards if array.shards is not None else chunks
         self._max_stored_bytes = _max_encoded_bytes(stored, self._dtype)
         # Over HTTP: no chunk body may be longer than any encoding of the chunk, and a
         # read nobody wants any more is ended by closing its socket (`cancel_load`).
@@ -258,8 +269,8 @@ class ZarrChunkSource(SourceFields):
         self._readers: dict[tuple[int, ...], set[int]] = {}
         self._readers_lock = threading.Lock()
         # Inner chunks per outer (stored) chunk along each axis; 1 when unsharded.
-        outer = array.shards if array.shards is not None else array.chunks
-        self._per_outer = tuple(o // i for o, i in zip(outer, array.chunks, strict=True))
+        outer = array.shards if array.shards is not None else chunks
+        self._per_outer = tuple(o // i for o, i in zip(outer, chunks, strict=True))
         self._sync_io = compat.store_supports_sync_io(self._store_path.store)
         # The synchronous decode path: zarr's FusedCodecPipeline transform, bounded.
         # Codecs without a synchronous form leave None: zarr's async pipeline reads them.
@@ -272,7 +283,7 @@ class ZarrChunkSource(SourceFields):
                 "without bound; such arrays are not read"
             )
         self._shards = ShardReader.for_pipeline(
-            self._pipeline, _max_encoded_bytes(array.chunks, self._dtype)
+            self._pipeline, _max_encoded_bytes(chunks, self._dtype)
         )
         # Inner chunks of one shard are read together (one request per run of adjacent
         # byte ranges) where a request costs a round trip: by default, remote stores.
@@ -627,9 +638,53 @@ def open_node(
     documents; ``consolidated=False`` spares a Zarr v2 group's ``.zmetadata``,
     which only listing the group's members over HTTP needs. A local directory
     given as a path is read through a `BoundedLocalStore`.
+
+    Raises
+    ------
+    MissingCodecError
+        The metadata names a codec no installed package provides (after
+        `register_installed_codecs`).
     """
     if isinstance(store, str):  # a local directory: read through a BoundedLocalStore
         store = bounded_store(store)
+    # A codec zarr does not know: the installed packages' codecs are registered, once,
+    # and the node opened again (`codecs`); a store of zarr's own codecs pays nothing.
+    return with_installed_codecs(
+        lambda: _open_node(store, path, full, zarr_format, consolidated=consolidated), full
+    )
+
+
+def _open_node(
+    store: Any,
+    path: str,
+    full: str,
+    zarr_format: Literal[2, 3] | None,
+    *,
+    consolidated: bool,
+) -> zarr.Array[Any] | zarr.Group:
+    try:
+        return _open_node_mapped(store, path, full, zarr_format, consolidated=consolidated)
+    except MetadataError as error:
+        if isinstance(error.__cause__, compat.RectilinearChunksDisabledError):
+            flag = compat.RECTILINEAR_CHUNKS_FLAG
+            variable = "ZARR_" + flag.upper().replace(".", "__")
+            raise DisabledFeatureError(
+                f"{full}: the array has a rectilinear chunk grid (chunks of varying sizes), "
+                "which zarr-python reads only when enabled (experimental, off by default); "
+                f"set {variable}=True in the environment before starting napari, or "
+                f"zarr.config.set({{{flag!r}: True}}) in Python, to read it"
+            ) from error.__cause__
+        raise
+
+
+def _open_node_mapped(
+    store: Any,
+    path: str,
+    full: str,
+    zarr_format: Literal[2, 3] | None,
+    *,
+    consolidated: bool,
+) -> zarr.Array[Any] | zarr.Group:
     with zarr_errors(full), zarr.config.set(compat.FUSED_PIPELINE_CONFIG):
         # zarr.open's array-else-group dispatch, but passing on the format the array
         # probe found: zarr.open probes both formats again for a group.

@@ -386,8 +386,9 @@ def store_for(location: str, *, timeouts: Timeouts | None = None) -> tuple[Any, 
 def zarr_errors(full: str) -> Iterator[None]:
     """zarr-python's (and the store's) failures to open `full`, mapped to ours naming it.
 
-    A `LoadCancelledError` (the store was closed meanwhile) passes through. An
-    S3 store's failures name the setting to change (`s3_errors`).
+    A `LoadCancelledError` (the store was closed meanwhile) and zarr's
+    ``UnknownCodecError`` (valid metadata naming a codec not registered yet) pass
+    through. An S3 store's failures name the setting to change (`s3_errors`).
     """
     with s3_errors(full):
         try:
@@ -401,6 +402,8 @@ def zarr_errors(full: str) -> Iterator[None]:
             ) from error
         except zipfile.BadZipFile as error:
             raise NotAZarrStoreError(f"{full}: not a zip archive: {error}") from error
+        except zarr.errors.UnknownCodecError:
+            raise  # valid metadata: `sources.codecs` registers the installed codecs, or names it
         except (ValueError, TypeError, KeyError, ArithmeticError, RecursionError) as error:
             raise MetadataError(
                 f"{full}: malformed zarr metadata: {type(error).__name__}: {error}"

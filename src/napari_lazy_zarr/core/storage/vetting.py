@@ -20,7 +20,7 @@ from napari_lazy_zarr.core.errors import (
     NotAZarrStoreError,
     StoreNotFoundError,
     UnsafeDataError,
-    UnsupportedDataError,
+    UnsupportedDtypeError,
 )
 from napari_lazy_zarr.core.storage.files import (
     load_json,
@@ -37,9 +37,11 @@ __all__ = [
     "ATTRIBUTE_FILES",
     "MAX_METADATA_BYTES",
     "METADATA_FILES",
+    "ZIP_SUFFIXES",
     "check_document",
     "check_local",
     "check_safe",
+    "dtype_refusal",
     "group_arrays",
     "is_remote",
     "is_url",
@@ -104,10 +106,47 @@ def check_safe(location: str, array: zarr.Array[Any]) -> None:
     dtype = np.dtype(array.dtype)
     check_document(location, array.metadata.to_dict(), object_dtype=dtype.kind == "O")
     if dtype.kind not in _IMAGE_KINDS:
-        raise UnsupportedDataError(
-            f"{location}: dtype {dtype} cannot be shown as an image "
-            "(supported: bool, integer, float and complex dtypes)"
-        )
+        raise dtype_refusal(location, dtype)
+
+
+_DTYPE_WAY_OUT: Final = {
+    "c": "napari cannot display complex values; open the array in Python "
+    "(napari_lazy_zarr.open_array or zarr.open_array) and add np.abs(...), .real or "
+    "np.angle(...) of it to the viewer",
+    "V": "a structured (record) dtype holds several values per pixel; open the array in "
+    "Python and add one field, e.g. zarr.open_array(path)[...]['{field}'], to the viewer",
+    "U": "strings are not pixels (a table or names beside the images?); only numeric "
+    "arrays are shown",
+    "S": "byte strings are not pixels (a table or names beside the images?); only numeric "
+    "arrays are shown",
+    "M": "dates are not pixels; convert them to numbers in Python (e.g. "
+    "array.astype('int64')) and add that to the viewer",
+    "m": "durations are not pixels; convert them to numbers in Python (e.g. "
+    "array / np.timedelta64(1, 's')) and add that to the viewer",
+    "O": "Python objects are not pixels",
+}
+
+
+def dtype_refusal(location: str, dtype: np.dtype[Any]) -> UnsupportedDtypeError:
+    """The error for an array of `dtype` napari cannot show: names `location`, the dtype and
+    what to do instead (bool, integer and float dtypes are images; complex ones napari
+    cannot display, though `open_array` reads them).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> print(dtype_refusal("a.zarr/phase", np.dtype("complex64")))  # doctest: +ELLIPSIS
+    a.zarr/phase: dtype complex64 cannot be shown as an image: napari cannot display ...
+    """
+    way_out = _DTYPE_WAY_OUT.get(dtype.kind, "only bool, integer and float arrays are shown")
+    if dtype.kind == "V" and dtype.names:
+        way_out = way_out.format(field=dtype.names[0])
+    elif dtype.kind == "V":
+        way_out = "raw bytes (an opaque dtype) are not pixels"
+    return UnsupportedDtypeError(
+        f"{location}: dtype {dtype} cannot be shown as an image: {way_out} "
+        "(napari shows bool, integer and float arrays)"
+    )
 
 
 def metadata_files(path: str) -> list[str]:
@@ -116,6 +155,10 @@ def metadata_files(path: str) -> list[str]:
 
 
 ATTRIBUTE_FILES: Final = (".zattrs", ".zmetadata")
+
+
+ZIP_SUFFIXES: Final = (".zip", ".ozx")
+"""A file of these suffixes is read as a zipped store (``.ozx``: zipped OME-Zarr, RFC-9)."""
 
 
 MAX_METADATA_BYTES: Final = 16 << 20
@@ -139,7 +182,7 @@ def check_local(path: str) -> None:
     if not os.path.exists(path):
         raise StoreNotFoundError(f"{path}: no such file or directory")
     if os.path.isfile(path):
-        if path.endswith(".zip"):
+        if path.lower().endswith(ZIP_SUFFIXES):
             return
         raise NotAZarrStoreError(f"{path}: is a file, not a zarr store (a directory)")
     found = metadata_files(path)
