@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
+import zarr
 
 from napari_lazy_zarr import open_array
 from napari_lazy_zarr.core.cache import ChunkCache
@@ -205,3 +206,24 @@ def test_a_reference_is_not_followed_through_a_redirect(
         store.get_sync("0.0")
     assert _authorizations(first) == [f"Bearer {SECRET}"]
     assert _authorizations(second) == []
+
+
+def test_a_server_denying_access_is_claimed_and_its_error_names_the_headers_setting(
+    servers: Any, tmp_path: Path
+) -> None:
+    """A token endpoint asked without its token (401) is claimed by the reader, so napari
+    shows the error saying where a token goes, not "no compatible reader"."""
+    from napari_lazy_zarr._reader import napari_get_reader, read_zarr
+
+    first, _, _ = servers
+    zarr.create_array(str(tmp_path / "served" / "scan"), shape=(8, 8), chunks=(4, 4), dtype="u1")
+    for name in ("zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"):
+        first.faults.errors[f"scan/{name}"] = 401
+    url = f"{first.url}/scan/"  # not named *.zarr: claimed by its metadata alone
+    assert napari_get_reader(url) is read_zarr
+    with pytest.raises(LazyZarrError) as caught:
+        read_zarr(url)
+    message = str(caught.value)
+    assert "401" in message
+    assert '[remote.headers."host"]' in message
+    assert HEADERS in message

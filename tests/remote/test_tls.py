@@ -151,3 +151,25 @@ def test_the_ca_bundle_from_napari_preferences(https: Any) -> None:
     finally:
         use_preferences(None)
     assert config.ca_bundle == str(authority.pem)
+
+
+def test_an_untrusted_server_is_claimed_whatever_its_url_so_its_error_shows(
+    https: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """napari offers the plugin any URL ending in "/": declining an untrusted server (its
+    metadata unreadable) would leave "no compatible reader" instead of what to set."""
+    from napari_lazy_zarr._reader import napari_get_reader, read_zarr
+
+    server, authority, _ = https
+    data = np.arange(64, dtype=np.uint8).reshape(8, 8)
+    zarr.create_array(str(tmp_path / "served" / "scan"), data=data, chunks=(4, 4))
+    url = f"{server.url}/scan/"  # not named *.zarr: claimed by its metadata alone
+    assert napari_get_reader(url) is read_zarr
+    with pytest.raises(LazyZarrError, match="certificate is not trusted") as caught:
+        read_zarr(url)
+    assert "[remote] ca_bundle" in str(caught.value)
+    monkeypatch.setenv(CA_VARIABLE, str(authority.pem))
+    assert napari_get_reader(url) is read_zarr
+    ((layer, _, layer_type),) = read_zarr(url)
+    assert (layer_type, layer.shape) == ("image", data.shape)
+    np.testing.assert_array_equal(np.asarray(open_array(url)[...]), data)

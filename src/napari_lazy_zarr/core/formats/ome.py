@@ -68,6 +68,7 @@ from napari_lazy_zarr.core.storage.local import store_for
 from napari_lazy_zarr.core.storage.memo import forget_metadata
 from napari_lazy_zarr.core.storage.references import ManifestStore
 from napari_lazy_zarr.core.storage.retry import NO_RETRY
+from napari_lazy_zarr.core.storage.transport import HttpAccessDeniedError, HttpCertificateError
 from napari_lazy_zarr.core.storage.vetting import (
     MAX_METADATA_BYTES,
     METADATA_FILES,
@@ -255,7 +256,10 @@ def _serves_zarr_metadata(url: str, timeout: float) -> bool:
     """Whether the http(s) `url` serves zarr metadata (bounded in time and bytes; never raises).
 
     Each document is asked for by range (its first `_PROBE_BYTES`) through
-    `HttpStore`, within what is left of `timeout`, never retried.
+    `HttpStore`, within what is left of `timeout`, never retried. A server whose
+    certificate is not trusted, or that denies access (401, 403), is claimed: the
+    open then fails with the error saying what to set (the CA bundle, the request
+    headers), where declining would leave napari's "no compatible reader".
     """
     deadline = time.monotonic() + timeout
     for name in METADATA_FILES:
@@ -270,6 +274,8 @@ def _serves_zarr_metadata(url: str, timeout: float) -> bool:
         )
         try:
             head = store.get_sync(name, byte_range=RangeByteRequest(0, _PROBE_BYTES))
+        except (HttpCertificateError, HttpAccessDeniedError):
+            return True
         except (LazyZarrError, OSError, ValueError):
             continue  # refused, timed out, too large, or not a URL it can fetch
         finally:

@@ -676,9 +676,14 @@ def _status_error(url: str, response: http.client.HTTPResponse) -> HttpStatusErr
     status = response.status
     retry_after = parse_retry_after(response.getheader("Retry-After"))
     if status in (401, 403, 407):
-        what = "the proxy's credentials are missing or refused" if status == 407 else ""
+        what = (
+            "the proxy's credentials are missing or refused"
+            if status == 407
+            else "access denied; a server that wants a token gets it from the request headers "
+            'setting of its host: [remote.headers."host"] or NAPARI_LAZY_ZARR_HEADERS'
+        )
         return HttpAccessDeniedError(
-            f"{url}: HTTP {status} {response.reason} ({what or 'access denied'})",
+            f"{url}: HTTP {status} {response.reason} ({what})",
             url=url,
             status=status,
             retry_after=None,
