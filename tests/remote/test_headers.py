@@ -23,7 +23,7 @@ from napari_lazy_zarr.core.settings import configuration_schema, current_setting
 from napari_lazy_zarr.core.storage.http import HttpStore
 from napari_lazy_zarr.core.storage.remote_config import remote_config
 from tests.remote.server import FaultyServer
-from tests.remote.test_tls import write_store
+from tests.remote.test_tls import read_all, write_store
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -64,8 +64,7 @@ def test_a_bearer_token_goes_to_its_host_and_not_through_a_redirect_to_another(
     first, second, data = servers
     first.faults.redirects["moved.zarr/"] = f"{second.url}/a.zarr/"
     monkeypatch.setenv(HEADERS, json.dumps({"127.0.0.1": {"Authorization": f"Bearer {SECRET}"}}))
-    array = open_array(f"{first.url}/moved.zarr")
-    np.testing.assert_array_equal(np.asarray(array[...]), data)
+    np.testing.assert_array_equal(read_all(f"{first.url}/moved.zarr"), data)
     assert _authorizations(first)
     assert set(_authorizations(first)) == {f"Bearer {SECRET}"}
     assert _authorizations(second)
@@ -84,8 +83,7 @@ def test_a_url_prefix_rule_keeps_its_headers_from_another_port_of_the_same_host(
         first.faults.redirects["moved.zarr/"] = f"{second.url}/a.zarr/"
         rule = {f"{first.url}/moved.zarr": {"Authorization": f"Bearer {SECRET}"}}
         monkeypatch.setenv(HEADERS, json.dumps(rule))
-        array = open_array(f"{first.url}/moved.zarr")
-        np.testing.assert_array_equal(np.asarray(array[...]), data)
+        np.testing.assert_array_equal(read_all(f"{first.url}/moved.zarr"), data)
         assert _authorizations(first)
         assert set(_authorizations(first)) == {f"Bearer {SECRET}"}
         assert _authorizations(second)
@@ -103,8 +101,7 @@ def test_headers_from_the_settings_file_apply_under_their_prefix_only(
         f'[remote.headers."{first.url}/other.zarr"]\nAuthorization = "Bearer other"\n'
     )
     monkeypatch.setenv("NAPARI_LAZY_ZARR_SETTINGS", str(settings))
-    array = open_array(f"{first.url}/a.zarr")
-    np.testing.assert_array_equal(np.asarray(array[...]), data)
+    np.testing.assert_array_equal(read_all(f"{first.url}/a.zarr"), data)
     with first.faults.lock:
         seen = first.faults.seen[:]
     assert seen

@@ -21,7 +21,7 @@ from napari_lazy_zarr.core.settings import current_settings
 from napari_lazy_zarr.core.storage.remote_config import remote_config
 from tests.remote.proxy import CountingProxy
 from tests.remote.server import FaultyServer
-from tests.remote.test_tls import write_store
+from tests.remote.test_tls import read_all, write_store
 from tests.remote.tls import private_ca
 
 if TYPE_CHECKING:
@@ -56,8 +56,7 @@ def test_http_proxy_relays_every_request_and_the_pixels_are_the_writers(
     server, data = origin
     with CountingProxy() as proxy:
         monkeypatch.setenv("HTTP_PROXY", proxy.url)
-        array = open_array(f"{server.url}/a.zarr")
-        np.testing.assert_array_equal(np.asarray(array[...]), data)
+        np.testing.assert_array_equal(read_all(f"{server.url}/a.zarr"), data)
         relayed = proxy.relayed[:]
     assert relayed, "nothing went through the proxy"
     assert all(method in ("GET", "HEAD") for method, _ in relayed)
@@ -70,8 +69,7 @@ def test_no_proxy_for_the_host_goes_direct(origin: Any, monkeypatch: pytest.Monk
     with CountingProxy() as proxy:
         monkeypatch.setenv("http_proxy", proxy.url)  # lowercase, as urllib reads it first
         monkeypatch.setenv("no_proxy", "example.org,127.0.0.1")
-        array = open_array(f"{server.url}/a.zarr")
-        np.testing.assert_array_equal(np.asarray(array[...]), data)
+        np.testing.assert_array_equal(read_all(f"{server.url}/a.zarr"), data)
         assert proxy.count() == 0
     assert server.faults.total() > 0
 
@@ -86,8 +84,7 @@ def test_the_proxy_setting_overrides_the_environment(
         settings = tmp_path / "settings.toml"
         settings.write_text(f'[remote]\nproxy = "{proxy.url}"\nno_proxy = "example.org"\n')
         monkeypatch.setenv("NAPARI_LAZY_ZARR_SETTINGS", str(settings))
-        array = open_array(f"{server.url}/a.zarr")
-        np.testing.assert_array_equal(np.asarray(array[...]), data)
+        np.testing.assert_array_equal(read_all(f"{server.url}/a.zarr"), data)
         assert proxy.count() > 0
 
 
@@ -101,8 +98,7 @@ def test_https_is_tunnelled_with_connect(tmp_path: Path, monkeypatch: pytest.Mon
         CountingProxy() as proxy,
     ):
         monkeypatch.setenv("HTTPS_PROXY", proxy.url)
-        array = open_array(f"{server.url}/a.zarr")
-        np.testing.assert_array_equal(np.asarray(array[...]), data)
+        np.testing.assert_array_equal(read_all(f"{server.url}/a.zarr"), data)
         port = server.url.rsplit(":", 1)[1]
         tunnels = proxy.relayed[:]
     assert tunnels
@@ -117,8 +113,7 @@ def test_proxy_credentials_are_sent_and_never_shown(
     caplog.set_level(logging.DEBUG)
     with CountingProxy(credentials=("lab", SECRET)) as proxy:
         monkeypatch.setenv("HTTP_PROXY", proxy.url_with_credentials)
-        array = open_array(f"{server.url}/a.zarr")
-        np.testing.assert_array_equal(np.asarray(array[...]), data)
+        np.testing.assert_array_equal(read_all(f"{server.url}/a.zarr"), data)
         expected = "Basic " + base64.b64encode(f"lab:{SECRET}".encode()).decode()
         assert proxy.authorizations
         assert set(proxy.authorizations) == {expected}

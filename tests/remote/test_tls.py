@@ -43,6 +43,15 @@ def write_store(folder: Path) -> np.ndarray[Any, Any]:
     return data
 
 
+def read_all(url: str) -> np.ndarray[Any, Any]:
+    """The whole array at `url`, its cache closed after: no worker outlives the test."""
+    array = open_array(url)
+    try:
+        return np.asarray(array[...])
+    finally:
+        array.cache.close()
+
+
 @pytest.fixture
 def https(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -76,8 +85,7 @@ def test_the_ca_bundle_setting_opens_the_store_with_the_writers_pixels(
 ) -> None:
     server, authority, data = https
     monkeypatch.setenv(CA_VARIABLE, str(authority.pem))
-    array = open_array(f"{server.url}/a.zarr")
-    np.testing.assert_array_equal(np.asarray(array[...]), data)
+    np.testing.assert_array_equal(read_all(f"{server.url}/a.zarr"), data)
 
 
 def test_the_ca_bundle_in_the_settings_file(
@@ -88,14 +96,16 @@ def test_the_ca_bundle_in_the_settings_file(
     settings.write_text(f'[remote]\nca_bundle = "{authority.pem}"\n')
     monkeypatch.setenv("NAPARI_LAZY_ZARR_SETTINGS", str(settings))
     array = open_array(f"{server.url}/a.zarr")
-    np.testing.assert_array_equal(np.asarray(array[20:70, 10:75]), data[20:70, 10:75])
+    try:
+        np.testing.assert_array_equal(np.asarray(array[20:70, 10:75]), data[20:70, 10:75])
+    finally:
+        array.cache.close()
 
 
 def test_ssl_cert_file_keeps_working(https: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     server, authority, data = https
     monkeypatch.setenv("SSL_CERT_FILE", str(authority.pem))
-    array = open_array(f"{server.url}/a.zarr")
-    np.testing.assert_array_equal(np.asarray(array[...]), data)
+    np.testing.assert_array_equal(read_all(f"{server.url}/a.zarr"), data)
 
 
 def test_the_bundle_is_trusted_besides_the_systems_cas(tmp_path: Path) -> None:
@@ -146,8 +156,7 @@ def test_the_ca_bundle_from_napari_preferences(https: Any) -> None:
     use_preferences(lambda: {"remote": {"ca_bundle": str(authority.pem), "headers": "{}"}})
     try:
         config = remote_config()
-        array = open_array(f"{server.url}/a.zarr")
-        np.testing.assert_array_equal(np.asarray(array[...]), data)
+        np.testing.assert_array_equal(read_all(f"{server.url}/a.zarr"), data)
     finally:
         use_preferences(None)
     assert config.ca_bundle == str(authority.pem)
@@ -172,4 +181,4 @@ def test_an_untrusted_server_is_claimed_whatever_its_url_so_its_error_shows(
     assert napari_get_reader(url) is read_zarr
     ((layer, _, layer_type),) = read_zarr(url)
     assert (layer_type, layer.shape) == ("image", data.shape)
-    np.testing.assert_array_equal(np.asarray(open_array(url)[...]), data)
+    np.testing.assert_array_equal(read_all(url), data)
