@@ -21,7 +21,7 @@ from napari_lazy_zarr.core.settings import current_settings
 from napari_lazy_zarr.core.storage.remote_config import remote_config
 from tests.remote.proxy import CountingProxy
 from tests.remote.server import FaultyServer
-from tests.remote.test_tls import read_all, write_store
+from tests.remote.test_tls import raw_references, read_all, write_store
 from tests.remote.tls import private_ca
 
 if TYPE_CHECKING:
@@ -174,24 +174,16 @@ def test_an_https_proxy_url_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) 
 def test_kerchunk_references_go_through_the_same_proxy(
     origin: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import json
-
     from napari_lazy_zarr.core.sources.manifest import ManifestSource
 
     server, _ = origin
-    pixels = (np.arange(32, dtype="<u2") * 3).reshape(4, 8)
-    (tmp_path / "served" / "pixels.raw").write_bytes(pixels.tobytes())
-    zarray = {"zarr_format": 2, "shape": [4, 8], "chunks": [2, 8], "dtype": "<u2",
-              "compressor": None, "filters": None, "fill_value": 0, "order": "C"}  # fmt: skip
-    url = f"{server.url}/pixels.raw"
-    refs = {".zarray": json.dumps(zarray), "0.0": [url, 0, 32], "1.0": [url, 32, 32]}
     manifest = tmp_path / "refs.json"
-    manifest.write_text(json.dumps({"version": 1, "refs": refs}))
+    pixels = raw_references(tmp_path / "served", server.url, manifest)
     with CountingProxy() as proxy:
         monkeypatch.setenv("HTTP_PROXY", proxy.url)
         source = ManifestSource(manifest, allow_protocols=[server.url])
         np.testing.assert_array_equal(source.read_chunk((1, 0)), pixels[2:])
-        assert proxy.relayed == [("GET", f"{url}")]
+        assert proxy.relayed == [("GET", f"{server.url}/pixels.raw")]
 
 
 def test_refused_proxy_credentials_on_a_tunnel_are_denied_not_retried(

@@ -52,6 +52,19 @@ def read_all(url: str) -> np.ndarray[Any, Any]:
         array.cache.close()
 
 
+def raw_references(served: Path, base_url: str, manifest: Path) -> np.ndarray[Any, Any]:
+    """A reference file to two chunks of an uncompressed file served at `base_url`: the
+    transport is what is tested, so the bytes are plain. Returns the array they hold."""
+    pixels = (np.arange(32, dtype="<u2") * 5).reshape(4, 8)
+    (served / "pixels.raw").write_bytes(pixels.tobytes())
+    zarray = {"zarr_format": 2, "shape": [4, 8], "chunks": [2, 8], "dtype": "<u2",
+              "compressor": None, "filters": None, "fill_value": 0, "order": "C"}  # fmt: skip
+    url = f"{base_url}/pixels.raw"
+    refs = {".zarray": json.dumps(zarray), "0.0": [url, 0, 32], "1.0": [url, 32, 32]}
+    manifest.write_text(json.dumps({"version": 1, "refs": refs}))
+    return pixels
+
+
 @pytest.fixture
 def https(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -132,14 +145,8 @@ def test_kerchunk_references_over_https_use_the_same_client_and_setting(
     https: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     server, authority, _ = https
-    pixels = (np.arange(32, dtype="<u2") * 5).reshape(4, 8)
-    (tmp_path / "served" / "pixels.raw").write_bytes(pixels.tobytes())
-    zarray = {"zarr_format": 2, "shape": [4, 8], "chunks": [2, 8], "dtype": "<u2",
-              "compressor": None, "filters": None, "fill_value": 0, "order": "C"}  # fmt: skip
-    url = f"{server.url}/pixels.raw"
-    refs = {".zarray": json.dumps(zarray), "0.0": [url, 0, 32], "1.0": [url, 32, 32]}
     manifest = tmp_path / "refs.json"
-    manifest.write_text(json.dumps({"version": 1, "refs": refs}))
+    pixels = raw_references(tmp_path / "served", server.url, manifest)
     untrusting = ManifestStore(manifest, allow_protocols=[server.url])
     with pytest.raises(ChunkReadError, match=r"certificate is not trusted.*\[remote\] ca_bundle"):
         untrusting.get_sync("1.0")
