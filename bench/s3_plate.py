@@ -180,7 +180,8 @@ def report(config: Config, results: dict[str, list[dict[str, float]]]) -> str:
         f"## HCS plate from S3 (moto)\n\n{environment_line(['napari', 'napari-ome-zarr'])}\n\n"
         f"A {config.rows}x{config.columns}-well plate, {config.fields} fields per well, "
         f"from moto (its own process) on 127.0.0.1; median of {config.rounds} (each "
-        "round's value in brackets), on a busy 2-core machine.\n\n" + markdown_table(header, rows)
+        f"round's value in brackets); load average {os.getloadavg()[0]:.1f} at the end.\n\n"
+        + markdown_table(header, rows)
     )
 
 
