@@ -663,7 +663,23 @@ def _open_node(
     consolidated: bool,
 ) -> zarr.Array[Any] | zarr.Group:
     try:
-        return _open_node_mapped(store, path, full, zarr_format, consolidated=consolidated)
+        with zarr_errors(full), zarr.config.set(compat.FUSED_PIPELINE_CONFIG):
+            # zarr.open's array-else-group dispatch, but passing on the format the array
+            # probe found: zarr.open probes both formats again for a group.
+            try:
+                return zarr.open_array(store=store, path=path, mode="r", zarr_format=zarr_format)
+            except zarr.errors.NodeTypeValidationError:
+                zarr_format = 3  # a zarr.json that is not an array's
+            except zarr.errors.ArrayNotFoundError:
+                if zarr_format is None:
+                    zarr_format = 2  # neither zarr.json nor .zarray: a v2 group, or nothing
+            return zarr.open_group(
+                store=store,
+                path=path,
+                mode="r",
+                zarr_format=zarr_format,
+                use_consolidated=None if consolidated else False,
+            )
     except MetadataError as error:
         if isinstance(error.__cause__, compat.RectilinearChunksDisabledError):
             flag = compat.RECTILINEAR_CHUNKS_FLAG
@@ -675,33 +691,6 @@ def _open_node(
                 f"zarr.config.set({{{flag!r}: True}}) in Python, to read it"
             ) from error.__cause__
         raise
-
-
-def _open_node_mapped(
-    store: Any,
-    path: str,
-    full: str,
-    zarr_format: Literal[2, 3] | None,
-    *,
-    consolidated: bool,
-) -> zarr.Array[Any] | zarr.Group:
-    with zarr_errors(full), zarr.config.set(compat.FUSED_PIPELINE_CONFIG):
-        # zarr.open's array-else-group dispatch, but passing on the format the array
-        # probe found: zarr.open probes both formats again for a group.
-        try:
-            return zarr.open_array(store=store, path=path, mode="r", zarr_format=zarr_format)
-        except zarr.errors.NodeTypeValidationError:
-            zarr_format = 3  # a zarr.json that is not an array's
-        except zarr.errors.ArrayNotFoundError:
-            if zarr_format is None:
-                zarr_format = 2  # neither zarr.json nor .zarray: a v2 group, or nothing
-        return zarr.open_group(
-            store=store,
-            path=path,
-            mode="r",
-            zarr_format=zarr_format,
-            use_consolidated=None if consolidated else False,
-        )
 
 
 def open_zarr_source(
