@@ -95,6 +95,21 @@ def write_ome_pyramid(
 
 
 @pytest.fixture
+def notices() -> Iterator[list[str]]:
+    """The messages of napari's notifications, as napari dispatches them to its toasts."""
+    from napari.utils.notifications import notification_manager
+
+    shown: list[str] = []
+
+    def record(notification: Any) -> None:
+        shown.append(str(notification.message))
+
+    notification_manager.notification_ready.connect(record)
+    yield shown
+    notification_manager.notification_ready.disconnect(record)
+
+
+@pytest.fixture
 def ome_store(tmp_path: Path) -> Callable[..., tuple[Path, list[np.ndarray[Any, Any]]]]:
     def make(**kwargs: Any) -> tuple[Path, list[np.ndarray[Any, Any]]]:
         path = tmp_path / kwargs.pop("name", "image.ome.zarr")

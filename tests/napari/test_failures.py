@@ -12,7 +12,6 @@ import re
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pytest
 import zarr
 
 from napari_lazy_zarr._layer_data import loader_of
@@ -22,28 +21,13 @@ from tests.conformance.cases import write_plate
 from tests.conftest import smooth_data
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
     from pathlib import Path
 
     from pytestqt.qtbot import QtBot
 
 GARBAGE = b"not a zstd frame"
 _SUMMARY = re.compile(r"(\d+) more chunks? failed to load")
-
-
-@pytest.fixture
-def notices() -> Iterator[list[str]]:
-    """The messages of napari's notifications, as napari dispatches them to its toasts."""
-    from napari.utils.notifications import notification_manager
-
-    shown: list[str] = []
-
-    def record(notification: Any) -> None:
-        shown.append(str(notification.message))
-
-    notification_manager.notification_ready.connect(record)
-    yield shown
-    notification_manager.notification_ready.disconnect(record)
 
 
 def _ours(shown: list[str]) -> list[str]:

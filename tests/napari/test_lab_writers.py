@@ -28,24 +28,18 @@ if TYPE_CHECKING:
 
 
 @pytest.fixture
-def notices() -> Iterator[list[str]]:
-    """napari's notifications of the warnings raised meanwhile (as the application shows them)."""
+def notices(notices: list[str]) -> Iterator[list[str]]:
+    """napari's notifications (conftest), with the warnings raised meanwhile among them, as
+    the application shows them."""
     from napari.utils.notifications import notification_manager
 
-    shown: list[str] = []
-
-    def record(notification: Any) -> None:
-        shown.append(str(notification.message))
-
-    notification_manager.notification_ready.connect(record)
     with warnings.catch_warnings():
         warnings.simplefilter("always", MetadataWarning)
         notification_manager.install_hooks()
         try:
-            yield shown
+            yield notices
         finally:
             notification_manager.restore_hooks()
-            notification_manager.notification_ready.disconnect(record)
 
 
 def _level0(layer: Any) -> np.ndarray[Any, Any]:
