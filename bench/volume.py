@@ -1,18 +1,25 @@
-"""3D benchmark: how soon napari shows a volume, and how soon the finest level that fits.
+"""3D benchmark: how soon napari shows a volume, a finer level, and the finest that fits.
 
-A (z, y, x) uint8 pyramid of 4 levels (1024³ down to 128³; 64³ chunks; z, y and
-x decimated by striding), written by ome-zarr-py (`write_multiscale`), opened
-from local disk in a real `napari.Viewer(show=True)` by each reader (ours;
-napari-ome-zarr; napari's built-in reader, which opens the group's level 0 as
-one array) with ``viewer.dims.ndisplay = 3``. Measured from the switch to 3D:
-**first picture** (the first slice napari applies whose values are not all the
-fill value), **finest** (ours: the level locked within the default voxel budget
-of 512³, and the time its volume is shown; napari-ome-zarr shows the coarsest
-level; the built-in reader shows level 0, read whole), the main thread's
-longest stall while it loads (a 5 ms `QTimer`), its time in the layer's slicing
-calls, and per camera step (10 rotation steps) the longest stall. One
-subprocess per reader. Mesa llvmpipe renders volumes in software: a stall
-includes uploads and paints no reader avoids.
+Two (z, y, x) uint8 pyramids of 4 levels over a 1024³ level 0 (64³ chunks),
+written by ome-zarr-py (`write_multiscale`): **isotropic** (z, y and x
+decimated: 1024³ … 128³) and **yx** (y and x only: 1024×1024² … 1024×128²,
+what ome-zarr-py's own scaler writes for ``zyx``, common for light-sheet data).
+Each is opened from local disk in a real `napari.Viewer(show=True)` by each
+reader (ours; napari-ome-zarr; napari's built-in reader, which opens level 0 as
+one array) and switched with ``viewer.dims.ndisplay = 3``. Measured from the
+switch: **first picture** (the first slice napari applies whose values are not
+all the fill value), **finer than the coarsest** (the first such slice of a
+level finer than the coarsest; the built-in reader's only level counts), the
+**finest** level shown and when (ours settles at the finest level within the
+default voxel budget of 512³ and half the cache, `LayerLoader.volume_target`;
+napari-ome-zarr stays at the coarsest), the main thread's longest stall while
+it loads (a 5 ms `QTimer`), its time in the layer's slicing calls, and per
+camera step (10 rotation steps) the longest stall. One subprocess per reader.
+
+Mesa llvmpipe renders volumes in software, and the paint holds the GIL (workers
+wait): a frame of a 1024-deep volume costs seconds for every reader, and a
+stall includes uploads and paints no reader avoids. A full run (both pyramids,
+3 readers) takes about 6 minutes; ``--quick`` uses 256³ pyramids.
 """
 
 from __future__ import annotations
@@ -30,11 +37,26 @@ if TYPE_CHECKING:
 
 SIZE, CHUNK, LEVELS = 1024, 64, 4
 READERS = ("napari-lazy-zarr", "napari-ome-zarr", "napari")
+PYRAMIDS = ("isotropic", "yx")
+"""z, y and x decimated (1024³ ... 128³); y and x only (1024×1024² ... 1024×128²),
+what ome-zarr-py's own scaler writes for ``zyx`` and common for light-sheet data."""
 
 
-def ensure_volume(size: int) -> Path:
-    path = DATA_DIR / f"volume-{size}.ome.zarr"
-    params = {"generator": "ome_zarr.writer.write_multiscale", "size": size, "levels": LEVELS}
+def pyramid_shapes(size: int, pyramid: str) -> list[tuple[int, int, int]]:
+    """The levels' shapes of the `pyramid` kind over a `size`³ level 0."""
+    return [(size if pyramid == "yx" else size >> k, size >> k, size >> k) for k in range(LEVELS)]
+
+
+def ensure_volume(size: int, pyramid: str = "isotropic") -> Path:
+    suffix = "" if pyramid == "isotropic" else f"-{pyramid}"
+    path = DATA_DIR / f"volume-{size}{suffix}.ome.zarr"
+    params: dict[str, Any] = {
+        "generator": "ome_zarr.writer.write_multiscale",
+        "size": size,
+        "levels": LEVELS,
+    }
+    if pyramid != "isotropic":
+        params["pyramid"] = pyramid
 
     def write() -> None:
         import dask.array as da
@@ -51,10 +73,11 @@ def ensure_volume(size: int) -> Path:
         base = da.map_blocks(  # type: ignore[no-untyped-call]
             block, chunks=((CHUNK * 4,) * (size // (CHUNK * 4)),) * 3, dtype=np.uint8
         )
-        pyramid = [base[:: 2**k, :: 2**k, :: 2**k] for k in range(LEVELS)]
+        z_step = [1 if pyramid == "yx" else 2**k for k in range(LEVELS)]
+        levels = [base[:: z_step[k], :: 2**k, :: 2**k] for k in range(LEVELS)]
         group = zarr.open_group(str(path), mode="w", zarr_format=3)
         write_multiscale(
-            pyramid, group, axes="zyx", storage_options={"chunks": (CHUNK, CHUNK, CHUNK)}
+            levels, group, axes="zyx", storage_options={"chunks": (CHUNK, CHUNK, CHUNK)}
         )
 
     return generated_store(path, params, write, "volume")
@@ -63,6 +86,10 @@ def ensure_volume(size: int) -> Path:
 def _worker(spec: dict[str, Any]) -> dict[str, Any]:
     import napari
     import numpy as np
+
+    # napari imports scipy.spatial at the first 3D switch (0.3-0.4 s here, where bytecode
+    # is not cached): some readers import it at open, so every reader pays it now, untimed.
+    import scipy.spatial.transform  # noqa: F401
     from qtpy.QtCore import QTimer
 
     from bench.napari_pan import _Probe
@@ -83,10 +110,17 @@ def _worker(spec: dict[str, Any]) -> dict[str, Any]:
     gaps: list[float] = []
     last = [time.perf_counter()]
 
+    stalls: list[tuple[float, float]] = []  # (start, seconds) of each stall > 0.25 s
+    painted: list[float | None] = [None]
+
     def tick() -> None:
         now = time.perf_counter()
         gaps.append(now - last[0])
+        if now - last[0] > 0.25:
+            stalls.append((round(last[0] - started, 3), round(now - last[0], 3)))
         last[0] = now
+        if painted[0] is None and any(shown for _, _, shown in events):
+            painted[0] = now - started  # the event loop is back: the first picture painted
 
     events: list[tuple[float, int, bool]] = []
 
@@ -107,20 +141,28 @@ def _worker(spec: dict[str, Any]) -> dict[str, Any]:
     last[0] = started
     timer.start()
     viewer.dims.ndisplay = 3
-    target = spec["target"] if loader is not None else None
+    coarsest = len(layer.data) - 1 if layer.multiscale else 0
+    target: list[int | None] = [None]
 
     def done() -> bool:
-        if loader is None:
-            return any(shown for _, _, shown in events)
-        return bool(layer.locked_data_level == target and loader.settled)
+        if loader is None:  # shown (read whole) and painted
+            return painted[0] is not None
+        target[0] = loader.volume_target()  # None until napari read a volume
+        locked = None if target[0] == coarsest else target[0]
+        return target[0] is not None and layer.locked_data_level == locked and loader.settled
 
     deadline = started + timeout
     while not done() and time.perf_counter() < deadline:
         app.processEvents()
         time.sleep(0.001)
     loading_stall = max(gaps, default=0.0)
+    loading_stalls = list(stalls)
     slicing = probe.seconds
     first = next((t - started for t, _, shown in events if shown), None)
+    finer = next(
+        (t - started for t, lvl, shown in events if shown and (lvl < coarsest or not coarsest)),
+        None,
+    )
     finest_level = min((lvl for _, lvl, shown in events if shown), default=None)
     finest_at = next(
         (t - started for t, lvl, shown in events if shown and lvl == finest_level), None
@@ -139,9 +181,14 @@ def _worker(spec: dict[str, Any]) -> dict[str, Any]:
     result = {
         "reader": reader,
         "first_s": first,
+        "painted_s": painted[0],
+        "finer_s": finer,
         "finest_level": finest_level,
         "finest_s": finest_at,
         "completed": done(),
+        "target": target[0],
+        "stalls": loading_stalls,
+        "slices": [(round(t - started, 3), lvl, shown) for t, lvl, shown in events],
         "loading_stall_ms": loading_stall * 1e3,
         "slicing_ms": slicing * 1e3,
         "camera_step_stall_ms": max(step_stalls) * 1e3,
@@ -169,56 +216,78 @@ def _run_worker(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(quick: bool = False) -> str:
-    """Measure and return the Markdown section."""
-    from napari_lazy_zarr._layer_data import DEFAULT_VOLUME_VOXELS
-    from napari_lazy_zarr.core.viewport import volume_level
-
+    """Measure and return the Markdown section: each pyramid, each reader, in one run."""
     size = 256 if quick else SIZE
-    path = ensure_volume(size)
-    shapes = [(size >> k,) * 3 for k in range(LEVELS)]
-    target = volume_level(shapes, (0, 1, 2), voxel_budget=DEFAULT_VOLUME_VOXELS)
-    rows = []
-    for reader in READERS:
-        spec = {"reader": reader, "path": str(path), "timeout": 120, "target": target}
-        result = _run_worker(spec)
-        print(f"[volume] {json.dumps(result)[:300]}", flush=True)
-        if "error" in result:
-            rows.append([reader, "error", "", "", "", "", result["error"].splitlines()[-1][:60]])
-            continue
-
-        def s(value: float | None) -> str:
-            return "—" if value is None else f"{value:.2f} s"
-
-        rows.append(
-            [
-                reader,
-                s(result["first_s"]),
-                f"{result['finest_level']} ({shapes[result['finest_level']][0]}³)"
-                if result["finest_level"] is not None
-                else "—",
-                s(result["finest_s"]),
-                f"{result['loading_stall_ms']:.0f} ms",
-                f"{result['slicing_ms']:.0f} ms",
-                f"{result['camera_step_stall_ms']:.0f} ms",
-            ]
+    sections = []
+    for pyramid in PYRAMIDS:
+        path = ensure_volume(size, pyramid)
+        shapes = pyramid_shapes(size, pyramid)
+        rows, target = [], None
+        for reader in READERS:
+            spec = {"reader": reader, "path": str(path), "timeout": 120}
+            result = _run_worker(spec)
+            print(f"[volume] {pyramid} {json.dumps(result)[:600]}", flush=True)
+            rows.append(_row(result, shapes))
+            if reader == READERS[0]:
+                target = result.get("target")
+        described = (
+            "×".join(str(n) for n in shapes[0]) + " … " + "×".join(str(n) for n in shapes[-1])
+        )
+        sections.append(
+            f"### {pyramid} pyramid ({described}), ours settles at level {target} "
+            f"({'—' if target is None else '×'.join(str(n) for n in shapes[target])})\n\n"
+            + markdown_table(
+                [
+                    "reader",
+                    "first picture",
+                    "first picture painted",
+                    "finer than the coarsest at",
+                    "finest level shown",
+                    "finest shown at",
+                    "longest stall while loading",
+                    "main-thread slicing",
+                    "longest stall per camera step",
+                ],
+                rows,
+            )
         )
     header = (
-        f"## 3D: a {size}³ uint8 pyramid, {LEVELS} levels ({CHUNK}³ chunks), local disk; "
-        f"voxel budget 512³ (level {target})\n\n"
+        f"## 3D: {size}³ uint8 pyramids, {LEVELS} levels ({CHUNK}³ chunks), local disk; "
+        "voxel budget 512³; times from the switch to 3D\n\n"
     )
-    body = markdown_table(
-        [
-            "reader",
-            "first picture",
-            "finest level shown",
-            "finest shown at",
-            "longest stall while loading",
-            "main-thread slicing",
-            "longest stall per camera step",
-        ],
-        rows,
+    return (
+        header
+        + "\n\n".join(sections)
+        + "\n\n"
+        + environment_line(["napari", "napari-ome-zarr"])
+        + "\n"
     )
-    return header + body + "\n\n" + environment_line(["napari", "napari-ome-zarr"]) + "\n"
+
+
+def _row(result: dict[str, Any], shapes: list[tuple[int, int, int]]) -> list[str]:
+    if "error" in result:
+        return [
+            result["reader"],
+            "error",
+            *[""] * 6,
+            result["error"].splitlines()[-1][:60],
+        ]
+
+    def s(value: float | None) -> str:
+        return "—" if value is None else f"{value:.2f} s"
+
+    finest = result["finest_level"]
+    return [
+        result["reader"],
+        s(result["first_s"]),
+        s(result["painted_s"]),
+        s(result["finer_s"]),
+        "—" if finest is None else f"{finest} ({'×'.join(str(n) for n in shapes[finest])})",
+        s(result["finest_s"]),
+        f"{result['loading_stall_ms']:.0f} ms",
+        f"{result['slicing_ms']:.0f} ms",
+        f"{result['camera_step_stall_ms']:.0f} ms",
+    ]
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ the layer is refreshed on the main thread (throttled).
 
 In 3D napari shows a multiscale layer's coarsest level unless its public
 `locked_data_level` says otherwise. `LayerLoader` locks it to the finest level
-whose volume fits `volume_voxels` (`core.viewport.volume_level`), one level at a
-time and only once that level's volume is resident and assembled off the main
+whose volume fits `volume_voxels` (`core.viewport.volume_level`, by what the
+volume costs on every axis), through the levels `core.viewport.volume_steps`
+names, and each only once its volume is resident and assembled off the main
 thread (`ViewController.prepare_volumes`): napari then reads it without waiting.
 
 Failed chunks become napari notifications (warnings), each failure once
@@ -35,7 +36,7 @@ from napari_lazy_zarr._napari_compat import (
     set_loading_indicator,
 )
 from napari_lazy_zarr.core.settings import Settings, current_settings
-from napari_lazy_zarr.core.viewport import volume_level
+from napari_lazy_zarr.core.viewport import level_chunks, volume_level, volume_steps
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -265,6 +266,25 @@ class LayerLoader:
         ):
             self._volume_throttle()
 
+    def volume_target(self) -> int | None:
+        """The level 3D settles at: the finest within the budgets (None before a 3D read).
+
+        `core.viewport.volume_level` over the levels' shapes and chunks, the
+        voxel budget (`volume_voxels`) and half the cache's bytes.
+        """
+        controller = self.controller
+        latest = controller.latest
+        if latest is None or len(latest.request.spatial) != 3:
+            return None
+        return volume_level(
+            [source.shape for source in controller.sources],
+            latest.request.spatial,
+            voxel_budget=self._volume_voxels,
+            itemsize=controller.sources[0].dtype.itemsize,
+            byte_budget=controller.cache.total_bytes_limit // 2,
+            chunks=level_chunks(controller.sources),
+        )
+
     def _choose_volume(self) -> None:
         """Lock napari's 3D level to the finest complete one within budget; load the next.
 
@@ -289,13 +309,12 @@ class LayerLoader:
         locked = layer.locked_data_level
         if locked is not None and locked != self._locked:
             return  # the user locked a level: theirs to choose
-        target = volume_level(
-            [source.shape for source in controller.sources],
-            latest.request.spatial,
-            voxel_budget=self._volume_voxels,
-            itemsize=controller.sources[0].dtype.itemsize,
-            byte_budget=controller.cache.total_bytes_limit // 2,
-        )
+        shapes = [source.shape for source in controller.sources]
+        chunks = level_chunks(controller.sources)
+        spatial = latest.request.spatial
+        target = self.volume_target()
+        if target is None:
+            return
         coarsest = len(self.levels) - 1
         complete = [
             level for level in range(target, coarsest + 1) if controller.volume_complete(level)
@@ -310,7 +329,11 @@ class LayerLoader:
             # A step to planes not loaded at any level: the view holds its last volume
             # (`ViewController` hold) while they load, coarsest first.
             best = coarsest + 1
-        controller.prepare_volumes(range(min(best, coarsest + 1) - 1, target - 1, -1))
+        # Coarse to fine, only the levels markedly cheaper than the next (`volume_steps`).
+        steps = volume_steps(shapes, spatial, target, chunks=chunks)
+        if best > coarsest:
+            steps = (coarsest, *steps)
+        controller.prepare_volumes([level for level in steps if level < best])
 
     def flush_failures(self) -> None:
         """Report now what the failure throttle holds back (a test hook, as superqt's `flush`)."""

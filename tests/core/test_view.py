@@ -32,7 +32,6 @@ from napari_lazy_zarr.core.viewport import (
     playback_level,
     prefetch_chunks,
     view_box,
-    volume_level,
 )
 
 FILL = -1
@@ -693,23 +692,6 @@ def test_playback_level_is_the_finest_that_keeps_up(
         chunks, finest=finest, rate=rate * 2, latency=latency, concurrency=concurrency
     )
     assert slower >= level
-
-
-@given(
-    base=st.lists(st.integers(1, 2048), min_size=3, max_size=3),
-    levels=st.integers(1, 5),
-    budget=st.integers(1, 2**31),
-)
-def test_volume_level_is_the_finest_within_the_budget(
-    base: list[int], levels: int, budget: int
-) -> None:
-    shapes = [(2, *(max(1, n >> k) for n in base)) for k in range(levels)]
-    level = volume_level(shapes, (1, 2, 3), voxel_budget=budget)
-    voxels = [math.prod(shape[1:]) for shape in shapes]
-    if voxels[level] <= budget:
-        assert all(v > budget for v in voxels[:level])
-    else:
-        assert level == levels - 1
 
 
 def test_motion_needs_two_steps_one_way_and_forgets_after_a_pause() -> None:

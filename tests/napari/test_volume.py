@@ -25,12 +25,15 @@ if TYPE_CHECKING:
     from pytestqt.qtbot import QtBot
 
 
-def write_volume(path: Path, size: int = 64) -> list[np.ndarray[Any, Any]]:
+def write_volume(
+    path: Path, size: int = 64, *, yx_only: bool = False
+) -> list[np.ndarray[Any, Any]]:
+    """64³, 32³, 16³; or, `yx_only` (ome-zarr-py's default for zyx), 64×64², 64×32², 64×16²."""
     from ome_zarr.writer import write_multiscale  # type: ignore[import-untyped]
 
     z, y, x = np.ogrid[:size, :size, :size]
     data = ((x + 2 * y + 3 * z) % 200 + 1).astype(np.uint8)
-    pyramid = [data[:: 2**k, :: 2**k, :: 2**k] for k in range(3)]  # 64³, 32³, 16³
+    pyramid = [data[:: 1 if yx_only else 2**k, :: 2**k, :: 2**k] for k in range(3)]
     group = zarr.open_group(str(path), mode="w", zarr_format=3)
     write_multiscale(pyramid, group, axes="zyx", storage_options={"chunks": (16, 16, 16)})
     return pyramid
@@ -80,3 +83,44 @@ def test_3d_reaches_the_finest_level_within_the_budget_without_blocking(
     print(f"slowest main-thread read: {slowest * 1e3:.1f} ms over {len(reads)} reads")
     viewer.dims.ndisplay = 2  # back to 2D: napari chooses its level again
     qtbot.waitUntil(lambda: layer.locked_data_level is None, timeout=30_000)
+
+
+def test_3d_switch_shows_the_coarsest_at_once_then_a_finer_level_on_a_yx_only_pyramid(
+    make_napari_viewer: Callable[..., Any], qtbot: QtBot, tmp_path: Path
+) -> None:
+    pyramid = write_volume(tmp_path / "yx.ome.zarr", yx_only=True)
+    viewer = make_napari_viewer(show=True)
+    watch_viewer(viewer)
+    (layer,) = viewer.open(str(tmp_path / "yx.ome.zarr"), plugin="napari-lazy-zarr")
+    loader = loader_of(layer)
+    assert loader is not None
+    # 64×32² (65,536 voxels) fits, 64×64² does not: z is never decimated, so the choice
+    # is by what each level's volume costs on every axis.
+    loader.volume_voxels = 100_000
+    qtbot.waitUntil(lambda: loader.settled, timeout=30_000)
+    slices: list[tuple[int, np.ndarray[Any, Any]]] = []  # (level, values) per 3D slice
+
+    def applied(event: Any = None) -> None:
+        raw = np.asarray(layer._slice.image.raw)
+        if raw.ndim == 3:
+            level = layer.locked_data_level
+            slices.append((len(pyramid) - 1 if level is None else level, raw.copy()))
+
+    layer.events.set_data.connect(applied)
+    viewer.dims.ndisplay = 3
+    # At once: the switch itself applies napari's own 3D level, the coarsest.
+    assert slices, "the 3D switch applied no slice"
+    assert slices[0][0] == 2
+    assert slices[0][1].shape == pyramid[2].shape
+    qtbot.waitUntil(lambda: layer.locked_data_level == 1, timeout=30_000)
+    qtbot.waitUntil(lambda: loader.settled, timeout=30_000)
+    assert loader.volume_target() == 1
+    np.testing.assert_array_equal(np.asarray(layer._slice.image.raw), pyramid[1])
+    levels = [level for level, _ in slices]
+    assert levels == sorted(levels, reverse=True), levels  # coarse to fine, never back
+    # Whatever the coarsest showed was the coarsest's values (or not yet loaded: 0).
+    for level, values in slices:
+        if level == 2:
+            loaded = values != 0
+            np.testing.assert_array_equal(values[loaded], pyramid[2][loaded])
+    layer.events.set_data.disconnect(applied)

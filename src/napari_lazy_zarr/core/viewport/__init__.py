@@ -44,9 +44,15 @@ from napari_lazy_zarr.core.viewport.prefetch import (
     prefetch_chunks,
     prefetch_ring,
     view_prefetch,
-    volume_level,
 )
-from napari_lazy_zarr.core.viewport.volumes import PreparedVolumes, volume_box
+from napari_lazy_zarr.core.viewport.volumes import (
+    PreparedVolumes,
+    level_chunks,
+    volume_box,
+    volume_cost,
+    volume_level,
+    volume_steps,
+)
 
 __all__ = [
     "AxisMap",
@@ -67,6 +73,7 @@ __all__ = [
     "covered",
     "is_plane_step",
     "level_box",
+    "level_chunks",
     "level_index",
     "lookahead_chunks",
     "lookahead_planes",
@@ -78,6 +85,8 @@ __all__ = [
     "view_box",
     "view_prefetch",
     "volume_box",
+    "volume_cost",
     "volume_level",
+    "volume_steps",
     "waiting_region",
 ]

@@ -3,8 +3,8 @@
 `prefetch_chunks` is the ring around a view and its neighbouring planes;
 `MotionTracker` infers a walk through z or t (`PlaneMotion`) from successive
 reads; `lookahead_planes` and `playback_level` say how far ahead to load and at
-which level, and `lookahead_chunks` turns that into chunks; `volume_level`
-chooses the finest volume within a budget.
+which level, and `lookahead_chunks` turns that into chunks. (The 3D level is
+`volumes.volume_level`'s.)
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ __all__ = [
     "prefetch_chunks",
     "prefetch_ring",
     "view_prefetch",
-    "volume_level",
 ]
 
 
@@ -278,38 +277,6 @@ def playback_level(
         return min(finest, last)
     for level in range(min(finest, last), last + 1):
         if rate * frame_chunks[level] * latency <= concurrency:
-            return level
-    return last
-
-
-def volume_level(
-    shapes: Sequence[Sequence[int]],
-    displayed: Sequence[int],
-    *,
-    voxel_budget: int,
-    itemsize: int = 1,
-    byte_budget: int | None = None,
-) -> int:
-    """The finest level whose volume (its extent on the `displayed` axes) fits the budgets.
-
-    `shapes` are the levels' shapes, finest first. A volume fits when it has at
-    most `voxel_budget` voxels and, if given, at most `byte_budget` bytes. When
-    none fits, the coarsest.
-
-    Examples
-    --------
-    >>> shapes = [(2, 1024, 1024, 1024), (2, 512, 512, 512), (2, 256, 256, 256)]
-    >>> volume_level(shapes, (1, 2, 3), voxel_budget=512**3)
-    1
-    >>> volume_level(shapes, (1, 2, 3), voxel_budget=512**3, byte_budget=64 << 20)
-    2
-    >>> volume_level(shapes, (1, 2, 3), voxel_budget=2**40)
-    0
-    """
-    last = len(shapes) - 1
-    for level, shape in enumerate(shapes):
-        voxels = math.prod(int(shape[a]) for a in displayed)
-        if voxels <= voxel_budget and (byte_budget is None or voxels * itemsize <= byte_budget):
             return level
     return last
 

@@ -1,5 +1,12 @@
 """Volumes assembled off the viewer's thread, so that a switch to a finer 3D level is instant.
 
+Which level a 3D view shows is chosen by what its volume costs on every axis
+(`volume_cost`: whole chunks on the displayed axes, one chunk's depth on the
+others), not by voxel count alone: `volume_level` is the finest that fits the
+budgets, and `volume_steps` the levels loaded on the way there, coarse to fine,
+each markedly cheaper than the next (a level that costs almost as much as the
+finer one would only delay it).
+
 `PreparedVolumes` holds, per pyramid level, a volume being loaded and assembled
 (the latest view's planes at that level, whole on its displayed axes:
 `volume_box`) and its live cache request. Chunks are copied in on worker
@@ -10,6 +17,7 @@ a read of a complete volume costs no copy.
 from __future__ import annotations
 
 import functools
+import math
 import threading
 from typing import TYPE_CHECKING
 
@@ -27,7 +35,158 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
     from napari_lazy_zarr.core.viewport.axes import AxisMap, Box
 
-__all__ = ["PreparedVolumes", "volume_box"]
+__all__ = [
+    "PreparedVolumes",
+    "level_chunks",
+    "volume_box",
+    "volume_cost",
+    "volume_level",
+    "volume_steps",
+]
+
+_STEP_RATIO = 4
+"""A level is loaded on the way to a finer one only if it costs at most a quarter of it."""
+
+
+def volume_cost(
+    shape: Sequence[int],
+    displayed: Sequence[int],
+    chunks: Sequence[int] | None = None,
+    itemsize: int = 1,
+) -> int:
+    """Decoded bytes a volume of a level of `shape` costs to load, axis by axis.
+
+    On a `displayed` axis the whole extent, rounded up to whole `chunks`; on
+    any other axis (a plane: t, c) one chunk's depth, since a plane is read
+    in whole chunks too. Without `chunks`, the volume's own cells.
+
+    Examples
+    --------
+    >>> volume_cost((1024, 256, 256), (0, 1, 2))  # voxels alone
+    67108864
+    >>> volume_cost((100, 100, 100), (0, 1, 2), (64, 64, 64))  # 128³: whole chunks
+    2097152
+    >>> volume_cost((10, 64, 64, 64), (1, 2, 3), (5, 64, 64, 64), itemsize=2)  # t chunk of 5
+    2621440
+    """
+    extents = []
+    for axis, extent in enumerate(shape):
+        extent = int(extent)
+        chunk = extent if chunks is None else max(1, min(int(chunks[axis]), extent))
+        if axis in displayed:
+            extents.append(math.ceil(extent / chunk) * chunk if chunks is not None else extent)
+        else:
+            extents.append(chunk if chunks is not None else min(1, extent))
+    return math.prod(extents) * itemsize
+
+
+def level_chunks(sources: Sequence[ChunkSource]) -> list[tuple[int, ...]]:
+    """Each level's chunk shape (its grid's first chunk on every axis), for `volume_level`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from napari_lazy_zarr.core.sources.protocol import ArraySource
+    >>> level_chunks([ArraySource(np.zeros((8, 20)), chunks=(4, 16), name="c")])
+    [(4, 16)]
+    """
+    return [
+        tuple(int(source.grid[axis].chunk_size(0)) for axis in range(len(source.shape)))
+        for source in sources
+    ]
+
+
+def volume_level(
+    shapes: Sequence[Sequence[int]],
+    displayed: Sequence[int],
+    *,
+    voxel_budget: int,
+    itemsize: int = 1,
+    byte_budget: int | None = None,
+    chunks: Sequence[Sequence[int]] | None = None,
+) -> int:
+    """The finest level whose volume fits the budgets (the coarsest when none does).
+
+    `shapes` are the levels' shapes, finest first, and `chunks` their chunk
+    shapes. A volume fits when its extent on the `displayed` axes has at most
+    `voxel_budget` voxels (what napari holds and uploads) and, if given, what
+    it costs to load (`volume_cost`, whole chunks on every axis) is at most
+    `byte_budget` bytes (what the cache must hold at once).
+
+    Examples
+    --------
+    >>> shapes = [(2, 1024, 1024, 1024), (2, 512, 512, 512), (2, 256, 256, 256)]
+    >>> volume_level(shapes, (1, 2, 3), voxel_budget=512**3)
+    1
+    >>> volume_level(shapes, (1, 2, 3), voxel_budget=512**3, byte_budget=64 << 20)
+    2
+    >>> volume_level(shapes, (1, 2, 3), voxel_budget=2**40)
+    0
+
+    A pyramid decimated in y and x only keeps z's extent at every level:
+
+    >>> yx = [(1024, 1024 >> k, 1024 >> k) for k in range(4)]
+    >>> volume_level(yx, (0, 1, 2), voxel_budget=512**3)
+    2
+
+    Chunks deeper than a plane make each plane cost their depth:
+
+    >>> t = [(64, 256, 256, 256), (64, 128, 128, 128)]
+    >>> volume_level(t, (1, 2, 3), voxel_budget=2**30, byte_budget=256 << 20,
+    ...              chunks=[(32, 64, 64, 64)] * 2)
+    1
+    """
+    last = len(shapes) - 1
+    for level, shape in enumerate(shapes):
+        voxels = math.prod(int(shape[a]) for a in displayed)
+        if voxels > voxel_budget:
+            continue
+        chunk = None if chunks is None else chunks[level]
+        if byte_budget is None or volume_cost(shape, displayed, chunk, itemsize) <= byte_budget:
+            return level
+    return last
+
+
+def volume_steps(
+    shapes: Sequence[Sequence[int]],
+    displayed: Sequence[int],
+    target: int,
+    *,
+    chunks: Sequence[Sequence[int]] | None = None,
+) -> tuple[int, ...]:
+    """The levels a 3D view loads on its way to `target`, coarse to fine.
+
+    The coarsest level is napari's own in 3D and not among them. From
+    `target` up, a coarser level is a step only when it costs at most a
+    quarter of the next finer step (`volume_cost`): it then shows markedly
+    sooner; one that costs almost as much would only delay the finer one.
+
+    Examples
+    --------
+    >>> iso = [(1024 >> k,) * 3 for k in range(4)]
+    >>> volume_steps(iso, (0, 1, 2), 1)
+    (2, 1)
+    >>> volume_steps([(1024, 1024 >> k, 1024 >> k) for k in range(4)], (0, 1, 2), 2)
+    (2,)
+    >>> near = [(64, 64, 64), (64, 32, 32), (64, 30, 30), (64, 16, 16)]
+    >>> volume_steps(near, (0, 1, 2), 0)  # level 2 costs almost what level 1 does
+    (1, 0)
+    >>> volume_steps(iso, (0, 1, 2), 3)
+    ()
+    """
+    coarsest = len(shapes) - 1
+    if target >= coarsest:
+        return ()
+
+    def cost(level: int) -> int:
+        chunk = None if chunks is None else chunks[level]
+        return volume_cost(shapes[level], displayed, chunk)
+
+    steps = [target]
+    for level in range(target + 1, coarsest):
+        if cost(level) * _STEP_RATIO <= cost(steps[-1]):
+            steps.append(level)
+    return tuple(reversed(steps))
 
 
 def volume_box(
