@@ -26,6 +26,7 @@ def _benchmarks() -> dict[str, Callable[[bool], str]]:
         backends,
         dask_view,
         engine,
+        http_plate,
         inspector,
         napari_pan,
         playback,
@@ -52,6 +53,7 @@ def _benchmarks() -> dict[str, Callable[[bool], str]]:
         "remote-stores": remote_stores.run,
         "sample": sample_startup.run,
         "s3-plate": s3_plate.run,
+        "http-plate": http_plate.run,
     }
 
 

@@ -12,9 +12,9 @@ offers the path to other readers. The reader function describes the store
 from metadata only, opens each level as a chunk source over the plugin's
 shared chunk cache, and returns one layer per image (per channel for OME-Zarr
 images with a channel axis; a labels layer per OME-Zarr label image, coloured
-as its ``image-label`` metadata says). No chunk is read except a bounded
-sample of the coarsest stored level for contrast limits when the metadata
-gives none.
+as its ``image-label`` metadata says). No chunk is read during the open: when
+the metadata gives no contrast limits, a bounded sample of the coarsest stored
+level is read in the background and the layer takes its limits when it lands.
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ import threading
 import warnings
 import weakref
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 from napari_lazy_zarr._layer_data import LayerLoader, loader_of
 from napari_lazy_zarr._preferences import watch_preferences
@@ -48,7 +46,7 @@ from napari_lazy_zarr.core.formats.stack import reference_file_kind
 from napari_lazy_zarr.core.settings import Settings, current_settings
 from napari_lazy_zarr.core.sources.decimated import DecimatedSource, virtual_levels
 from napari_lazy_zarr.core.storage.vetting import dtype_refusal, is_remote
-from napari_lazy_zarr.core.viewport import AxisMap, ViewController, contrast_selection
+from napari_lazy_zarr.core.viewport import AxisMap, ContrastSample, ViewController
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -77,11 +75,11 @@ _remote_caches: weakref.WeakSet[ChunkCache] = weakref.WeakSet()
 _applied_voxels: int | None = None
 # The settings applied live to the open layers and their cache.
 _LIVE = ("total_bytes_limit_mib", "concurrency", "remote_concurrency", "volume_voxels")
-# The contrast sample (blocking, when the metadata gives no limits): at most this many
-# stored chunks, of at most this many decoded bytes in all, waited for at most this long.
+# The contrast sample (in the background, when the metadata gives no limits): at most this
+# many stored chunks, of at most this many decoded bytes in all, waited for at most this long.
 _CONTRAST_CHUNKS = 64
 _CONTRAST_BYTES = 16 << 20
-_CONTRAST_TIMEOUT = 10.0
+_CONTRAST_TIMEOUT = 60.0
 _CONTRAST_INDICES = 1 << 16  # indices along one axis (a 1-D sample's index array is its size)
 
 
@@ -391,7 +389,7 @@ def _image_kwargs(spec: ImageSpec, channel: int | None, loader: LayerLoader) -> 
     if spec.contrast_limits and index < len(spec.contrast_limits):
         kwargs["contrast_limits"] = spec.contrast_limits[index]
     else:
-        kwargs["contrast_limits"] = _sample_contrast_limits(loader)
+        kwargs["contrast_limits"] = _start_contrast_sample(loader)
     if spec.channel_colors and index < len(spec.channel_colors):
         kwargs["colormap"] = _colormap(spec.channel_colors[index])
     if spec.channel_visible and index < len(spec.channel_visible):
@@ -401,54 +399,80 @@ def _image_kwargs(spec: ImageSpec, channel: int | None, loader: LayerLoader) -> 
     return kwargs
 
 
-def _sample_contrast_limits(loader: LayerLoader) -> tuple[float, float]:
-    """Min and max of a sample of the coarsest *stored* level (blocking, bounded).
+def _start_contrast_sample(loader: LayerLoader) -> tuple[float, float]:
+    """Start sampling the layer's contrast limits in the background; the provisional ones.
 
     napari would otherwise compute them from the coarsest level through the
     non-blocking path, i.e. from placeholders. The sample is spread over the
-    whole level, every axis included (a central region of the middle plane
-    saturates stacks whose other planes are brighter): whole stored chunks,
-    evenly spaced along each axis (`core.viewport.contrast_selection`), at
-    most `_CONTRAST_CHUNKS` of them and `_CONTRAST_BYTES` decoded — the whole
-    level when it fits, so a pyramid's small top level gives what napari
-    computes from it. Virtual levels are
-    skipped: each of their chunks is built from many stored chunks. Storage
-    that does not answer within `_CONTRAST_TIMEOUT`, or data with no finite
-    value, gives the dtype's range instead.
+    whole coarsest *stored* level, every axis included (a central region of
+    the middle plane saturates stacks whose other planes are brighter): whole
+    stored chunks, evenly spaced along each axis (`core.viewport.contrast_selection`),
+    at most `_CONTRAST_CHUNKS` of them and `_CONTRAST_BYTES` decoded — the
+    whole level when it fits, so a pyramid's small top level gives what napari
+    computes from it. Virtual levels are skipped: each of their chunks is
+    built from many stored chunks. The open waits for none of it: the layer
+    opens with the dtype's range (`dtype_limits`) and takes the sampled limits
+    on the main thread when the sample's chunks have landed, unless the user
+    set limits meanwhile (`_apply_contrast`). Storage that does not answer
+    within `_CONTRAST_TIMEOUT`, or data with no finite value, keeps the
+    provisional limits.
     """
     stored = [lvl for lvl in loader.levels if not isinstance(lvl.array.source, DecimatedSource)]
-    level = stored[-1].array
-    selection = contrast_selection(
-        level,
+    sample = ContrastSample(
+        stored[-1].array,
         loader.controller.axis_map,
         max_chunks=_CONTRAST_CHUNKS,
         max_bytes=_CONTRAST_BYTES,
         max_indices=_CONTRAST_INDICES,
+        timeout=_CONTRAST_TIMEOUT,
     )
-    try:
-        if selection is None:
-            sample = np.zeros(0, dtype=level.dtype)
-        elif not selection:  # a 0-d array: its one value
-            sample = level.result(timeout=_CONTRAST_TIMEOUT)
-        else:
-            sample = level.oindex[selection].result(timeout=_CONTRAST_TIMEOUT)
-    except (TimeoutError, LazyZarrError):
-        sample = np.zeros(0, dtype=level.dtype)
-    if sample.dtype.kind == "f":
-        sample = sample[np.isfinite(sample)]
-    if sample.size == 0 or sample.dtype == bool:
-        return _dtype_range(level.dtype)
-    low, high = float(sample.min()), float(sample.max())
-    if not low < high:
-        return _dtype_range(level.dtype) if sample.dtype.kind in "iu" else (low, low + 1.0)
-    return (low, high)
+    _contrast_samples[loader] = sample
+    return sample.provisional
 
 
-def _dtype_range(dtype: np.dtype[Any]) -> tuple[float, float]:
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        return (float(info.min), float(info.max))
-    return (0.0, 1.0)
+_contrast_samples: weakref.WeakKeyDictionary[LayerLoader, ContrastSample] = (
+    weakref.WeakKeyDictionary()
+)
+"""The contrast samples of the layers opened without limits, until their layer takes them."""
+
+
+def contrast_sample(loader: LayerLoader) -> ContrastSample | None:
+    """The background contrast sample of a layer opened without limits (None once applied
+    or when the metadata gave limits). A test and script hook: ``.future.result(timeout)``
+    gives the limits the layer will take."""
+    return _contrast_samples.get(loader)
+
+
+def _watch_contrast(loader: LayerLoader, layer: Any) -> None:
+    """Give `layer` its sampled limits when they are known (main thread; at once if known)."""
+    sample = _contrast_samples.get(loader)
+    if sample is None:
+        return
+    from superqt.utils import ensure_main_thread
+
+    ref = weakref.ref(layer)
+
+    @ensure_main_thread
+    def landed(future: Any) -> None:
+        alive = ref()
+        if alive is not None and _contrast_samples.get(loader) is sample:
+            _apply_contrast(alive, sample.provisional, future.result())
+        _contrast_samples.pop(loader, None)
+
+    sample.future.add_done_callback(landed)
+
+
+def _apply_contrast(
+    layer: Any, provisional: tuple[float, float], limits: tuple[float, float]
+) -> None:
+    """Set the sampled `limits` on `layer`, unless its limits are no longer `provisional`
+    (the user, or a script, chose theirs: they are kept)."""
+    if tuple(float(v) for v in layer.contrast_limits) != provisional:
+        return
+    low, high = layer.contrast_limits_range
+    if limits[0] < low or limits[1] > high:  # float data beyond the provisional (0, 1)
+        layer.contrast_limits_range = (min(low, limits[0]), max(high, limits[1]))
+    layer.contrast_limits = limits
 
 
 def _colormap(color: str) -> Any:
@@ -511,6 +535,7 @@ def _attach(layer: Any) -> None:
     loader = loader_of(layer)
     if loader is not None and loader.layer is None:
         loader.attach(layer)
+        _watch_contrast(loader, layer)
 
 
 def _on_inserted(event: Any) -> None:

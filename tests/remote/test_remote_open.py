@@ -44,13 +44,16 @@ def test_opening_an_ome_zarr_0_5_pyramid_fetches_each_document_once(tmp_path: Pa
         ((levels, _, layer_type),) = read_zarr(f"{server.url}/cells.zarr")
         requested = _metadata_requests(server)
     assert (layer_type, len(levels)) == ("image", len(shapes))
-    # The root's probe (a v3 group: its zarr.json; no .zarray beside it, .zattrs for a v2
-    # group), one zarr.json per level and the absent labels group's: nothing else, once each.
+    # The root's probe (a v3 group: its zarr.json; the absent v2 documents asked for in the
+    # same round, so a v2 group would cost no second round), one zarr.json per level and the
+    # absent labels group's: nothing else, once each.
     assert requested == dict.fromkeys(
         [
             "cells.zarr/zarr.json",
             "cells.zarr/.zarray",
             "cells.zarr/.zattrs",
+            "cells.zarr/.zgroup",
+            "cells.zarr/.zmetadata",
             *(f"cells.zarr/{level}/zarr.json" for level in range(len(shapes))),
             "cells.zarr/labels/zarr.json",
         ],
@@ -153,3 +156,45 @@ def test_configure_is_kept_for_urls(served: Served) -> None:
     configure(concurrency=2)
     read_zarr(f"{server.url}/a.zarr")
     assert shared_cache().concurrency == 2
+
+
+# -- round trips: each node's documents fetched at once ------------------------------
+
+
+def test_a_plate_opens_in_one_round_of_requests_per_node_depth(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every metadata document of a plate's open (plate, first well, template field, its
+    levels and labels probe) is fetched by the concurrent prefetch, none by the opens
+    after it: a node costs one round trip, not an array's and then a group's."""
+    import threading
+
+    from napari_lazy_zarr.core.formats.ome import PlateStoreError
+    from napari_lazy_zarr.core.formats.plate import describe_plate
+    from napari_lazy_zarr.core.storage.http import HttpStore
+    from tests.conformance.cases import write_plate
+
+    fetched: list[tuple[str, str]] = []
+    original = HttpStore.get_sync
+
+    def recording(self: HttpStore, key: str, **kwargs: Any) -> Any:
+        fetched.append((key, threading.current_thread().name))
+        return original(self, key, **kwargs)
+
+    monkeypatch.setattr(HttpStore, "get_sync", recording)
+    plate = write_plate(tmp_path, 2, 3, 2)
+    with FaultyServer(tmp_path) as server:
+        url = f"{server.url}/{plate.path.name}"
+        with pytest.raises(PlateStoreError) as found:
+            describe_store(url)
+        layout = describe_plate(
+            url, attributes=found.value.attributes, zarr_format=found.value.zarr_format
+        )
+        requested = _metadata_requests(server)
+    assert layout.template_path == "A/1/0"
+    assert fetched
+    by_opens = [key for key, thread in fetched if not thread.startswith("lazy-zarr-metadata")]
+    assert by_opens == []
+    assert max(requested.values()) == 1  # and each document once
+    for node in ("", "A/1/", "A/1/0/", "A/1/0/s0/", "A/1/0/labels/"):
+        assert f"{plate.path.name}/{node}.zattrs" in requested

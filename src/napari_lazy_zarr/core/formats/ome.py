@@ -65,7 +65,7 @@ from napari_lazy_zarr.core.sources.manifest import ManifestSource
 from napari_lazy_zarr.core.sources.zarr import ZarrChunkSource, open_node, open_zarr_source
 from napari_lazy_zarr.core.storage.http import HttpStore
 from napari_lazy_zarr.core.storage.local import store_for
-from napari_lazy_zarr.core.storage.memo import forget_metadata
+from napari_lazy_zarr.core.storage.memo import forget_metadata, prefetch_metadata
 from napari_lazy_zarr.core.storage.references import ManifestStore
 from napari_lazy_zarr.core.storage.retry import NO_RETRY
 from napari_lazy_zarr.core.storage.transport import HttpAccessDeniedError, HttpCertificateError
@@ -106,8 +106,8 @@ _PROBE_BYTES: Final = 1 << 16  # of a metadata document read to recognise it
 _ZARR_FORMAT: Final = re.compile(rb'"zarr_format"\s*:\s*([23])\b')
 _SUPPORTED_VERSIONS: Final = ("0.4", "0.5")
 MAX_LEVELS: Final = 64  # pyramid levels: 2**64 pixels would need no more
-# Nodes opened at once (levels, label images). Each open is one or two round trips of
-# metadata over HTTP; 16 keep a pyramid's levels (and its labels group) in one round.
+# Nodes opened at once (levels, label images). Each open is one round trip of metadata
+# over HTTP (`prefetch_metadata`); 16 keep a pyramid's levels (and its labels group) in one.
 _OPEN_CONCURRENCY: Final = 16
 
 
@@ -360,6 +360,8 @@ def describe_store(path_or_url: str | os.PathLike[str]) -> tuple[ImageSpec, ...]
     else:
         store, local_dir = store_for(location)
     try:
+        # The root's documents of both formats in one round trip, not an array's then a group's.
+        prefetch_metadata(store, [""], consolidated=True)
         root = open_node(store, "", location)
         walk = _Walk(
             location,
@@ -434,6 +436,8 @@ class _Walk:
             except LazyZarrError as error:
                 return error
 
+        # Each node's documents, array's and group's, in one round for all (a remote store).
+        prefetch_metadata(self.store, paths, zarr_format=self.zarr_format)
         if len(paths) <= 1:
             return [attempt(path) for path in paths]
         with ThreadPoolExecutor(

@@ -33,7 +33,7 @@ from napari_lazy_zarr.core.sources.composite import ConcatSource, ConstantSource
 from napari_lazy_zarr.core.sources.protocol import SourceFields
 from napari_lazy_zarr.core.sources.zarr import open_node
 from napari_lazy_zarr.core.storage.local import store_for
-from napari_lazy_zarr.core.storage.memo import forget_metadata
+from napari_lazy_zarr.core.storage.memo import forget_metadata, prefetch_metadata
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -150,6 +150,7 @@ def describe_plate(
         if not wells or not rows or not columns:
             raise MetadataError(f"{location}: the plate lists no wells")
         first = wells[0][2]
+        prefetch_metadata(store, [first], zarr_format=zarr_format)  # one round trip, not two
         well_group = open_node(
             store,
             first,

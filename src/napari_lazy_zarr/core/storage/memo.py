@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Final, Self
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Final, Literal, Self
 
 from zarr.abc.store import (
     Store,
 )
+from zarr.buffer import default_buffer_prototype
 from zarr.storage import WrapperStore
 
 from napari_lazy_zarr.core.storage.vetting import ATTRIBUTE_FILES, METADATA_FILES
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from zarr.abc.buffer import Buffer, BufferPrototype
     from zarr.abc.store import ByteRequest
 
@@ -20,10 +24,19 @@ __all__ = [
     "MetadataMemoStore",
     "forget_metadata",
     "is_metadata_key",
+    "prefetch_metadata",
 ]
 
 
 _METADATA_DOCUMENTS: Final = frozenset({*METADATA_FILES, *ATTRIBUTE_FILES})
+# The documents opening a node may read, by the format known beforehand (None: either):
+# zarr-python reads an array's, then a group's, each form's documents in one round.
+_NODE_DOCUMENTS: Final[dict[int | None, tuple[str, ...]]] = {
+    3: ("zarr.json",),
+    2: (".zarray", ".zattrs", ".zgroup"),
+    None: ("zarr.json", ".zarray", ".zattrs", ".zgroup"),
+}
+_PREFETCH_CONCURRENCY: Final = 16  # documents fetched at once (a round trip each)
 
 
 class _Memo:
@@ -90,6 +103,56 @@ class MetadataMemoStore(WrapperStore[Store]):
         copy._memo = self._memo
         return copy
 
+    def prefetch(
+        self,
+        prefixes: Iterable[str],
+        *,
+        zarr_format: Literal[2, 3] | None = None,
+        consolidated: bool = False,
+    ) -> int:
+        """Fetch, concurrently, the documents opening the nodes at `prefixes` will read.
+
+        Opening a node reads an array's documents, then (if it is none) a
+        group's: two round trips over HTTP, one after the other. Fetched here
+        at once, they are one. `zarr_format` narrows the documents to one
+        format's; `consolidated` adds a Zarr v2 group's ``.zmetadata``. Only
+        stores read synchronously (`get_sync`: ours over HTTP, local files,
+        references) are prefetched; a document that fails is left for the
+        open to fetch (and report). Returns the number of documents fetched.
+        """
+        names = _NODE_DOCUMENTS[zarr_format] + (
+            (".zmetadata",) if consolidated and zarr_format != 3 else ()
+        )
+        get_sync = getattr(self._inner, "get_sync", None)
+        memo = self._memo
+        with memo.lock:
+            if get_sync is None or memo.documents is None:
+                return 0
+            known = memo.documents
+            keys = [
+                key
+                for prefix in dict.fromkeys(prefixes)
+                for name in names
+                if (key := f"{prefix.strip('/')}/{name}".lstrip("/")) not in known
+            ]
+        if not keys:
+            return 0
+
+        def fetch(key: str) -> None:
+            try:
+                value = get_sync(key, prototype=default_buffer_prototype())
+            except Exception:  # left for the open itself to meet and report
+                return
+            with memo.lock:
+                if memo.documents is not None:
+                    memo.documents.setdefault(key, value)
+
+        with ThreadPoolExecutor(
+            min(len(keys), _PREFETCH_CONCURRENCY), thread_name_prefix="lazy-zarr-metadata"
+        ) as pool:
+            list(pool.map(fetch, keys))
+        return len(keys)
+
     def forget(self) -> None:
         """Stop memoizing and drop the documents kept (in this store and its copies)."""
         with self._memo.lock:
@@ -120,6 +183,19 @@ class MetadataMemoStore(WrapperStore[Store]):
 def is_metadata_key(key: str) -> bool:
     """Whether `key` names a zarr metadata or attributes document."""
     return key.rsplit("/", 1)[-1] in _METADATA_DOCUMENTS
+
+
+def prefetch_metadata(
+    store: Any,
+    prefixes: Iterable[str],
+    *,
+    zarr_format: Literal[2, 3] | None = None,
+    consolidated: bool = False,
+) -> int:
+    """`MetadataMemoStore.prefetch` (nothing for any other store: 0)."""
+    if isinstance(store, MetadataMemoStore):
+        return store.prefetch(prefixes, zarr_format=zarr_format, consolidated=consolidated)
+    return 0
 
 
 def forget_metadata(store: Any) -> None:

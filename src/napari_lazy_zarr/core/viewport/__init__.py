@@ -20,7 +20,11 @@ from napari_lazy_zarr.core.viewport.axes import (
     level_index,
     view_box,
 )
-from napari_lazy_zarr.core.viewport.contrast import contrast_selection
+from napari_lazy_zarr.core.viewport.contrast import (
+    ContrastSample,
+    contrast_selection,
+    dtype_limits,
+)
 from napari_lazy_zarr.core.viewport.controller import ViewController
 from napari_lazy_zarr.core.viewport.failures import ChunkFailure, FailureLog, root_cause
 from napari_lazy_zarr.core.viewport.fallback import (
@@ -58,6 +62,7 @@ __all__ = [
     "AxisMap",
     "Box",
     "ChunkFailure",
+    "ContrastSample",
     "FailureLog",
     "MotionTracker",
     "PlaneMotion",
@@ -71,6 +76,7 @@ __all__ = [
     "coarser_fill",
     "contrast_selection",
     "covered",
+    "dtype_limits",
     "is_plane_step",
     "level_box",
     "level_chunks",

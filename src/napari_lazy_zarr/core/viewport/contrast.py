@@ -1,24 +1,32 @@
-"""Which cells of a level a layer's contrast limits are sampled from (pure; plans no read).
+"""A layer's contrast limits from a bounded sample of its data, read off the viewer's thread.
 
 napari would compute a new layer's contrast limits from the coarsest level
 through the non-blocking path, i.e. from placeholders; the plugin reads a
-bounded sample instead. `contrast_selection` chooses it: whole stored chunks,
-evenly spaced along every axis, within a chunk count, a byte budget and an
-index-array length the caller gives.
+bounded sample instead. `contrast_selection` chooses it (pure; plans no read):
+whole stored chunks, evenly spaced along every axis, within a chunk count, a
+byte budget and an index-array length the caller gives. `sample_limits` reads
+it (blocking) and `ContrastSample` does so on a background thread, so that
+opening a layer never waits for a chunk: the layer opens with provisional
+limits and takes the sampled ones when its chunks have landed.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from napari_lazy_zarr.core.errors import LazyZarrError
+from napari_lazy_zarr.core.executors import SerialDispatch
 
 if TYPE_CHECKING:
     from napari_lazy_zarr.core.reading.array import ChunkedArray
     from napari_lazy_zarr.core.viewport.axes import AxisMap
 
-__all__ = ["contrast_selection"]
+__all__ = ["ContrastSample", "contrast_selection", "dtype_limits", "sample_limits"]
 
 
 def contrast_selection(
@@ -122,3 +130,120 @@ def contrast_selection(
         ).astype(np.intp)
         for axis in range(level.ndim)
     )
+
+
+def dtype_limits(dtype: np.dtype[Any]) -> tuple[float, float]:
+    """The limits of data whose values are unknown: an integer dtype's range, else (0, 1).
+
+    Examples
+    --------
+    >>> dtype_limits(np.dtype("uint8")), dtype_limits(np.dtype("float32"))
+    ((0.0, 255.0), (0.0, 1.0))
+    """
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return (float(info.min), float(info.max))
+    return (0.0, 1.0)
+
+
+def sample_limits(
+    level: ChunkedArray,
+    axis_map: AxisMap,
+    *,
+    max_chunks: int,
+    max_bytes: int,
+    max_indices: int,
+    timeout: float,
+) -> tuple[float, float]:
+    """Min and max of `level`'s `contrast_selection` (blocking: waits for its chunks).
+
+    Storage that does not answer within `timeout` seconds or fails, or data
+    with no finite value, gives `dtype_limits`; constant data gives
+    ``(value, value + 1)`` (the dtype's range for integers).
+    """
+    selection = contrast_selection(
+        level, axis_map, max_chunks=max_chunks, max_bytes=max_bytes, max_indices=max_indices
+    )
+    try:
+        if selection is None:
+            sample = np.zeros(0, dtype=level.dtype)
+        elif not selection:  # a 0-d array: its one value
+            sample = level.result(timeout=timeout)
+        else:
+            sample = level.oindex[selection].result(timeout=timeout)
+    except (TimeoutError, LazyZarrError):
+        sample = np.zeros(0, dtype=level.dtype)
+    if sample.dtype.kind == "f":
+        sample = sample[np.isfinite(sample)]
+    if sample.size == 0 or sample.dtype == bool:
+        return dtype_limits(level.dtype)
+    low, high = float(sample.min()), float(sample.max())
+    if not low < high:
+        return dtype_limits(level.dtype) if sample.dtype.kind in "iu" else (low, low + 1.0)
+    return (low, high)
+
+
+_SAMPLES = SerialDispatch("lazy-zarr-contrast")
+"""The thread the samples wait on (one at a time: channels of one image share chunks, and
+the second finds them resident)."""
+
+
+class ContrastSample:
+    """`sample_limits` of one layer's level, read on a background thread.
+
+    `provisional` are the limits to show meanwhile (`dtype_limits`);
+    `future` resolves to the sampled limits (never raises: a failed sample
+    gives `provisional`). The chunks load through the level's cache like any
+    others; the thread only waits for them.
+
+    Examples
+    --------
+    >>> from napari_lazy_zarr.core import ArraySource, ChunkCache, ChunkedArray
+    >>> from napari_lazy_zarr.core.viewport.axes import AxisMap
+    >>> data = np.arange(64 * 64, dtype=np.uint16).reshape(64, 64)
+    >>> with ChunkCache(1 << 20) as cache:
+    ...     level = ChunkedArray(ArraySource(data, chunks=(16, 16)), cache)
+    ...     sample = ContrastSample(level, AxisMap(2), max_chunks=64, max_bytes=1 << 20,
+    ...                             max_indices=1 << 16, timeout=10)
+    ...     limits = sample.future.result(timeout=10)
+    >>> sample.provisional, limits
+    ((0.0, 65535.0), (0.0, 4095.0))
+    """
+
+    def __init__(
+        self,
+        level: ChunkedArray,
+        axis_map: AxisMap,
+        *,
+        max_chunks: int,
+        max_bytes: int,
+        max_indices: int,
+        timeout: float,
+    ) -> None:
+        self.provisional = dtype_limits(level.dtype)
+        self.future: Future[tuple[float, float]] = Future()
+        sample = functools.partial(
+            sample_limits,
+            level,
+            axis_map,
+            max_chunks=max_chunks,
+            max_bytes=max_bytes,
+            max_indices=max_indices,
+            timeout=timeout,
+        )
+
+        def run() -> None:
+            try:
+                self.future.set_result(sample())
+            except BaseException:  # a sample must always end: a bug keeps the provisional
+                self.future.set_result(self.provisional)
+                raise
+
+        try:
+            _SAMPLES.submit(run)
+        except LazyZarrError:  # no thread could start: the limits stay provisional
+            self.future.set_result(self.provisional)
+
+    def __repr__(self) -> str:
+        state = self.future.result() if self.future.done() else "pending"
+        return f"ContrastSample(provisional={self.provisional}, sampled={state})"

@@ -1,0 +1,178 @@
+"""How long opening a 96-well HCS plate over slow HTTP holds napari's main thread.
+
+    xvfb-run -a -s "-screen 0 1920x1080x24" ./dev run python -m bench http-plate [--quick]
+
+The plate is `tests.conformance.cases.write_plate` (ome-zarr-py, NGFF 0.4: 8 x 12
+wells, one field of (2, 64, 64) per well, 3 levels), served by the test server
+(`tests.remote.server.FaultyServer`) with `Config.latency` added to every request,
+run in a process of its own (in this process its request handling would compete
+for the interpreter with napari's main thread, as no real server does). Both
+readers get the same ``http://127.0.0.1:PORT/plate.ome.zarr`` URL.
+
+Per round and reader, in one `napari.Viewer(show=True)`, alternating readers (as
+`bench.s3_plate` does, whose `_open_once` measures): ``viewer.open(url,
+plugin=reader)``, then the event loop runs until the first layer's displayed slice
+holds pixels, and until this plugin's loaders settle. Reported: the time
+``viewer.open`` took, the main thread's longest stall from the open until its loads
+settled (the open call included), the time until the first pixels showed, and
+until every load settled, and the requests the server answered per open. A full
+run (3 rounds) takes about 3 minutes at 100 ms; ``--quick`` one round.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench import environment_line, markdown_table
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+READERS = ("napari-lazy-zarr", "napari-ome-zarr")
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Config:
+    rows: int = 8
+    columns: int = 12
+    fields: int = 1
+    latency: float = 0.100
+    rounds: int = 3
+
+
+def _serve_forever(root: str, latency: float) -> None:
+    """The child process: serve `root` with `latency`; print the URL; count on request."""
+    sys.path.insert(0, str(_ROOT))
+    from tests.remote.server import Faults, FaultyServer
+
+    from bench.remote import BACKLOG
+
+    server = FaultyServer(Path(root), Faults(latency=latency))
+    server._server.socket.listen(BACKLOG)
+    with server:
+        print(server.url, flush=True)
+        for line in sys.stdin:  # one line per question: the requests answered so far
+            if not line.strip():
+                break
+            with server.faults.lock:
+                total = sum(server.faults.requests.values())
+            print(total, flush=True)
+
+
+@contextlib.contextmanager
+def _server_process(root: Path, latency: float) -> Iterator[tuple[str, Any]]:
+    """The server in a child process; its URL and a function returning its request count."""
+    command = [sys.executable, "-m", "bench.http_plate", "--serve", str(root), str(latency)]
+    server = subprocess.Popen(
+        command,
+        cwd=_ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdin is not None
+    assert server.stdout is not None
+    stdin, stdout = server.stdin, server.stdout
+
+    def requests() -> int:
+        stdin.write("count\n")
+        stdin.flush()
+        return int(stdout.readline())
+
+    try:
+        url = stdout.readline().strip()
+        if not url:
+            raise RuntimeError("the plate server did not start")
+        yield url, requests
+    finally:
+        with contextlib.suppress(BrokenPipeError):
+            stdin.close()
+        server.wait(timeout=30)
+
+
+def measure(config: Config) -> dict[str, list[dict[str, float]]]:
+    """Serve the plate and open it `config.rounds` times with each reader."""
+    sys.path.insert(0, str(_ROOT))
+    from tests.conformance.cases import write_plate
+
+    from bench.s3_plate import _open_once
+
+    results: dict[str, list[dict[str, float]]] = {reader: [] for reader in READERS}
+    with tempfile.TemporaryDirectory() as folder:
+        os.environ.setdefault("NAPARI_CONFIG", os.path.join(folder, "napari.yaml"))
+        plate = write_plate(Path(folder), config.rows, config.columns, config.fields)
+        with _server_process(plate.path.parent, config.latency) as (base, requests):
+            url = f"{base}/{plate.path.name}"
+            import napari
+            from qtpy.QtWidgets import QApplication
+
+            from napari_lazy_zarr._reader import watch_viewer
+
+            viewer = napari.Viewer(show=True)
+            viewer.window.resize(900, 700)
+            watch_viewer(viewer)
+            app = QApplication.instance()
+            for round_ in range(config.rounds):
+                order = READERS if round_ % 2 == 0 else READERS[::-1]
+                for reader in order:
+                    before = requests()
+                    result = _open_once(viewer, app, url, reader)
+                    result["requests"] = requests() - before
+                    results[reader].append(result)
+                    print(reader, result, flush=True)
+            viewer.close()
+    return results
+
+
+_COLUMNS = {
+    "open": "viewer.open",
+    "stall": "longest main-thread stall",
+    "pixels": "first pixels",
+    "settled": "all loads settled",
+}
+
+
+def report(config: Config, results: dict[str, list[dict[str, float]]]) -> str:
+    def cell(reader: str, key: str) -> str:
+        values = [r[key] * 1e3 for r in results[reader]]
+        every = ", ".join(f"{v:.0f}" for v in values)
+        return f"{statistics.median(values):.0f} ms ({every})"
+
+    def requests(reader: str) -> str:
+        return f"{statistics.median(r['requests'] for r in results[reader]):.0f}"
+
+    rows = [
+        [reader, *(cell(reader, key) for key in _COLUMNS), requests(reader)] for reader in READERS
+    ]
+    header = ["reader", *_COLUMNS.values(), "requests"]
+    wells = config.rows * config.columns
+    return (
+        f"## HCS plate over HTTP ({config.latency * 1e3:.0f} ms per request)\n\n"
+        f"{environment_line(['napari', 'napari-ome-zarr'])}\n\n"
+        f"A {wells}-well plate ({config.rows}x{config.columns}), {config.fields} field(s) "
+        f"of (2, 64, 64) per well, from the test server (its own process) on 127.0.0.1 "
+        f"adding {config.latency * 1e3:.0f} ms to every request; median of {config.rounds} "
+        f"(each round's value in brackets); load average {os.getloadavg()[0]:.1f} at the "
+        "end.\n\n" + markdown_table(header, rows)
+    )
+
+
+def run(quick: bool = False) -> str:
+    config = Config(rounds=1) if quick else Config()
+    return report(config, measure(config))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--serve"]:
+        _serve_forever(sys.argv[2], float(sys.argv[3]))
+    else:
+        print(run())
