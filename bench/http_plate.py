@@ -10,7 +10,7 @@ for the interpreter with napari's main thread, as no real server does). Both
 readers get the same ``http://127.0.0.1:PORT/plate.ome.zarr`` URL.
 
 Per round and reader, in one `napari.Viewer(show=True)`, alternating readers (as
-`bench.s3_plate` does, whose `_open_once` measures): ``viewer.open(url,
+`bench.s3_plate` does, whose `open_once` measures): ``viewer.open(url,
 plugin=reader)``, then the event loop runs until the first layer's displayed slice
 holds pixels, and until this plugin's loaders settle. Reported: the time
 ``viewer.open`` took, the main thread's longest stall from the open until its loads
@@ -104,7 +104,7 @@ def measure(config: Config) -> dict[str, list[dict[str, float]]]:
     sys.path.insert(0, str(_ROOT))
     from tests.conformance.cases import write_plate
 
-    from bench.s3_plate import _open_once
+    from bench.s3_plate import open_once
 
     results: dict[str, list[dict[str, float]]] = {reader: [] for reader in READERS}
     with tempfile.TemporaryDirectory() as folder:
@@ -125,7 +125,7 @@ def measure(config: Config) -> dict[str, list[dict[str, float]]]:
                 order = READERS if round_ % 2 == 0 else READERS[::-1]
                 for reader in order:
                     before = requests()
-                    result = _open_once(viewer, app, url, reader)
+                    result = open_once(viewer, app, url, reader)
                     result["requests"] = requests() - before
                     results[reader].append(result)
                     print(reader, result, flush=True)

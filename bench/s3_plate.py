@@ -52,7 +52,7 @@ class Config:
     rounds: int = 3
 
 
-def _open_once(viewer: Any, app: Any, url: str, reader: str) -> dict[str, float]:
+def open_once(viewer: Any, app: Any, url: str, reader: str) -> dict[str, float]:
     import numpy as np
     from qtpy.QtCore import QTimer
 
@@ -154,7 +154,7 @@ def measure(config: Config) -> dict[str, list[dict[str, float]]]:
             for round_ in range(config.rounds):
                 order = READERS if round_ % 2 == 0 else READERS[::-1]
                 for reader in order:
-                    results[reader].append(_open_once(viewer, app, url, reader))
+                    results[reader].append(open_once(viewer, app, url, reader))
                     print(reader, results[reader][-1], flush=True)
             viewer.close()
     return results
