@@ -59,6 +59,7 @@ class Entry:
     """Mutable per-chunk record; every field is guarded by the cache lock."""
 
     __slots__ = (
+        "background",
         "batch",
         "cancelled",
         "coords",
@@ -93,6 +94,9 @@ class Entry:
         # queued: a LOADING chunk none of them still wants may be cancelled.
         self.wants: dict[Hashable, QueueItem] = {}
         self.cancelled = False  # LOADING, and its source was asked to cancel the read
+        # LOADING as a worker task's own load: whether it counts as background work
+        # (`Scheduler.background_tasks`); None when not loading or riding another's batch.
+        self.background: bool | None = None
         self.derived = is_derived(ref.source)
         self.cost = 1  # stored chunk reads a load stands for (scheduling only)
         if self.derived:

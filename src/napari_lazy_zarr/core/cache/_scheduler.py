@@ -24,7 +24,12 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
-from napari_lazy_zarr.core.cache.schedule import LoadClass, PriorityQueue
+from napari_lazy_zarr.core.cache.schedule import (
+    LoadClass,
+    PriorityQueue,
+    background_budget,
+    is_background,
+)
 from napari_lazy_zarr.core.errors import CacheClosedError
 from napari_lazy_zarr.core.states import ChunkState, EventReason
 
@@ -56,6 +61,7 @@ class Scheduler:
         "_residency",
         "_transition",
         "active_tasks",
+        "background_tasks",
         "batches",
         "closed",
         "concurrency",
@@ -67,6 +73,7 @@ class Scheduler:
         "riding",
         "stalled",
         "stalled_after",
+        "visible_tasks",
         "watchdog",
     )
 
@@ -101,6 +108,12 @@ class Scheduler:
         self.batches: dict[tuple[Hashable, Hashable], dict[ChunkKey, Entry]] = {}
         self.watchdog: threading.Timer | None = None
         self.active_tasks = 0
+        # Of the tasks loading a chunk of their own (not riders), those on background work
+        # (`is_background`: overview, prefetch, superseded) and those on visible work. The
+        # background ones have their own, smaller budget (`background_room`) beside
+        # `concurrency`, which visible work always has whole.
+        self.background_tasks = 0
+        self.visible_tasks = 0
 
     # -- queueing ----------------------------------------------------------
 
@@ -255,7 +268,14 @@ class Scheduler:
             # none, nor is it kept alive by one).
             self.watchdog.cancel()  # sets an event: never waits
             self.watchdog = None
-        wanted = min(self.concurrency, len(self.queue)) - self.active_tasks
+        # Visible work gets up to `concurrency` tasks; background work, on top, what is left
+        # of its own budget. A task started takes whatever is most urgent within them.
+        queue = self.queue
+        foreground = self.active_tasks - self.background_tasks
+        background = min(queue.background, max(0, self.background_room()))
+        wanted = max(0, min(self.concurrency, queue.needed) - foreground) + background
+        if foreground > self.concurrency:
+            wanted -= foreground - self.concurrency  # lowered concurrency: fewer, not more
         if wanted > 0:
             self.active_tasks += wanted
             outbox.starts += wanted
@@ -264,16 +284,28 @@ class Scheduler:
     def take_next(self, outbox: Outbox, *, retire: bool = False) -> Entry | None:
         """Move the most urgent QUEUED chunk to LOADING, or retire this task (at once
         with `retire`: an executor running one load per task, `ManualExecutor`)."""
-        if not retire and not self.closed and self.active_tasks <= self.concurrency:
+        if not retire and not self.closed:
             entries = self._residency.entries
+            # This task counts as visible work until it takes a background chunk: with
+            # every visible task taken, it may serve only the background budget.
+            background_only = self.active_tasks - self.background_tasks > self.concurrency
             # While loads of a source are stalled, its storage is likely stuck: chunks of
             # other sources go first, so one stuck store never holds up another view.
             slow = {entries[k].key.source for k in self.stalled if k in entries}
+            refused = False
             for avoid in (slow, set()) if slow else (set(),):
                 skipped: list[QueueItem] = []
                 try:
-                    while (item := self.pop_runnable(avoid, skipped)) is not None:
+                    while (item := self.pop_runnable(avoid, skipped, background_only)) is not None:
                         entry = entries[item.key]
+                        background = is_background(item.load_class)
+                        if background and self.background_room() <= 0:
+                            # Over the background budget (none while visible work is
+                            # queued or loading): it stays queued; this task retires.
+                            entry.queue_items += 1
+                            skipped.append(item)
+                            refused = True
+                            break
                         if (
                             entry.derived
                             and entry.inputs is None
@@ -287,17 +319,35 @@ class Scheduler:
                         entry.started = time.perf_counter()
                         entry.cancelled = False
                         self.loading[entry.key] = entry
+                        entry.background = background
+                        if background:
+                            self.background_tasks += 1
+                        else:
+                            self.visible_tasks += 1
                         if entry.batch is not None:
                             self.take_riders(entry, reason, outbox)
                         return entry
                 finally:
                     for item in skipped:
                         self.queue.push_item(item)
+                if refused:
+                    break  # not again without `avoid`
         self.active_tasks -= 1
         return None
 
-    def pop_runnable(self, avoid: set[Hashable], skipped: list[QueueItem]) -> QueueItem | None:
-        """Pop the most urgent item of a QUEUED chunk a live view wants, or None.
+    def background_room(self) -> int:
+        """How many more tasks may take background work now, less those already on it:
+        none while a visible chunk is QUEUED or LOADING (no worker, nor a store's
+        connection, is taken from it), else the background budget (`background_budget`)."""
+        if self.queue.needed or self.visible_tasks:
+            return -self.background_tasks
+        return background_budget(self.concurrency) - self.background_tasks
+
+    def pop_runnable(
+        self, avoid: set[Hashable], skipped: list[QueueItem], background_only: bool = False
+    ) -> QueueItem | None:
+        """Pop the most urgent item of a QUEUED chunk a live view wants, or None
+        (of background work only, with `background_only`).
 
         On the way, items of chunks no longer QUEUED are dropped; stale ones are
         demoted (`fetch_superseded`) or their chunk parked; items of the sources
@@ -305,7 +355,7 @@ class Scheduler:
         """
         queue = self.queue
         entries = self._residency.entries
-        while (item := queue.pop()) is not None:
+        while (item := queue.pop(background_only=background_only)) is not None:
             entry = entries[item.key]
             entry.queue_items -= 1
             if entry.state is not ChunkState.QUEUED:
@@ -355,6 +405,13 @@ class Scheduler:
         """A load of `entry` ended (whatever its outcome): it no longer counts as loading."""
         entry.inputs = None
         entry.riders = None
+        if entry.background is not None:
+            if entry.key not in self.stalled:  # a stalled one no longer counts
+                if entry.background:
+                    self.background_tasks -= 1
+                else:
+                    self.visible_tasks -= 1
+            entry.background = None
         self.riding.discard(entry.key)
         del self.loading[entry.key]
         if entry.key in self.stalled:
@@ -414,7 +471,11 @@ class Scheduler:
                 and now - entry.started >= self.stalled_after
             ):
                 self.stalled.add(entry.key)
-                self.active_tasks -= 1  # its worker no longer counts
+                self.active_tasks -= 1  # its worker no longer counts, as either kind
+                if entry.background:
+                    self.background_tasks -= 1
+                elif entry.background is not None:
+                    self.visible_tasks -= 1
         self.schedule_starts(outbox)
 
     def wanted(self, entry: Entry) -> bool:

@@ -10,6 +10,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from napari_lazy_zarr.core.viewport._coarser import CoarserPlan, view_plan
+from napari_lazy_zarr.core.viewport.prefetch import overview_shown
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Hashable, Sequence
@@ -17,12 +18,12 @@ if TYPE_CHECKING:
     import numpy as np
 
     from napari_lazy_zarr.core.cache import ChunkCache
-    from napari_lazy_zarr.core.keys import ChunkKey
+    from napari_lazy_zarr.core.keys import ChunkKey, ChunkRef
     from napari_lazy_zarr.core.reading.array import ChunkedArray
     from napari_lazy_zarr.core.reading.plans import ReadPlan
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
     from napari_lazy_zarr.core.viewport.axes import Box
-    from napari_lazy_zarr.core.viewport.frames import ViewRequest
+    from napari_lazy_zarr.core.viewport.frames import ViewFrame, ViewRequest
 
 __all__ = ["Shown", "ViewPlans"]
 
@@ -40,6 +41,7 @@ class Shown:
         "buffer",
         "coarser",
         "composing",
+        "deferred",
         "failed",
         "issued",
         "landings",
@@ -49,6 +51,7 @@ class Shown:
         "plan",
         "provisional",
         "request",
+        "requested",
         "unfilled",
     )
 
@@ -75,11 +78,35 @@ class Shown:
         self.landings = 0  # how many times chunks landed in it (READY, FAILED or retried)
         # What the latest cache request for it was made on (`ViewController._issue`).
         self.issued: tuple[object, ...] | None = None
+        # A virtual thumbnail: the chunks the latest request asked for (None: all), and
+        # those left out of it (`overview_shown`), not waited for.
+        self.requested: frozenset[ChunkKey] | None = None
+        self.deferred: frozenset[ChunkKey] = frozenset()
 
     @property
     def waiting(self) -> bool:
-        """Whether chunks it lacks are still to land (FAILED ones are not waited for)."""
+        """Whether chunks it lacks are still to land (FAILED ones, and those deferred,
+        are not waited for)."""
+        if self.deferred:
+            return bool(self.missing - self.failed - self.deferred)
         return len(self.missing) > len(self.failed)
+
+    def follow(
+        self, view: ViewFrame | None, sources: Sequence[ChunkSource]
+    ) -> tuple[list[ChunkRef], bool]:
+        """A virtual thumbnail's chunks under the displayed `view` (`overview_shown`), the
+        others deferred (not waited for); and whether that changed what it waits for."""
+        shown = None if view is None else view.request
+        refs = overview_shown(self.request, self.plan.refs, shown, sources)
+        keys = frozenset(ref.key for ref in refs)
+        with self.lock:
+            changed, self.requested = keys != self.requested, keys
+            self.deferred = frozenset(ref.key for ref in self.plan.refs) - keys
+        return refs, changed
+
+    def follows(self, view: ViewFrame, sources: Sequence[ChunkSource]) -> bool:
+        """Whether it is a virtual thumbnail, now to be asked for other chunks (`follow`)."""
+        return self.requested is not None and self.follow(view, sources)[1]
 
     @property
     def prefetches(self) -> bool:

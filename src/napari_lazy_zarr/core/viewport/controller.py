@@ -445,7 +445,7 @@ class ViewController:
             return
         request = result.request
         with self._lock:
-            shown = self._shown.get(request.kind)
+            shown, thumbnail = self._shown.get(request.kind), self._shown.get("thumbnail")
         if shown is None or shown.request.generation != request.generation:
             return  # a newer read of this view already answered (and will issue)
         # A refresh that finds nothing new is not planned again: the live request already
@@ -458,6 +458,8 @@ class ViewController:
             renew, shown.issued = shown.issued != basis, basis
         if renew and not self._request(request, shown):
             return  # the cache was closed under us (viewer closing)
+        if request.kind == "view" and thumbnail and thumbnail.follows(result, self.sources):
+            self._request(thumbnail.request, thumbnail)  # a virtual thumbnail shows others
         self.view_read.emit(result)
         if result.failed:  # FAILED before this controller followed the cache (a shared one)
             self._report(self.failures.adopt(result.failed))
@@ -473,19 +475,20 @@ class ViewController:
                 held={axis for axis, _ in self.axis_map.fixed},
                 ring=self._ring,
                 motion=self.motion,
-                latency=self._load_latency,
+                latency=functools.partial(_load_latency, self.cache),
                 concurrency=self.cache.concurrency,
                 budget_bytes=int(self.cache.total_bytes_limit * self.lookahead_share),
             )
-        load_class = LoadClass.NEEDED
+        load_class, refs = LoadClass.NEEDED, shown.plan.refs
         if request.kind == "thumbnail" and is_derived(source):
-            # A virtual coarsest level costs every stored chunk under it: overview work
-            # must never starve the chunks of the displayed view.
-            load_class = LoadClass.OVERVIEW
+            # A virtual coarsest level costs every stored chunk under it: overview work,
+            # only as far as the view shows it, never starving the view's chunks.
+            load_class, (refs, _) = LoadClass.OVERVIEW, shown.follow(self.latest, self.sources)
+            self._refreshes.notify()  # fewer chunks to wait for may complete the layer
         center = tuple((lo + hi) / 2 for lo, hi in request.box)
         try:
             self.cache.request(
-                shown.plan.refs,
+                refs,
                 view=(self._id, request.kind),
                 level=request.level,
                 center=center,
@@ -495,11 +498,6 @@ class ViewController:
         except RuntimeError:  # the cache was closed under us (viewer closing)
             return False
         return True
-
-    def _load_latency(self) -> float:
-        """The cache's mean load time of a chunk, in seconds (0 before any load)."""
-        latency = float(self.cache.statistics.load_latency_mean)
-        return latency if math.isfinite(latency) else 0.0
 
     # -- volumes (3D at a finer level) ----------------------------------------
 
@@ -602,6 +600,12 @@ class ViewController:
         self._volumes.close()
         for kind in ("view", "thumbnail"):
             self.cache.release_view((self._id, kind))
+
+
+def _load_latency(cache: ChunkCache) -> float:
+    """The cache's mean load time of a chunk, in seconds (0 before any load)."""
+    latency = float(cache.statistics.load_latency_mean)
+    return latency if math.isfinite(latency) else 0.0
 
 
 _controller_ids = itertools.count()

@@ -34,11 +34,57 @@ __all__ = [
     "PlaneMotion",
     "lookahead_chunks",
     "lookahead_planes",
+    "overview_shown",
     "playback_level",
     "prefetch_chunks",
     "prefetch_ring",
     "view_prefetch",
 ]
+
+
+def overview_shown(
+    thumbnail: ViewRequest,
+    refs: Sequence[ChunkRef],
+    view: ViewRequest | None,
+    sources: Sequence[ChunkSource],
+) -> list[ChunkRef]:
+    """The chunks of a virtual thumbnail (`refs`, read by `thumbnail`) worth loading now:
+    those under the displayed `view`, and only while it shows a virtual level itself.
+
+    A virtual coarsest level costs every stored chunk under it (1,024 for a 16384²
+    array of 512² chunks, issue 24): a view zoomed in on a stored level does not pay
+    for the overview at all, one on a virtual level pays for its own part of it, and
+    the whole image shown fills the whole overview in.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from napari_lazy_zarr.core.sources.decimated import virtual_levels
+    >>> from napari_lazy_zarr.core.sources.protocol import ArraySource
+    >>> from napari_lazy_zarr.core.viewport.frames import ViewRequest
+    >>> levels = virtual_levels(ArraySource(np.zeros((64, 64)), chunks=(8, 8), name="o"),
+    ...                         smallest=16, chunk_size=8)
+    >>> thumbnail = ViewRequest(2, ((0, 16), (0, 16)), (0, 1), 1, "thumbnail")
+    >>> refs = [ChunkRef.of(levels[2], (r, c)) for r in range(2) for c in range(2)]
+    >>> zoomed_in = ViewRequest(0, ((0, 16), (0, 16)), (0, 1), 2)
+    >>> overview_shown(thumbnail, refs, zoomed_in, levels)
+    []
+    >>> corner = ViewRequest(1, ((0, 16), (0, 16)), (0, 1), 3)
+    >>> [ref.coords for ref in overview_shown(thumbnail, refs, corner, levels)]
+    [(0, 0)]
+    """
+    if view is None or not is_derived(sources[view.level]):
+        return []
+    box = level_box(view.box, sources[view.level].shape, sources[thumbnail.level].shape)
+    axes = thumbnail.spatial
+    return [
+        ref
+        for ref in refs
+        if all(
+            ref.key.inclusive_min[a] < box[a][1] and box[a][0] < ref.key.exclusive_max[a]
+            for a in axes
+        )
+    ]
 
 
 def prefetch_ring(source: ChunkSource) -> int:
