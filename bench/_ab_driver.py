@@ -9,7 +9,8 @@ be older than this file, so the driver uses only what `bench.engine` and
 `Config`, `FULL`/`QUICK`, `DATASETS`, `ensure_store`, `viewport_windows`,
 `pan_path` and `DatasetBench` with its seven section methods (each returns
 ``{method: [seconds, ...]}``); `data_root`, `ensure_plain`/`_pyramid`/`_volume`/
-`_warm_up`, `warm_page_cache`, `serve`, `run_worker`, `_location`, `OURS`,
+`_warm_up`, `warm_page_cache`, `serve`, `run_worker`, `_location` (since 973d4a0
+`store_location`), `OURS`,
 `OPEN_LATENCY`, `Case` and the worker results' keys. Nothing here formats a
 report: it writes ``{"figures": [[group, figure, unit, control, value], ...]}``
 as JSON to the spec's ``output`` file.
@@ -233,9 +234,8 @@ def measure_view(spec: dict[str, Any]) -> dict[str, Any]:
     ):
         for run_id, case in enumerate(_view_cases(quick)):
             server.faults.latency = case.latency
-            location = view_cycle._location(
-                case, view_cycle.OURS, server.url, warm_server.url, root
-            )
+            locate = getattr(view_cycle, "store_location", None) or view_cycle._location
+            location = locate(case, view_cycle.OURS, server.url, warm_server.url, root)
             run = view_cycle.run_worker(
                 config,
                 view_cycle.OURS,

@@ -41,14 +41,14 @@ DWELL: Final = 0.3
 def _worker(spec: dict[str, Any]) -> dict[str, Any]:
     from bench import view_cycle as vc
 
-    session = vc._session(spec)
-    mark = vc._Marks(spec["progress"])
-    vc._open(session, spec, mark)
+    session = vc.start_session(spec)
+    mark = vc.Marks(spec["progress"])
+    vc.open_case(session, spec, mark)
     size, (width, height) = spec["size"], session.size
     y0, x0 = (size - height) // 2, (size - width) // 2
-    vc._full_resolution(session, y0, x0)
+    vc.full_resolution(session, y0, x0)
     session.canvas.on_draw(None)
-    probe = vc._StallProbe()
+    probe = vc.StallProbe()
 
     def run_events(seconds: float) -> None:
         end = time.monotonic() + seconds
@@ -60,7 +60,7 @@ def _worker(spec: dict[str, Any]) -> dict[str, Any]:
     steps, stalls = [], []
     for index in range(spec["steps"]):
         started = time.perf_counter()
-        vc._full_resolution(session, y0, x0 + 256 * (index + 1))
+        vc.full_resolution(session, y0, x0 + 256 * (index + 1))
         session.canvas.on_draw(None)
         session.app.processEvents()
         steps.append(time.perf_counter() - started)
@@ -68,7 +68,7 @@ def _worker(spec: dict[str, Any]) -> dict[str, Any]:
         run_events(spec["dwell"])
         stalls.append(probe.longest)
     probe.stop()
-    stats = vc._cache_statistics(session.loader)
+    stats = vc.cache_statistics(session.loader)
     session.viewer.close()
     return {"steps": steps, "stalls": stalls, "cache": stats}
 
@@ -89,7 +89,7 @@ def _round() -> dict[str, Any]:
         FaultyServer(root) as warm,
     ):
         server.faults.latency = LATENCY
-        location, warm_up = vc._location(case, vc.OURS, server.url, warm.url, root)
+        location, warm_up = vc.store_location(case, vc.OURS, server.url, warm.url, root)
         spec = {
             "reader": "ours",
             "case": "pan-remote",

@@ -368,7 +368,7 @@ def warm_page_cache(root: Path) -> int:
 # -- the worker (a subprocess per reader and case) -------------------------------------
 
 
-class _Marks:
+class Marks:
     """Named `time.monotonic` instants of a worker, also appended to a progress file.
 
     The parent reads the file when it kills a worker that missed its deadline.
@@ -386,7 +386,7 @@ class _Marks:
         return now
 
 
-class _StallProbe:
+class StallProbe:
     """The longest gap between the ticks of a 5 ms timer: the longest event-loop stall.
 
     Ticks run only when the main thread returns to the event loop, so a gap is
@@ -418,7 +418,7 @@ class _StallProbe:
 
 
 @dataclass(slots=True)
-class _Session:
+class Session:
     """A worker's viewer, its one layer and the plugin's loader (None for the peers)."""
 
     app: Any
@@ -446,7 +446,7 @@ class _Session:
         return True
 
 
-def _session(spec: dict[str, Any]) -> _Session:
+def start_session(spec: dict[str, Any]) -> Session:
     import napari
     import napari.qt
 
@@ -472,10 +472,10 @@ def _session(spec: dict[str, Any]) -> _Session:
         app.processEvents()
     viewer.layers.remove(warm_up)
     app.processEvents()
-    return _Session(app, viewer, viewer.window._qt_viewer.canvas, size)
+    return Session(app, viewer, viewer.window._qt_viewer.canvas, size)
 
 
-def _warm_up(session: _Session, spec: dict[str, Any]) -> None:
+def _warm_up(session: Session, spec: dict[str, Any]) -> None:
     """Open (then remove) a small other store with the same reader, untimed.
 
     Pays the session's one-time costs (the reader's imports, HTTP client and
@@ -490,7 +490,7 @@ def _warm_up(session: _Session, spec: dict[str, Any]) -> None:
     session.app.processEvents()
 
 
-def _open(session: _Session, spec: dict[str, Any], mark: _Marks) -> None:
+def open_case(session: Session, spec: dict[str, Any], mark: Marks) -> None:
     """`viewer.open` of the spec's location, timed by marks; the loader's prefetch set."""
     if spec["warm_up"]:
         _warm_up(session, spec)
@@ -516,7 +516,7 @@ def _yx_scale(layer: Any) -> float:
     return scale
 
 
-def _full_resolution(session: _Session, y0: int, x0: int) -> None:
+def full_resolution(session: Session, y0: int, x0: int) -> None:
     """One screen pixel per level-0 pixel, the canvas' top-left on pixel (y0, x0)."""
     scale = _yx_scale(session.layer)
     width, height = session.size
@@ -603,7 +603,7 @@ def _chunks_under(layer: Any, chunk: int) -> list[str]:
     ]
 
 
-def _cache_statistics(loader: Any) -> dict[str, int] | None:
+def cache_statistics(loader: Any) -> dict[str, int] | None:
     if loader is None:
         return None
     stats = loader.controller.cache.statistics
@@ -625,7 +625,7 @@ def _shows(layer: Any, window: Window, expected: np.ndarray[Any, Any]) -> bool:
     return bool(np.array_equal(raw[y : y + window.h, x : x + window.w], expected))
 
 
-def _remote_worker(spec: dict[str, Any], mark: _Marks) -> dict[str, Any]:
+def _remote_worker(spec: dict[str, Any], mark: Marks) -> dict[str, Any]:
     """(1): open the URL, go to full resolution at the centre, wait until complete.
 
     The view is complete at the first applied slice (napari's `set_data` event;
@@ -635,11 +635,11 @@ def _remote_worker(spec: dict[str, Any], mark: _Marks) -> dict[str, Any]:
     """
     from napari_lazy_zarr.core.sample import synthetic_cells
 
-    session = _session(spec)
+    session = start_session(spec)
     size, (width, height) = spec["size"], session.size
     window = Window((size - height) // 2, (size - width) // 2, height, width)
     expected = synthetic_cells(window.y0, window.x0, (window.h, window.w))
-    _open(session, spec, mark)
+    open_case(session, spec, mark)
     layer = session.layer
     opened = mark.times["open_started"]
     deadline = opened + spec["view_timeout"]
@@ -650,7 +650,7 @@ def _remote_worker(spec: dict[str, Any], mark: _Marks) -> dict[str, Any]:
 
     started = mark("view_started")
     layer.events.set_data.connect(on_slice_applied)
-    _full_resolution(session, window.y0, window.x0)
+    full_resolution(session, window.y0, window.x0)
     before = time.perf_counter()
     session.canvas.on_draw(None)
     draw = time.perf_counter() - before
@@ -683,17 +683,17 @@ def _remote_worker(spec: dict[str, Any], mark: _Marks) -> dict[str, Any]:
         "levels": len(layer.data) if layer.multiscale else 1,
         "under_view": _chunks_under(layer, spec["chunk"]),
         "check": _check_2d(layer, session.viewer) if complete else None,
-        "cache": _cache_statistics(session.loader),
+        "cache": cache_statistics(session.loader),
         "canvas": session.canvas_size(),
     }
     session.viewer.close()
     return result
 
 
-def _open_worker(spec: dict[str, Any], mark: _Marks) -> dict[str, Any]:
+def _open_worker(spec: dict[str, Any], mark: Marks) -> dict[str, Any]:
     """(3): `viewer.open` plus the first `on_draw` (napari's home view), on the main thread."""
-    session = _session(spec)
-    _open(session, spec, mark)
+    session = start_session(spec)
+    open_case(session, spec, mark)
     before = time.perf_counter()
     session.canvas.on_draw(None)
     draw = time.perf_counter() - before
@@ -709,7 +709,7 @@ def _open_worker(spec: dict[str, Any], mark: _Marks) -> dict[str, Any]:
         "home_complete": ended - opened,
         "level": int(session.layer.data_level),
         "check": _check_2d(session.layer, session.viewer) if complete else None,
-        "cache": _cache_statistics(session.loader),
+        "cache": cache_statistics(session.loader),
         "canvas": session.canvas_size(),
     }
     session.viewer.close()
@@ -737,22 +737,22 @@ def pan_path(config: Config) -> list[tuple[int, int]]:
     return path
 
 
-def _local_worker(spec: dict[str, Any], mark: _Marks) -> dict[str, Any]:
+def _local_worker(spec: dict[str, Any], mark: Marks) -> dict[str, Any]:
     """(2): the 2D and 3D steps on the local 4D store, each step's main-thread costs."""
     from bench.napari_pan import _paint_seconds, _Probe, _renderer
 
-    session = _session(spec)
-    _open(session, spec, mark)
+    session = start_session(spec)
+    open_case(session, spec, mark)
     app, viewer, layer = session.app, session.viewer, session.layer
     probe = _Probe(layer)
-    stalls = _StallProbe()
+    stalls = StallProbe()
     deadline = time.monotonic() + spec["local_timeout"]
     path = [tuple(p) for p in spec["pan"]]
     t_axis, z_axis = 0, 1
 
     viewer.dims.set_current_step(t_axis, 0)
     viewer.dims.set_current_step(z_axis, spec["z_start"])
-    _full_resolution(session, *path[0])
+    full_resolution(session, *path[0])
     session.canvas.on_draw(None)
     if not session.run_until_complete(deadline):
         raise TimeoutError("the start view did not complete")
@@ -793,7 +793,7 @@ def _local_worker(spec: dict[str, Any], mark: _Marks) -> dict[str, Any]:
 
     steps: list[dict[str, Any]] = []
     for y0, x0 in path[1:]:
-        steps.append(step("2D pan", lambda y0=y0, x0=x0: _full_resolution(session, y0, x0)))
+        steps.append(step("2D pan", lambda y0=y0, x0=x0: full_resolution(session, y0, x0)))
     z = spec["z_start"]
     for _ in range(spec["z_steps"]):
         z += 1
@@ -824,7 +824,7 @@ def _local_worker(spec: dict[str, Any], mark: _Marks) -> dict[str, Any]:
         "renderer": _renderer(viewer),
         "check": check_2d,
         "check_3d": check_3d,
-        "cache": _cache_statistics(session.loader),
+        "cache": cache_statistics(session.loader),
         "canvas": session.canvas_size(),
     }
     viewer.close()
@@ -836,7 +836,7 @@ WORKERS: Final = {"remote": _remote_worker, "open": _open_worker, "local": _loca
 
 def _worker_main(argv: Sequence[str]) -> int:
     spec = json.loads(argv[0])
-    mark = _Marks(spec["progress"])
+    mark = Marks(spec["progress"])
     result = WORKERS[spec["kind"]](spec, mark)
     result["marks"] = mark.times
     with open(spec["output"], "w", encoding="utf-8") as handle:
@@ -919,7 +919,7 @@ def _read_marks(path: Path) -> dict[str, float]:
     return marks
 
 
-def _location(
+def store_location(
     case: Case, reader: Reader, url: str, warm_url: str, root: Path
 ) -> tuple[str, str | None]:
     """The store's location for `reader`, and the warm-up store's (None: no warm-up)."""
@@ -1134,7 +1134,7 @@ def run(quick: bool = False) -> str:
                     config,
                     reader,
                     case,
-                    location=_location(case, reader, server.url, warm_server.url, root),
+                    location=store_location(case, reader, server.url, warm_server.url, root),
                     scratch=scratch,
                     run_id=next(run_ids),
                     wait_settled=(reader.label, case) not in settled_seen,
