@@ -15,8 +15,10 @@ plugin=reader)``, then the event loop runs until the first layer's displayed sli
 holds pixels, and until this plugin's loaders settle. Reported: the time
 ``viewer.open`` took, the main thread's longest stall from the open until its loads
 settled (the open call included), the time until the first pixels showed, and
-until every load settled, and the requests the server answered per open. A full
-run (3 rounds) takes about 3 minutes at 100 ms; ``--quick`` one round.
+until every load settled, and the requests the server answered per open. Then
+the same for the view benchmark's 16384² OME-Zarr pyramid served with
+`Config.pyramid_latency` (200 ms) per request. A full run (3 rounds) takes
+about 4 minutes; ``--quick`` one round.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ class Config:
     fields: int = 1
     latency: float = 0.100
     rounds: int = 3
+    pyramid_latency: float = 0.200
+    """The OME-Zarr pyramid's opens (issue 24: "open over 200 ms HTTP <= 1.5 s")."""
 
 
 def _serve_forever(root: str, latency: float) -> None:
@@ -129,8 +133,29 @@ def measure(config: Config) -> dict[str, list[dict[str, float]]]:
                     result["requests"] = requests() - before
                     results[reader].append(result)
                     print(reader, result, flush=True)
+            with _server_process(_pyramid_root(), config.pyramid_latency) as (base, requests):
+                url = f"{base}/{_PYRAMID}"
+                for round_ in range(config.rounds):
+                    order = READERS if round_ % 2 == 0 else READERS[::-1]
+                    for reader in order:
+                        before = requests()
+                        result = open_once(viewer, app, url, reader)
+                        result["requests"] = requests() - before
+                        results.setdefault(f"pyramid: {reader}", []).append(result)
+                        print("pyramid", reader, result, flush=True)
             viewer.close()
     return results
+
+
+_PYRAMID = "cells.ome.zarr"
+
+
+def _pyramid_root() -> Path:
+    """The view benchmark's 16384² uint16 OME-Zarr 0.5 pyramid (written once, reused)."""
+    from bench import view_cycle
+
+    view_cycle.ensure_pyramid(view_cycle.FULL)
+    return view_cycle.data_root(view_cycle.FULL)
 
 
 _COLUMNS = {
@@ -154,6 +179,14 @@ def report(config: Config, results: dict[str, list[dict[str, float]]]) -> str:
         [reader, *(cell(reader, key) for key in _COLUMNS), requests(reader)] for reader in READERS
     ]
     header = ["reader", *_COLUMNS.values(), "requests"]
+    pyramid = [
+        [
+            reader,
+            *(cell(f"pyramid: {reader}", key) for key in _COLUMNS),
+            requests(f"pyramid: {reader}"),
+        ]
+        for reader in READERS
+    ]
     wells = config.rows * config.columns
     return (
         f"## HCS plate over HTTP ({config.latency * 1e3:.0f} ms per request)\n\n"
@@ -162,7 +195,12 @@ def report(config: Config, results: dict[str, list[dict[str, float]]]) -> str:
         f"of (2, 64, 64) per well, from the test server (its own process) on 127.0.0.1 "
         f"adding {config.latency * 1e3:.0f} ms to every request; median of {config.rounds} "
         f"(each round's value in brackets); load average {os.getloadavg()[0]:.1f} at the "
-        "end.\n\n" + markdown_table(header, rows)
+        "end.\n\n"
+        + markdown_table(header, rows)
+        + f"\n\nThe same readers opening the view benchmark's 16384² uint16 OME-Zarr 0.5 "
+        f"pyramid (`bench.view_cycle`, 512² chunks) from the same server adding "
+        f"{config.pyramid_latency * 1e3:.0f} ms to every request, in the same viewer after "
+        "the plate:\n\n" + markdown_table(header, pyramid)
     )
 
 

@@ -1,18 +1,33 @@
-"""Pan over HTTP while a plain array's background work runs: napari's main thread per step.
+"""Pan over HTTP while background work runs: napari's main thread per step, A/B and peers.
 
 ``./dev bench pan-remote [--quick]`` (under ``xvfb-run -a -s "-screen 0
-1920x1080x24"``). In a fresh napari process per round (`bench.view_cycle`'s
-session: fixed canvas, napari's warm-up untimed, a warm-up store opened first),
-the plugin opens the view benchmark's 16384² *plain* array (no pyramid, 512²
-chunks: a virtual pyramid whose overview costs all 1,024 stored chunks) over
-the project's test server adding `LATENCY` to every request, goes to one screen
-pixel per stored pixel at the centre, runs the event loop 1 s, then pans
-`STEPS` steps of 256 px to the right. Per step: the main thread's time for the
-camera move, ``canvas.on_draw`` and one ``processEvents`` (issue 24's "pan
-step"), then `DWELL` s of event loop in which a 5 ms timer records the longest
-stall. Figures: per round the median and worst step and stall, and the chunk
-loads the cache made by the end. A full run: 3 rounds, about 2 minutes
-(``--quick``: 1 round on the same store).
+1920x1080x24"``). In a fresh napari process per measurement (`bench.view_cycle`'s
+session: fixed canvas, napari's warm-up untimed, a warm-up store opened first), a
+reader opens one of the view benchmark's 16384² stores over the project's test
+server adding `LATENCY` to every request, goes to one screen pixel per stored
+pixel at the centre, runs the event loop 1 s, then pans `STEPS` steps of 256 px
+to the right. Per step: the main thread's time for the camera move,
+``canvas.on_draw`` and one ``processEvents`` (issue 24's "pan step"), then
+`DWELL` s of event loop in which a 5 ms timer records the longest stall.
+
+The methods, interleaved (the order rotates per round):
+
+- *ours, plain*: the *plain* array (no pyramid, 512² chunks: a virtual pyramid
+  whose overview could cost all 1,024 stored chunks), this checkout's package;
+- *previous, plain*: the same with the package of `PREVIOUS` (the revision
+  before issue 24's work), checked out into a temporary worktree and put first
+  on ``PYTHONPATH`` (the bench code stays this checkout's; the worker reports
+  which package it imported, and the run fails if it is the wrong one);
+- *ours, pyramid* and *napari-ome-zarr, pyramid*: the OME-Zarr pyramid of the
+  same image;
+- *napari, in memory*: napari's own multiscale image of the same size from NumPy
+  arrays in memory (level 0 read from the plain store before the session,
+  untimed; each level half the previous, contiguous): the floor software
+  rendering sets, no storage at all.
+
+Figures: per method the median over rounds of each round's median and worst
+step and stall, and the chunk loads the cache made (ours). A full run: 2 rounds
+of 5 processes, about 6 minutes (``--quick``: 1 round).
 
 Issue 24 measured 171-219 ms median, 359-368 ms worst per pan step here while
 the overview downloaded every stored chunk; napari panning an in-memory
@@ -21,29 +36,61 @@ multiscale image of this size takes about 65 ms median, 105 ms worst.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from bench import environment_line, markdown_table
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 LATENCY: Final = 0.2
 STEPS: Final = 8
 DWELL: Final = 0.3
+PREVIOUS: Final = "b5af8ec"
+"""The revision before issue 24's work (the A/B baseline)."""
+METHODS: Final = (
+    "ours, plain",
+    "previous, plain",
+    "ours, pyramid",
+    "napari-ome-zarr, pyramid",
+    "napari, in memory",
+)
+
+
+def _in_memory(session: Any, path: str) -> None:
+    """napari's own multiscale image of the plain store's pixels, from NumPy in memory."""
+    import numpy as np
+    import zarr
+
+    level = np.asarray(zarr.open_array(path, mode="r")[...])
+    levels = [level]
+    while min(levels[-1].shape) > 512:
+        levels.append(np.ascontiguousarray(levels[-1][::2, ::2]))
+    session.layer = session.viewer.add_image(
+        levels, multiscale=True, contrast_limits=(0, int(level.max())), name="in memory"
+    )
 
 
 def _worker(spec: dict[str, Any]) -> dict[str, Any]:
+    import napari_lazy_zarr
     from bench import view_cycle as vc
 
     session = vc.start_session(spec)
     mark = vc.Marks(spec["progress"])
-    vc.open_case(session, spec, mark)
+    if spec["reader"] == "memory":
+        _in_memory(session, spec["location"])
+    else:
+        vc.open_case(session, spec, mark)
     size, (width, height) = spec["size"], session.size
     y0, x0 = (size - height) // 2, (size - width) // 2
     vc.full_resolution(session, y0, x0)
@@ -70,32 +117,44 @@ def _worker(spec: dict[str, Any]) -> dict[str, Any]:
     probe.stop()
     stats = vc.cache_statistics(session.loader)
     session.viewer.close()
-    return {"steps": steps, "stalls": stalls, "cache": stats}
+    package = str(Path(napari_lazy_zarr.__file__).resolve().parent)
+    return {"steps": steps, "stalls": stalls, "cache": stats, "package": package}
 
 
-def _round() -> dict[str, Any]:
+def _measure(method: str, previous: Path) -> dict[str, Any]:
+    """One fresh napari process measuring `method` (one of `METHODS`)."""
     from tests.remote.server import FaultyServer
 
     from bench import view_cycle as vc
 
     config = vc.FULL
     vc.ensure_plain(config)
+    vc.ensure_pyramid(config)
     vc.ensure_warm_up(config)
     root = vc.data_root(config)
-    case = vc.Case("remote", "plain", LATENCY, warm_up=True)
+    reader = vc.OME_ZARR if method.startswith("napari-ome-zarr") else vc.OURS
+    case = vc.Case("remote", "pyramid" if "pyramid" in method else "plain", LATENCY, warm_up=True)
+    env = dict(os.environ)
+    package = Path(__file__).resolve().parents[1] / "src"
+    if method.startswith("previous"):
+        package = previous / "src"
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(package), str(Path(__file__).resolve().parents[1])]
+        )
     with (
         tempfile.TemporaryDirectory(prefix="pan-remote-") as scratch,
         vc.serve(root) as (server, _, _),
         FaultyServer(root) as warm,
     ):
         server.faults.latency = LATENCY
-        location, warm_up = vc.store_location(case, vc.OURS, server.url, warm.url, root)
+        location, warm_up = vc.store_location(case, reader, server.url, warm.url, root)
+        memory = method == "napari, in memory"
         spec = {
-            "reader": "ours",
-            "case": "pan-remote",
-            "plugin": "napari-lazy-zarr",
+            "reader": "memory" if memory else reader.label,
+            "case": f"pan-remote: {method}",
+            "plugin": reader.plugin,
             "prefetch": True,
-            "location": location,
+            "location": str(root / vc.PLAIN) if memory else location,
             "warm_up": warm_up,
             "canvas": list(config.canvas),
             "size": config.size,
@@ -103,7 +162,7 @@ def _round() -> dict[str, Any]:
             "steps": STEPS,
             "dwell": DWELL,
         }
-        env = dict(os.environ, NAPARI_CONFIG=str(Path(scratch) / "settings.yaml"))
+        env["NAPARI_CONFIG"] = str(Path(scratch) / "settings.yaml")
         done = subprocess.run(
             [sys.executable, "-m", "bench.pan_remote", "--worker", json.dumps(spec)],
             env=env,
@@ -112,33 +171,79 @@ def _round() -> dict[str, Any]:
             timeout=300,
             check=True,
         )
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    result = dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    if Path(result["package"]) != (package / "napari_lazy_zarr").resolve():
+        raise RuntimeError(f"{method}: imported {result['package']}, expected {package}")
+    return result
+
+
+@contextlib.contextmanager
+def _worktree(revision: str) -> Iterator[Path]:
+    """`revision` checked out into a temporary detached worktree, removed afterwards."""
+    top = Path(__file__).resolve().parents[1]
+    scratch = Path(tempfile.mkdtemp(prefix="pan-remote-previous-"))
+    tree = scratch / "tree"
+    subprocess.run(
+        ["git", "-C", str(top), "worktree", "add", "--detach", "-q", str(tree), revision],
+        check=True,
+    )
+    try:
+        yield tree
+    finally:
+        subprocess.run(
+            ["git", "-C", str(top), "worktree", "remove", "--force", str(tree)], check=False
+        )
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def run(quick: bool = False) -> str:
     """Measure and return the Markdown section."""
     load = os.getloadavg()[0]
+    results: dict[str, list[dict[str, Any]]] = {method: [] for method in METHODS}
+    with _worktree(PREVIOUS) as previous:
+        for index in range(1 if quick else 2):
+            order = METHODS[index % len(METHODS) :] + METHODS[: index % len(METHODS)]
+            for method in order:
+                result = _measure(method, previous)
+                print(f"[pan-remote] round {index + 1}, {method}: {json.dumps(result)[:240]}")
+                results[method].append(result)
+    after = os.getloadavg()[0]
+
+    def median_of(method: str, key: str, reduce: Any) -> float:
+        return statistics.median(reduce([1e3 * s for s in r[key]]) for r in results[method])
+
     rows = []
-    for index in range(1 if quick else 3):
-        result = _round()
-        steps = [1e3 * s for s in result["steps"]]
-        stalls = [1e3 * s for s in result["stalls"]]
-        print(f"[pan-remote] round {index + 1}: {json.dumps(result)[:300]}", flush=True)
+    memory = median_of("napari, in memory", "steps", statistics.median)
+    for method in METHODS:
+        step = median_of(method, "steps", statistics.median)
+        loads = [(r["cache"] or {}).get("loads") for r in results[method]]
         rows.append(
             [
-                index + 1,
-                f"{statistics.median(steps):.0f}",
-                f"{max(steps):.0f}",
-                f"{statistics.median(stalls):.0f}",
-                f"{max(stalls):.0f}",
-                (result["cache"] or {}).get("loads", "?"),
+                method,
+                f"{step:.0f}",
+                f"{median_of(method, 'steps', max):.0f}",
+                f"{median_of(method, 'stalls', statistics.median):.0f}",
+                f"{median_of(method, 'stalls', max):.0f}",
+                f"{step / memory:.2f}x",
+                ", ".join(str(n) for n in loads if n is not None) or "",
             ]
         )
-    header = ["round", "step median ms", "step max ms", "stall median ms", "stall max ms", "loads"]
+    header = [
+        "method",
+        "step median ms",
+        "step worst ms",
+        "stall median ms",
+        "stall worst ms",
+        "step / in memory",
+        "cache loads",
+    ]
     return (
-        f"## Pan over {LATENCY * 1e3:.0f} ms HTTP on a plain 16384² array (issue 24)\n\n"
-        f"{environment_line(['napari', 'zarr'])}; 1-minute load average {load:.2f} before.\n\n"
-        + markdown_table(header, rows)
+        f"## Pan over {LATENCY * 1e3:.0f} ms HTTP: ours vs the previous revision ({PREVIOUS}), "
+        "napari-ome-zarr and napari's in-memory image (issue 24)\n\n"
+        f"{environment_line(['napari', 'zarr', 'napari-ome-zarr'])}; 1-minute load average "
+        f"{load:.2f} before, {after:.2f} after. {STEPS} steps of 256 px per process, "
+        f"{len(results[METHODS[0]])} round(s); medians over rounds of each round's median "
+        "and worst.\n\n" + markdown_table(header, rows)
     )
 
 
