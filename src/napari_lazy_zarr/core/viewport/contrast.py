@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import functools
 import math
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from napari_lazy_zarr.core.cache import LoadClass
 from napari_lazy_zarr.core.errors import LazyZarrError
 from napari_lazy_zarr.core.executors import SerialDispatch
 
@@ -155,7 +156,8 @@ def sample_limits(
     max_indices: int,
     timeout: float,
 ) -> tuple[float, float]:
-    """Min and max of `level`'s `contrast_selection` (blocking: waits for its chunks).
+    """Min and max of `level`'s `contrast_selection` (blocking: waits for its chunks, which
+    load as background work, `LoadClass.OVERVIEW`, after what any view displays).
 
     Storage that does not answer within `timeout` seconds or fails, or data
     with no finite value, gives `dtype_limits`; constant data gives
@@ -167,11 +169,14 @@ def sample_limits(
     try:
         if selection is None:
             sample = np.zeros(0, dtype=level.dtype)
-        elif not selection:  # a 0-d array: its one value
-            sample = level.result(timeout=timeout)
         else:
-            sample = level.oindex[selection].result(timeout=timeout)
-    except (TimeoutError, LazyZarrError):
+            view = level if not selection else level.oindex[selection]  # 0-d: its one value
+            # Background work: the sample's chunks load at the overview's class, never
+            # ahead of (or beside) a chunk a view displays; the read then finds them.
+            with level.cache.request(view.chunk_refs(), load_class=LoadClass.OVERVIEW) as wait:
+                wait.done.result(timeout=timeout)
+                sample = view.result(timeout=timeout)
+    except (TimeoutError, CancelledError, LazyZarrError):
         sample = np.zeros(0, dtype=level.dtype)
     if sample.dtype.kind == "f":
         sample = sample[np.isfinite(sample)]
