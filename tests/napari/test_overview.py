@@ -14,7 +14,7 @@ import pytest
 import zarr
 
 from napari_lazy_zarr._layer_data import loader_of
-from napari_lazy_zarr._reader import read_zarr, shared_cache, watch_viewer
+from napari_lazy_zarr._reader import contrast_sample, read_zarr, shared_cache, watch_viewer
 from napari_lazy_zarr.core import ChunkRef
 from napari_lazy_zarr.core.sources.zarr import ZarrChunkSource
 
@@ -76,8 +76,11 @@ def test_a_zoomed_in_view_does_not_pay_for_the_overview(
     viewer = make_napari_viewer(show=True)
     viewer.window.resize(900, 700)
     watch_viewer(viewer)
-    ((levels, kwargs, _),) = read_zarr(str(path))  # its contrast sample read here
+    ((levels, kwargs, _),) = read_zarr(str(path))
     assert len(levels) == 4  # 4096, 2048, 1024, 512: three virtual levels
+    sample = contrast_sample(levels[0].loader)  # its contrast sample, read before the gate
+    assert sample is not None
+    sample.future.result(timeout=30)
     # From here on stored reads wait for the gate: napari's first slice (its home view, the
     # whole coarsest level) is superseded by the zoomed-in view before any read lands, as
     # over a slow store. On a local disk it would have read everything meanwhile.

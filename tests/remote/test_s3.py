@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import zarr
 
-from napari_lazy_zarr._reader import read_zarr
+from napari_lazy_zarr._reader import contrast_sample, read_zarr
 from napari_lazy_zarr.core.errors import MetadataError, StoreNotFoundError
 from napari_lazy_zarr.core.formats.ome import describe_store, open_level_sources
 from napari_lazy_zarr.core.keys import chunk_bounds, grid_shape
@@ -95,6 +95,12 @@ def test_an_ome_zarr_image_written_into_s3_opens_from_the_settings_file(
     np.testing.assert_array_equal(_whole(levels[1]), written[...])  # the writer's level
     layers = read_zarr(url)  # the napari reader: one layer per channel
     assert [kind for _, _, kind in layers] == ["image", "image"]
+    for layer_levels, _, _ in layers:
+        # The contrast limits, sampled in the background from the coarsest level over S3.
+        sample = contrast_sample(layer_levels[0].loader)
+        assert sample is not None
+        top = layer_levels[-1].array.result(timeout=30)
+        assert sample.future.result(timeout=30) == (float(top.min()), float(top.max()))
 
 
 def test_a_public_bucket_opens_anonymously_without_credentials(
