@@ -320,8 +320,8 @@ class ChunkedArray:
 
         def copy_out(key: ChunkKey, data: np.ndarray[Any, Any]) -> None:
             # On the worker that decoded the chunk, as it lands: its bytes are still in
-            # that core's cache (copied here from memory, a 512² uint16 chunk cost
-            # ~100 µs more), the copies overlap the other loads and run on every worker.
+            # that core's cache, the copies overlap the other loads and run on every
+            # worker, and this thread is not woken to copy each chunk itself.
             plan.copy_chunk(out, key, data)
             copied.add(key)
 
