@@ -11,16 +11,38 @@ import numpy as np
 import pytest
 import zarr
 import zstandard
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from numcodecs import blosc
 
 from napari_lazy_zarr.core.buffers import BlockPool
-from napari_lazy_zarr.core.sources._decode import ExpansionError, decode_into
+from napari_lazy_zarr.core.sources._decode import (
+    ExpansionError,
+    decode_into,
+    native_decode,
+    native_decoding,
+)
 from napari_lazy_zarr.core.sources.zarr import open_zarr_source
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
+
+try:
+    import imagecodecs
+except ImportError:  # the `codecs` extra is not installed: only the numcodecs path runs
+    imagecodecs = None
+
+
+@pytest.fixture(params=["native", "numcodecs"])
+def decoder(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Both blosc decode paths: imagecodecs (when installed) and the numcodecs fallback."""
+    native = request.param == "native"
+    if native and imagecodecs is None:
+        pytest.skip("imagecodecs (the codecs extra) is not installed")
+    with native_decoding(native):
+        assert native_decode() is native
+        yield request.param
 
 
 def test_a_block_comes_back_only_when_no_view_of_it_is_left() -> None:
@@ -74,21 +96,33 @@ def test_leases_and_returns_from_many_threads() -> None:
     assert pool.free_bytes <= 4 * 256
 
 
-@settings(max_examples=60, deadline=None)
+# The decode path (`decoder`) is chosen once for every example: no state to reset.
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     data=st.binary(min_size=0, max_size=5000),
     codec=st.sampled_from(["zstd", "blosc"]),
     frames=st.integers(1, 3),
+    cname=st.sampled_from([b"lz4", b"zstd", b"blosclz", b"zlib", b"lz4hc"]),
+    shuffle=st.sampled_from([blosc.NOSHUFFLE, blosc.SHUFFLE, blosc.BITSHUFFLE]),
+    typesize=st.sampled_from([1, 2, 4, 8]),
 )
 def test_decode_into_fills_exactly_what_the_data_holds(
-    data: bytes, codec: str, frames: int
+    decoder: str,
+    data: bytes,
+    codec: str,
+    frames: int,
+    cname: bytes,
+    shuffle: int,
+    typesize: int,
 ) -> None:
     if codec == "zstd":
         parts = [data[i::frames] for i in range(frames)]
         encoded = b"".join(zstandard.compress(p) for p in parts)
         plain = b"".join(parts)
     else:
-        encoded = blosc.compress(data, b"lz4", 5, blosc.SHUFFLE, 2)
+        encoded = blosc.compress(data, cname, 5, shuffle, typesize)
         plain = data
     out = np.empty(len(plain), dtype=np.uint8)
     decode_into(codec, encoded, out)
@@ -98,6 +132,27 @@ def test_decode_into_fills_exactly_what_the_data_holds(
             decode_into(codec, encoded, np.empty(len(plain) + 1, dtype=np.uint8))
         with pytest.raises(ExpansionError):
             decode_into(codec, encoded, np.empty(len(plain) - 1, dtype=np.uint8))
+
+
+def test_a_blosc_frame_declaring_more_than_its_chunk_is_refused(decoder: str) -> None:
+    frame = bytearray(blosc.compress(bytes(8192), b"zstd", 5, blosc.SHUFFLE, 2))
+    frame[4:8] = (512 << 20).to_bytes(4, "little")  # declares 512 MiB
+    with pytest.raises(ExpansionError, match="declares"):
+        decode_into("blosc", bytes(frame), np.empty(8192, dtype=np.uint8))
+    # A header claiming more compressed bytes than the data holds would make c-blosc
+    # read past the data: refused before decoding, on either path.
+    frame = bytearray(blosc.compress(bytes(range(256)) * 32, b"lz4", 5, blosc.SHUFFLE, 2))
+    frame[12:16] = (len(frame) + 64).to_bytes(4, "little")
+    with pytest.raises(ValueError, match="compressed bytes"):
+        decode_into("blosc", bytes(frame), np.empty(8192, dtype=np.uint8))
+
+
+def test_corrupt_blosc_data_is_a_value_error(decoder: str) -> None:
+    data = np.random.default_rng(1).integers(0, 50, 4096, dtype=np.uint16).tobytes()
+    frame = bytearray(blosc.compress(data, b"lz4", 5, blosc.SHUFFLE, 2))
+    frame[16:20] = (1 << 30).to_bytes(4, "little")  # the first block starts past the end
+    with pytest.raises(ValueError, match="does not decode"):
+        decode_into("blosc", bytes(frame), np.empty(len(data), dtype=np.uint8))
 
 
 def test_a_zstd_bomb_is_refused_before_it_is_decoded() -> None:
@@ -121,7 +176,7 @@ def test_a_zstd_bomb_is_refused_before_it_is_decoded() -> None:
     ],
 )
 def test_pooled_decoding_reads_like_zarr(
-    tmp_path: Path, zarr_format: int, compressor: str, order: str, dtype: str
+    decoder: str, tmp_path: Path, zarr_format: int, compressor: str, order: str, dtype: str
 ) -> None:
     from zarr.codecs import BloscCodec, ZstdCodec
 
@@ -155,3 +210,23 @@ def test_pooled_decoding_reads_like_zarr(
             np.testing.assert_array_equal(
                 source.read_chunk((r, c)), data[r * 8 : r * 8 + 8, c * 16 : c * 16 + 16]
             )
+
+
+def test_sharded_blosc_inner_chunks_read_like_numpy(decoder: str, tmp_path: Path) -> None:
+    from zarr.codecs import BloscCodec
+
+    data = np.random.default_rng(5).integers(0, 4000, size=(70, 90)).astype("<u2")
+    path = str(tmp_path / "s.zarr")
+    array = zarr.create_array(
+        path, shape=data.shape, chunks=(16, 16), shards=(32, 48), dtype="<u2",
+        compressors=BloscCodec(cname="lz4", shuffle="bitshuffle"),
+    )  # fmt: skip
+    array[...] = data
+    source = open_zarr_source(path)
+    coords = [(r, c) for r in range(5) for c in range(6)]
+    batched = source.read_chunks(coords)  # the batch path (one call per shard)
+    for (r, c), one in zip(coords, batched, strict=True):
+        expected = data[r * 16 : r * 16 + 16, c * 16 : c * 16 + 16]
+        np.testing.assert_array_equal(source.read_chunk((r, c)), expected)
+        assert not isinstance(one, BaseException)
+        np.testing.assert_array_equal(one, expected)

@@ -54,6 +54,20 @@ class ChunkKey:
     source: Hashable
     inclusive_min: tuple[int, ...]
     exclusive_max: tuple[int, ...]
+    # Hashed ~25 times per chunk loaded (entries, waiters, pins, LRU): once, not 0.8 µs each.
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "_hash", hash((self.source, self.inclusive_min, self.exclusive_max))
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt, not restored: string hashes differ between processes.
+        return ChunkKey, (self.source, self.inclusive_min, self.exclusive_max)
 
     @property
     def shape(self) -> tuple[int, ...]:

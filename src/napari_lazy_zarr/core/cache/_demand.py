@@ -185,7 +185,10 @@ class Demand:
             self._counters.failures += 1
         key = entry.key
         for request in self.waiting.pop(key, ()):
-            request._landed.put(key)
+            if data is not None and request.on_ready is not None:
+                outbox.deliveries.append((request, key, data))  # on_ready, then landed
+            else:
+                request._landed.put(key)
             request._remaining -= 1
             if request._remaining == 0:
                 outbox.finished.append(request)

@@ -11,14 +11,17 @@ lock is released. It never takes a lock itself.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     import threading
     from collections.abc import Iterable
 
+    import numpy as np
+
     from napari_lazy_zarr.core.cache._residency import Entry
     from napari_lazy_zarr.core.cache.request import Request
+    from napari_lazy_zarr.core.keys import ChunkKey
     from napari_lazy_zarr.core.sources.protocol import CancellableSource
     from napari_lazy_zarr.core.states import ChunkEvent
 
@@ -28,15 +31,30 @@ __all__ = ["Outbox", "cancel_loads"]
 class Outbox:
     """What to do once the lock is released."""
 
-    __slots__ = ("cancels", "events", "finished", "starts", "superseded", "watchdog")
+    __slots__ = (
+        "cancels",
+        "deliveries",
+        "events",
+        "finished",
+        "starts",
+        "superseded",
+        "watchdog",
+    )
 
     def __init__(self) -> None:
         self.events: list[ChunkEvent] = []
+        # READY chunks for requests with an `on_ready` (called, then landed, after the lock)
+        self.deliveries: list[tuple[Request, ChunkKey, np.ndarray[Any, Any]]] = []
         self.finished: list[Request] = []
         self.superseded: list[Request] = []
         self.starts = 0
         self.cancels: list[Entry] = []  # LOADING chunks whose source is to cancel the read
         self.watchdog: threading.Timer | None = None  # to start
+
+    def deliver(self) -> None:
+        """Hand each READY chunk to its request's `on_ready`, then to its `landed`."""
+        for request, key, data in self.deliveries:
+            request._deliver(key, data)
 
     def resolve_requests(self) -> None:
         """Cancel the superseded requests' futures, resolve the finished ones'."""

@@ -11,15 +11,18 @@ waited on from any thread.
 from __future__ import annotations
 
 import contextlib
+import logging
 import queue
 import time
 from concurrent.futures import Future, InvalidStateError
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from napari_lazy_zarr.core.errors import CacheClosedError
 
 if TYPE_CHECKING:
-    from collections.abc import Hashable, Iterator
+    from collections.abc import Callable, Hashable, Iterator
+
+    import numpy as np
 
     from napari_lazy_zarr.core.cache.cache import ChunkCache
     from napari_lazy_zarr.core.keys import ChunkKey
@@ -47,6 +50,10 @@ class Request:
         items of an older generation are stale.
     done
         Resolves (None) when every needed chunk is READY or FAILED.
+    on_ready
+        Called as ``on_ready(key, data)`` on the thread that loaded a needed chunk,
+        without the cache's lock, once it is READY and before `landed` yields its
+        key (`ChunkCache.request`); None: not called.
     """
 
     __slots__ = (
@@ -57,16 +64,23 @@ class Request:
         "done",
         "generation",
         "keys",
+        "on_ready",
         "view",
     )
 
     def __init__(
-        self, cache: ChunkCache, keys: tuple[ChunkKey, ...], view: Hashable, generation: int
+        self,
+        cache: ChunkCache,
+        keys: tuple[ChunkKey, ...],
+        view: Hashable,
+        generation: int,
+        on_ready: Callable[[ChunkKey, np.ndarray[Any, Any]], None] | None = None,
     ) -> None:
         self._cache = cache
         self.keys = keys
         self.view = view
         self.generation = generation
+        self.on_ready = on_ready
         self.done: Future[None] = Future()
         self._remaining = 0
         self._released = False
@@ -106,6 +120,19 @@ class Request:
     def release(self) -> None:
         """Unpin the chunks; idempotent."""
         self._cache._release(self)
+
+    def _deliver(self, key: ChunkKey, data: np.ndarray[Any, Any]) -> None:
+        """Hand a landed chunk to `on_ready`, then to `landed` (a worker, no lock held).
+
+        A failing `on_ready` is logged: the key still lands, and whoever reads
+        `landed` finds the chunk READY in the cache as without `on_ready`.
+        """
+        assert self.on_ready is not None
+        try:
+            self.on_ready(key, data)
+        except Exception:
+            logging.getLogger(__name__).exception("on_ready(%s) failed", key)
+        self._landed.put(key)
 
     def _wake_closed(self) -> None:
         """The cache closed with chunks of this request missing: wake its waiters with

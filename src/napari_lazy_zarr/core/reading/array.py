@@ -316,9 +316,19 @@ class ChunkedArray:
             error = cache.error(key)
             raise ChunkReadError(f"chunk {key} failed: {error}") from error
         rest = [ref for ref in plan.refs if ref.key not in ready]
-        with cache.request(rest, center=self._center()) as request:
-            # Copy each chunk as it lands, overlapping the copies with the loads.
+        copied: set[ChunkKey] = set()
+
+        def copy_out(key: ChunkKey, data: np.ndarray[Any, Any]) -> None:
+            # On the worker that decoded the chunk, as it lands: its bytes are still in
+            # that core's cache, the copies overlap the other loads and run on every
+            # worker, and this thread is not woken to copy each chunk itself.
+            plan.copy_chunk(out, key, data)
+            copied.add(key)
+
+        with cache.request(rest, center=self._center(), on_ready=copy_out) as request:
             for key in request.landed(timeout):
+                if key in copied:  # landed after `copy_out` returned
+                    continue
                 data = cache.lookup(key)
                 if data is None:
                     error = cache.error(key)
