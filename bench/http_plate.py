@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from bench import environment_line, markdown_table
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 READERS = ("napari-lazy-zarr", "napari-ome-zarr")
 _ROOT = Path(__file__).resolve().parent.parent
@@ -108,8 +108,6 @@ def measure(config: Config) -> dict[str, list[dict[str, float]]]:
     sys.path.insert(0, str(_ROOT))
     from tests.conformance.cases import write_plate
 
-    from bench.s3_plate import open_once
-
     results: dict[str, list[dict[str, float]]] = {reader: [] for reader in READERS}
     with tempfile.TemporaryDirectory() as folder:
         os.environ.setdefault("NAPARI_CONFIG", os.path.join(folder, "napari.yaml"))
@@ -125,26 +123,34 @@ def measure(config: Config) -> dict[str, list[dict[str, float]]]:
             viewer.window.resize(900, 700)
             watch_viewer(viewer)
             app = QApplication.instance()
-            for round_ in range(config.rounds):
-                order = READERS if round_ % 2 == 0 else READERS[::-1]
-                for reader in order:
-                    before = requests()
-                    result = open_once(viewer, app, url, reader)
-                    result["requests"] = requests() - before
-                    results[reader].append(result)
-                    print(reader, result, flush=True)
+            _open_rounds(viewer, app, url, requests, config.rounds, results, "")
             with _server_process(_pyramid_root(), config.pyramid_latency) as (base, requests):
                 url = f"{base}/{_PYRAMID}"
-                for round_ in range(config.rounds):
-                    order = READERS if round_ % 2 == 0 else READERS[::-1]
-                    for reader in order:
-                        before = requests()
-                        result = open_once(viewer, app, url, reader)
-                        result["requests"] = requests() - before
-                        results.setdefault(f"pyramid: {reader}", []).append(result)
-                        print("pyramid", reader, result, flush=True)
+                _open_rounds(viewer, app, url, requests, config.rounds, results, "pyramid: ")
             viewer.close()
     return results
+
+
+def _open_rounds(
+    viewer: Any,
+    app: Any,
+    url: str,
+    requests: Callable[[], int],
+    rounds: int,
+    results: dict[str, list[dict[str, float]]],
+    prefix: str,
+) -> None:
+    """Open `url` `rounds` times with each reader, alternating their order; into `results`
+    under ``prefix + reader``, with the requests the server answered per open."""
+    from bench.s3_plate import open_once
+
+    for round_ in range(rounds):
+        for reader in READERS if round_ % 2 == 0 else READERS[::-1]:
+            before = requests()
+            result = open_once(viewer, app, url, reader)
+            result["requests"] = requests() - before
+            results.setdefault(prefix + reader, []).append(result)
+            print(prefix + reader, result, flush=True)
 
 
 _PYRAMID = "cells.ome.zarr"
