@@ -69,6 +69,7 @@ however many pinned chunks exceed the limit.
 
 from __future__ import annotations
 
+import logging
 import numbers
 import os
 import threading
@@ -112,6 +113,8 @@ __all__ = [
     "check_total_bytes_limit",
     "default_concurrency",
 ]
+
+_LOG = logging.getLogger(__name__)
 
 DEFAULT_TOTAL_BYTES_LIMIT: Final = 1 << 30
 """1 GiB: TensorStore's usual cache pool size for interactive viewing."""
@@ -588,9 +591,9 @@ class ChunkCache:
                 # psygnal's emit has no fast path for no listeners (its lock, an emission
                 # context: ~5 µs, once per chunk loaded): a batch nobody hears is dropped.
                 if len(self.state_changed) > 0:
-                    self.state_changed.emit(batch)
+                    _emit(self.state_changed, batch)
                 if stats is not None:
-                    self.statistics_changed.emit(stats)
+                    _emit(self.statistics_changed, stats)
 
     def _flush(self, outbox: Outbox) -> None:
         """Emit what a locked section collected, in order. Called without the lock.
@@ -609,6 +612,20 @@ class ChunkCache:
             self._workers.start(outbox.starts)
         if outbox.watchdog is not None or outbox.cancels:
             outbox.start_watchdog_and_cancel()
+
+
+def _emit(signal: Any, value: object) -> None:
+    """Emit `value`; a listener's error is logged, never raised into the emitting thread.
+
+    Events are emitted from workers and from the threads that read: an error
+    there (a listener's bug, or psygnal's ReferenceError for a weakly held
+    listener collected while the batch went out) would end a load half way,
+    and the requests waiting on it would never complete.
+    """
+    try:
+        signal.emit(value)
+    except Exception:
+        _LOG.exception("a listener of the chunk cache's %s failed", signal.name)
 
 
 def _check_int(name: str, value: object, minimum: int) -> int:
