@@ -164,31 +164,23 @@ def _pyramid_root() -> Path:
     return view_cycle.data_root(view_cycle.FULL)
 
 
-_COLUMNS = {
-    "open": "viewer.open",
-    "stall": "longest main-thread stall",
-    "pixels": "first pixels",
-    "settled": "all loads settled",
-}
-
-
 def report(config: Config, results: dict[str, list[dict[str, float]]]) -> str:
+    from bench.s3_plate import COLUMNS, median_cell
+
     def cell(reader: str, key: str) -> str:
-        values = [r[key] * 1e3 for r in results[reader]]
-        every = ", ".join(f"{v:.0f}" for v in values)
-        return f"{statistics.median(values):.0f} ms ({every})"
+        return median_cell(results[reader], key)
 
     def requests(reader: str) -> str:
         return f"{statistics.median(r['requests'] for r in results[reader]):.0f}"
 
     rows = [
-        [reader, *(cell(reader, key) for key in _COLUMNS), requests(reader)] for reader in READERS
+        [reader, *(cell(reader, key) for key in COLUMNS), requests(reader)] for reader in READERS
     ]
-    header = ["reader", *_COLUMNS.values(), "requests"]
+    header = ["reader", *COLUMNS.values(), "requests"]
     pyramid = [
         [
             reader,
-            *(cell(f"pyramid: {reader}", key) for key in _COLUMNS),
+            *(cell(f"pyramid: {reader}", key) for key in COLUMNS),
             requests(f"pyramid: {reader}"),
         ]
         for reader in READERS

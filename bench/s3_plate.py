@@ -160,7 +160,7 @@ def measure(config: Config) -> dict[str, list[dict[str, float]]]:
     return results
 
 
-_COLUMNS = {
+COLUMNS = {
     "open": "viewer.open",
     "stall": "longest main-thread stall",
     "pixels": "first pixels",
@@ -168,14 +168,19 @@ _COLUMNS = {
 }
 
 
+def median_cell(runs: list[dict[str, float]], key: str) -> str:
+    """The median of `key` over `runs` in ms, each run's value in brackets."""
+    values = [r[key] * 1e3 for r in runs]
+    every = ", ".join(f"{v:.0f}" for v in values)
+    return f"{statistics.median(values):.0f} ms ({every})"
+
+
 def report(config: Config, results: dict[str, list[dict[str, float]]]) -> str:
     def cell(reader: str, key: str) -> str:
-        values = [r[key] * 1e3 for r in results[reader]]
-        every = ", ".join(f"{v:.0f}" for v in values)
-        return f"{statistics.median(values):.0f} ms ({every})"
+        return median_cell(results[reader], key)
 
-    rows = [[reader, *(cell(reader, key) for key in _COLUMNS)] for reader in READERS]
-    header = ["reader", *_COLUMNS.values()]
+    rows = [[reader, *(cell(reader, key) for key in COLUMNS)] for reader in READERS]
+    header = ["reader", *COLUMNS.values()]
     return (
         f"## HCS plate from S3 (moto)\n\n{environment_line(['napari', 'napari-ome-zarr'])}\n\n"
         f"A {config.rows}x{config.columns}-well plate, {config.fields} fields per well, "
