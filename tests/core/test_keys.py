@@ -11,13 +11,18 @@ import sys
 
 import pytest
 
-from napari_lazy_zarr.core.keys import ChunkKey
+from napari_lazy_zarr.core.keys import ChunkKey, CompositeIdentity
 from napari_lazy_zarr.core.sources.zarr import ZarrIdentity
 from napari_lazy_zarr.core.states import ChunkEvent, ChunkState, EventReason
 
 
 def _key() -> ChunkKey:
     return ChunkKey(ZarrIdentity("/data/a.zarr", "3f2a", 7), (0, 512), (512, 1024))
+
+
+def _stack_key() -> ChunkKey:
+    members = (ZarrIdentity("/data/a.zarr", "3f2a", 7), ZarrIdentity("/data/b.zarr", "9c1d", 7))
+    return ChunkKey(CompositeIdentity("stack", (("axis", 0),), members), (0, 0), (1, 512))
 
 
 def test_equal_keys_hash_alike_and_find_each_other() -> None:
@@ -32,14 +37,17 @@ def test_equal_keys_hash_alike_and_find_each_other() -> None:
 
 
 def test_a_key_pickled_in_another_process_finds_its_chunk_here() -> None:
-    """String hashes differ between processes: a key (and its zarr identity) from a worker
-    process must be hashed anew here, not carry the worker's hash."""
+    """String hashes differ between processes: a key (and its zarr or composite identity)
+    from a worker process must be hashed anew here, not carry the worker's hash."""
     code = (
         "import pickle, sys\n"
         "from napari_lazy_zarr.core.keys import ChunkKey\n"
         "from napari_lazy_zarr.core.sources.zarr import ZarrIdentity\n"
+        "from napari_lazy_zarr.core.keys import CompositeIdentity\n"
         "key = ChunkKey(ZarrIdentity('/data/a.zarr', '3f2a', 7), (0, 512), (512, 1024))\n"
-        "sys.stdout.buffer.write(pickle.dumps(key))\n"
+        "members = (ZarrIdentity('/data/a.zarr', '3f2a', 7), ZarrIdentity('/data/b.zarr', '9c1d', 7))\n"
+        "stack = ChunkKey(CompositeIdentity('stack', (('axis', 0),), members), (0, 0), (1, 512))\n"
+        "sys.stdout.buffer.write(pickle.dumps((key, stack)))\n"
     )
     seed = "1" if os.environ.get("PYTHONHASHSEED") != "1" else "2"
     pickled = subprocess.run(
@@ -49,10 +57,13 @@ def test_a_key_pickled_in_another_process_finds_its_chunk_here() -> None:
         check=True,
         timeout=120,
     ).stdout
-    loaded = pickle.loads(pickled)
+    loaded, stack = pickle.loads(pickled)
     assert loaded == _key()
     assert {_key(): "chunk"}[loaded] == "chunk"
     assert {_key().source: "array"}[loaded.source] == "array"
+    assert stack == _stack_key()
+    assert {_stack_key(): "chunk"}[stack] == "chunk"
+    assert {_stack_key().source: "stack"}[stack.source] == "stack"
 
 
 def test_chunk_events_are_frozen_values_made_positionally_or_by_name() -> None:

@@ -213,6 +213,10 @@ class CompositeIdentity:
     def __hash__(self) -> int:
         return self._hash
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt, not restored: string hashes differ between processes.
+        return CompositeIdentity, (self.kind, self.parameters, self.members)
+
     def __str__(self) -> str:
         shown = [str(m) for m in self.members[:SHOWN_MEMBERS]]
         if len(self.members) > SHOWN_MEMBERS:
