@@ -9,6 +9,9 @@ pixel at the centre, runs the event loop 1 s, then pans `STEPS` steps of 256 px
 to the right. Per step: the main thread's time for the camera move,
 ``canvas.on_draw`` and one ``processEvents`` (issue 24's "pan step"), then
 `DWELL` s of event loop in which a 5 ms timer records the longest stall.
+*Own* is the main thread's time inside the plugin's package (`bench.own_time`:
+an instrumented upper bound) during the step, during the dwell after it, and
+its longest single piece — issue 24's "our own main-thread work".
 
 The methods, interleaved (the order rotates per round):
 
@@ -49,6 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from bench import environment_line, markdown_table
+from bench.own_time import OwnTime
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -104,21 +108,36 @@ def _worker(spec: dict[str, Any]) -> dict[str, Any]:
             time.sleep(0.0005)
 
     run_events(1.0)
-    steps, stalls = [], []
-    for index in range(spec["steps"]):
-        started = time.perf_counter()
-        vc.full_resolution(session, y0, x0 + 256 * (index + 1))
-        session.canvas.on_draw(None)
-        session.app.processEvents()
-        steps.append(time.perf_counter() - started)
-        probe.reset()
-        run_events(spec["dwell"])
-        stalls.append(probe.longest)
+    steps, stalls, own_steps, own_dwells, own_longest = [], [], [], [], []
+    with OwnTime() as own:
+        for index in range(spec["steps"]):
+            own.reset()
+            started = time.perf_counter()
+            vc.full_resolution(session, y0, x0 + 256 * (index + 1))
+            session.canvas.on_draw(None)
+            session.app.processEvents()
+            steps.append(time.perf_counter() - started)
+            own_steps.append(own.total)
+            longest = own.longest
+            own.reset()
+            probe.reset()
+            run_events(spec["dwell"])
+            stalls.append(probe.longest)
+            own_dwells.append(own.total)
+            own_longest.append(max(longest, own.longest))
     probe.stop()
     stats = vc.cache_statistics(session.loader)
     session.viewer.close()
     package = str(Path(napari_lazy_zarr.__file__).resolve().parent)
-    return {"steps": steps, "stalls": stalls, "cache": stats, "package": package}
+    return {
+        "steps": steps,
+        "stalls": stalls,
+        "own_steps": own_steps,
+        "own_dwells": own_dwells,
+        "own_longest": own_longest,
+        "cache": stats,
+        "package": package,
+    }
 
 
 def _measure(method: str, previous: Path) -> dict[str, Any]:
@@ -225,6 +244,10 @@ def run(quick: bool = False) -> str:
                 f"{median_of(method, 'stalls', statistics.median):.0f}",
                 f"{median_of(method, 'stalls', max):.0f}",
                 f"{step / memory:.2f}x",
+                f"{median_of(method, 'own_steps', statistics.median):.1f}",
+                f"{median_of(method, 'own_steps', max):.1f}",
+                f"{median_of(method, 'own_dwells', statistics.median):.1f}",
+                f"{median_of(method, 'own_longest', max):.1f}",
                 ", ".join(str(n) for n in loads if n is not None) or "",
             ]
         )
@@ -235,6 +258,10 @@ def run(quick: bool = False) -> str:
         "stall median ms",
         "stall worst ms",
         "step / in memory",
+        "own per step median ms",
+        "own per step worst ms",
+        f"own per {DWELL:.1f} s after a step ms",
+        "own longest piece ms",
         "cache loads",
     ]
     return (
