@@ -13,6 +13,7 @@ on two revisions of the project, interleaved (``python -m bench ab``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -20,6 +21,7 @@ import re
 import shutil
 import statistics
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -27,15 +29,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Sequence
 
 __all__ = [
     "DATA_DIR",
+    "PREVIOUS",
     "RESULTS_FILE",
+    "ROOT",
     "environment_line",
     "interleaved",
     "markdown_table",
     "median_ms",
+    "previous_package",
     "worker_result",
     "write_section",
 ]
@@ -206,6 +211,34 @@ def environment_line(packages: Sequence[str]) -> str:
         f"{os.cpu_count()} CPUs ({platform.machine()}), Python {platform.python_version()}; "
         f"{versions}"
     )
+
+
+PREVIOUS = "b5af8ec"
+"""The revision before issue 24's work: the viewer benchmarks' A/B baseline."""
+
+
+@contextlib.contextmanager
+def previous_package(revision: str = PREVIOUS) -> Iterator[Path]:
+    """`revision` checked out into a temporary detached worktree, removed afterwards.
+
+    A benchmark's worker process measures that revision's package with
+    ``PYTHONPATH=<tree>/src:<this checkout>`` (this checkout's bench code, the
+    old package) and reports ``napari_lazy_zarr.__file__``, which the parent
+    checks: an editable install would otherwise win silently.
+    """
+    scratch = Path(tempfile.mkdtemp(prefix="bench-previous-"))
+    tree = scratch / "tree"
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), revision],
+        check=True,
+    )
+    try:
+        yield tree
+    finally:
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False
+        )
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def write_section(name: str, body: str, path: Path = RESULTS_FILE) -> None:

@@ -39,29 +39,22 @@ multiscale image of this size takes about 65 ms median, 105 ms worst.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-from bench import environment_line, markdown_table
+from bench import PREVIOUS, environment_line, markdown_table, previous_package
 from bench.own_time import OwnTime
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
 
 LATENCY: Final = 0.2
 STEPS: Final = 8
 DWELL: Final = 0.3
-PREVIOUS: Final = "b5af8ec"
-"""The revision before issue 24's work (the A/B baseline)."""
 METHODS: Final = (
     "ours, plain",
     "previous, plain",
@@ -196,30 +189,11 @@ def _measure(method: str, previous: Path) -> dict[str, Any]:
     return result
 
 
-@contextlib.contextmanager
-def _worktree(revision: str) -> Iterator[Path]:
-    """`revision` checked out into a temporary detached worktree, removed afterwards."""
-    top = Path(__file__).resolve().parents[1]
-    scratch = Path(tempfile.mkdtemp(prefix="pan-remote-previous-"))
-    tree = scratch / "tree"
-    subprocess.run(
-        ["git", "-C", str(top), "worktree", "add", "--detach", "-q", str(tree), revision],
-        check=True,
-    )
-    try:
-        yield tree
-    finally:
-        subprocess.run(
-            ["git", "-C", str(top), "worktree", "remove", "--force", str(tree)], check=False
-        )
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
 def run(quick: bool = False) -> str:
     """Measure and return the Markdown section."""
     load = os.getloadavg()[0]
     results: dict[str, list[dict[str, Any]]] = {method: [] for method in METHODS}
-    with _worktree(PREVIOUS) as previous:
+    with previous_package(PREVIOUS) as previous:
         for index in range(1 if quick else 2):
             order = METHODS[index % len(METHODS) :] + METHODS[: index % len(METHODS)]
             for method in order:

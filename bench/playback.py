@@ -14,27 +14,40 @@ displayed level, **held** = an earlier plane shown while the current one loads
 (ours only), **steps** = share of the t steps napari showed at all (napari drops
 a step while the previous one has not drawn). A 5 ms `QTimer` measures the
 longest main-thread stall and counts stalls over 50 ms. One subprocess per
-(reader, fps, latency), each with a fresh cache.
+(reader, fps, latency), each with a fresh cache. At 10 fps the previous revision
+(`bench.PREVIOUS`, its package from a temporary worktree) plays beside ours: the
+A/B in the same run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench import DATA_DIR, environment_line, generated_store, markdown_table
+from bench import (
+    DATA_DIR,
+    PREVIOUS,
+    ROOT,
+    environment_line,
+    generated_store,
+    markdown_table,
+    previous_package,
+)
 from bench.own_time import OwnTime
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
 FRAMES, SIZE, CHUNK, LEVELS = 50, 1024, 256, 3
 READERS = ("napari-lazy-zarr", "napari-ome-zarr", "napari")
+PREVIOUS_FPS = 10
+PREVIOUS_LABEL = f"napari-lazy-zarr {PREVIOUS} (previous)"
 HELD_STEPS = 8  # a frame showing one of the 8 planes before the current one is "held"
 
 
@@ -70,10 +83,11 @@ def _worker(spec: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
     from qtpy.QtCore import QTimer
 
+    import napari_lazy_zarr
     from napari_lazy_zarr._layer_data import loader_of, wait_until_complete
     from napari_lazy_zarr._reader import watch_viewer
 
-    reader, url, fps, frames = spec["reader"], spec["url"], spec["fps"], spec["frames"]
+    reader, url, fps, frames = spec["plugin"], spec["url"], spec["fps"], spec["frames"]
     viewer = napari.Viewer(show=True)
     viewer.window.resize(900, 760)
     app = napari.qt.get_qapp()
@@ -163,7 +177,8 @@ def _worker(spec: dict[str, Any]) -> dict[str, Any]:
         ):
             held += 1
     result = {
-        "reader": reader,
+        "reader": spec["reader"],
+        "package": str(Path(napari_lazy_zarr.__file__).resolve().parent),
         "fps": fps,
         "latency": spec["latency"],
         "shown": len(shown),
@@ -196,9 +211,16 @@ def serve(root: Path, latency: float) -> Iterator[Any]:
         yield server
 
 
-def _run_worker(spec: dict[str, Any]) -> dict[str, Any]:
+def _run_worker(spec: dict[str, Any], previous: Path | None = None) -> dict[str, Any]:
+    """One fresh napari process; `previous` (a checkout) puts that revision's package first."""
+    env = dict(os.environ)
+    package = ROOT / "src"
+    if previous is not None:
+        package = previous / "src"
+        env["PYTHONPATH"] = os.pathsep.join([str(package), str(ROOT)])
     out = subprocess.run(
         [sys.executable, "-m", "bench.playback", json.dumps(spec)],
+        env=env,
         capture_output=True,
         text=True,
         timeout=spec["frames"] / spec["fps"] * 4 + 300,
@@ -207,6 +229,10 @@ def _run_worker(spec: dict[str, Any]) -> dict[str, Any]:
     for line in reversed(out.stdout.splitlines()):
         if line.startswith("{"):
             result: dict[str, Any] = json.loads(line)
+            if Path(result["package"]) != (package / "napari_lazy_zarr").resolve():
+                raise RuntimeError(
+                    f"{spec['reader']}: imported {result['package']}, not {package}"
+                )
             return result
     return {**spec, "error": (out.stderr or out.stdout)[-400:]}
 
@@ -219,22 +245,27 @@ def run(quick: bool = False) -> str:
     readers = READERS[:2] if quick else READERS
     path = ensure_movie(frames, size)
     rows = []
-    for latency in latencies:
-        with serve(path.parent, latency) as server:
-            url = f"{server.url}/{path.name}"
-            for fps in fps_list:
-                for reader in readers:
-                    spec = {
-                        "reader": reader,
-                        "url": url,
-                        "fps": fps,
-                        "latency": latency,
-                        "frames": frames,
-                        "size": size,
-                    }
-                    result = _run_worker(spec)
-                    print(f"[playback] {json.dumps(result)[:300]}", flush=True)
-                    rows.append(result)
+    with previous_package(PREVIOUS) as previous:
+        for latency in latencies:
+            with serve(path.parent, latency) as server:
+                url = f"{server.url}/{path.name}"
+                for fps in fps_list:
+                    methods = [(reader, reader, None) for reader in readers]
+                    if fps == PREVIOUS_FPS:  # the A/B at issue 24's rate, beside ours
+                        methods.insert(1, (PREVIOUS_LABEL, READERS[0], previous))
+                    for label, plugin, tree in methods:
+                        spec = {
+                            "reader": label,
+                            "plugin": plugin,
+                            "url": url,
+                            "fps": fps,
+                            "latency": latency,
+                            "frames": frames,
+                            "size": size,
+                        }
+                        result = _run_worker(spec, tree)
+                        print(f"[playback] {json.dumps(result)[:300]}", flush=True)
+                        rows.append(result)
     table = []
     for r in rows:
         if "error" in r:
