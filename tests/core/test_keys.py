@@ -45,7 +45,8 @@ def test_a_key_pickled_in_another_process_finds_its_chunk_here() -> None:
         "from napari_lazy_zarr.core.sources.zarr import ZarrIdentity\n"
         "from napari_lazy_zarr.core.keys import CompositeIdentity\n"
         "key = ChunkKey(ZarrIdentity('/data/a.zarr', '3f2a', 7), (0, 512), (512, 1024))\n"
-        "members = (ZarrIdentity('/data/a.zarr', '3f2a', 7), ZarrIdentity('/data/b.zarr', '9c1d', 7))\n"
+        "members = (ZarrIdentity('/data/a.zarr', '3f2a', 7),\n"
+        "           ZarrIdentity('/data/b.zarr', '9c1d', 7))\n"
         "stack = ChunkKey(CompositeIdentity('stack', (('axis', 0),), members), (0, 0), (1, 512))\n"
         "sys.stdout.buffer.write(pickle.dumps((key, stack)))\n"
     )
