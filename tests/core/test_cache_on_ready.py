@@ -7,6 +7,7 @@ import threading
 from typing import Any
 
 import numpy as np
+import pytest
 
 from napari_lazy_zarr.core import ArraySource, ChunkCache, ChunkedArray, ChunkRef
 from napari_lazy_zarr.core.executors import ManualExecutor
@@ -88,3 +89,28 @@ def test_blocking_reads_copy_on_the_workers_pixel_for_pixel() -> None:
         points = (rng.integers(0, 300, 500), rng.integers(0, 260, 500))
         cache.evict_unpinned()
         np.testing.assert_array_equal(array.vindex[points].result(timeout=WAIT), data[points])
+
+
+def test_landed_at_once_waits_for_the_whole_request_or_its_first_failure() -> None:
+    """`landed(at_once=True)` yields nothing while a needed chunk is still loading (a
+    blocking read's thread is woken once), then every key in landing order; a FAILED
+    chunk wakes it at once."""
+    data = np.arange(96, dtype="u2").reshape(4, 24)
+    source = FaultySource(ArraySource(data, chunks=(4, 4), name="once"), failing={(0, 4)})
+    refs = [ChunkRef.of(source, (0, j)) for j in range(3)]
+    executor = ManualExecutor()
+    with ChunkCache(1 << 20, executor=executor, concurrency=1) as cache:
+        with cache.request(refs) as request:
+            assert executor.run_next()  # one of three loaded
+            with pytest.raises(TimeoutError):  # per chunk, it would yield the one landed
+                next(request.landed(timeout=0, at_once=True))
+            executor.run_all()
+            landed = list(request.landed(timeout=0, at_once=True))
+            assert sorted(landed, key=str) == sorted([r.key for r in refs], key=str)
+        failing = [ChunkRef.of(source, (0, j)) for j in (4, 5)]
+        with cache.request(failing, center=(2.0, 18.0)) as request:  # (0, 4) loads first
+            assert executor.run_next()  # (0, 4) fails; (0, 5) still queued
+            landed = request.landed(timeout=0, at_once=True)
+            assert next(landed) == failing[0].key
+            with pytest.raises(TimeoutError):
+                next(landed)

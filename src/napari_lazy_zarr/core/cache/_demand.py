@@ -104,12 +104,12 @@ class Demand:
                 self.requeue_failed(entry, outbox)  # no thread could read it: asked again
             if entry.state is ChunkState.READY:
                 counters.hits += 1
-                request._landed.put(entry.key)
+                request._land(entry.key)
                 continue
             counters.misses += 1
             scheduler.enqueue(entry, load_class, level, center, view, generation, outbox)
             if entry.state is ChunkState.FAILED:
-                request._landed.put(entry.key)
+                request._land(entry.key, failed=True)
             else:
                 self.waiting.setdefault(entry.key, []).append(request)
                 request._remaining += 1
@@ -188,7 +188,7 @@ class Demand:
             if data is not None and request.on_ready is not None:
                 outbox.deliveries.append((request, key, data))  # on_ready, then landed
             else:
-                request._landed.put(key)
+                request._land(key, failed=data is None)
             request._remaining -= 1
             if request._remaining == 0:
                 outbox.finished.append(request)

@@ -243,6 +243,8 @@ class Residency:
     def evict_over_limit(self, outbox: Outbox) -> None:
         """Evict least recently used unpinned chunks until under the limit (less what the
         sources keep): O(1) each."""
+        if not self.lru:
+            return  # nothing evictable (a cold read pins all it loads): no keepers to sum
         limit = self.limit - self.kept_bytes() if self.keepers else self.limit
         while self.resident > limit and self.lru:
             self.lru_visits += 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import queue
+import threading
 import time
 from concurrent.futures import Future, InvalidStateError
 from typing import TYPE_CHECKING, Any
@@ -57,10 +58,13 @@ class Request:
     """
 
     __slots__ = (
+        "_all_landed",
         "_cache",
+        "_count_lock",
         "_landed",
         "_released",
         "_remaining",
+        "_unlanded",
         "done",
         "generation",
         "keys",
@@ -87,16 +91,31 @@ class Request:
         # Each needed key, once, as it is (or already was) READY or FAILED; None
         # when the cache closes first.
         self._landed: queue.SimpleQueue[ChunkKey | None] = queue.SimpleQueue()
+        # Set once every key landed, a FAILED one landed, or the cache closed: a reader
+        # waiting for the whole request (`landed(at_once=True)`) is woken once, not per chunk.
+        self._unlanded = len(keys)
+        self._count_lock = threading.Lock()  # keys land from several workers at once
+        self._all_landed = threading.Event()
+        if not keys:
+            self._all_landed.set()
 
-    def landed(self, timeout: float | None = None) -> Iterator[ChunkKey]:
+    def landed(self, timeout: float | None = None, *, at_once: bool = False) -> Iterator[ChunkKey]:
         """Yield each needed chunk's key once, as soon as it is READY or FAILED.
 
         Chunks already finished when the request was made come first. Lets a
         reader copy chunks while the others still load. Raises `TimeoutError`
         if the whole iteration takes longer than `timeout` seconds, and
         `CacheClosedError` as soon as the cache closes with chunks still missing.
+
+        With `at_once`, the first key is yielded only once every needed chunk has
+        landed, or one FAILED, or the cache closed: the waiting thread is woken
+        once per request rather than once per chunk (for a reader whose `on_ready`
+        does the work, which only needs to know when it is all done); the keys
+        then come in the same order, a FAILED one as early among them.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
+        if at_once and not self._all_landed.wait(timeout):
+            raise TimeoutError(f"{self!r}: chunks still loading after {timeout} s")
         for _ in range(len(self.keys)):
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
@@ -132,12 +151,22 @@ class Request:
             self.on_ready(key, data)
         except Exception:
             logging.getLogger(__name__).exception("on_ready(%s) failed", key)
+        self._land(key)
+
+    def _land(self, key: ChunkKey, *, failed: bool = False) -> None:
+        """`key` is READY (delivered) or FAILED (`failed`): hand it to `landed` (any thread)."""
         self._landed.put(key)
+        with self._count_lock:
+            self._unlanded -= 1
+            last = self._unlanded == 0
+        if last or failed:
+            self._all_landed.set()
 
     def _wake_closed(self) -> None:
         """The cache closed with chunks of this request missing: wake its waiters with
         `CacheClosedError` (called by `ChunkCache.close`, without its lock)."""
         self._landed.put(None)
+        self._all_landed.set()
         error = CacheClosedError(f"{self!r}: the chunk cache closed before it completed")
         # A release may resolve it meanwhile (then set_exception raises InvalidStateError).
         with contextlib.suppress(InvalidStateError):

@@ -326,7 +326,8 @@ class ChunkedArray:
             copied.add(key)
 
         with cache.request(rest, center=self._center(), on_ready=copy_out) as request:
-            for key in request.landed(timeout):
+            # Woken once, when all landed (or one failed): `copy_out` did the copies.
+            for key in request.landed(timeout, at_once=True):
                 if key in copied:  # landed after `copy_out` returned
                     continue
                 data = cache.lookup(key)
