@@ -325,11 +325,18 @@ PLATE_FIELD = (2, 64, 64)  # (c, y, x) of one field
 
 
 def write_plate(
-    folder: Path, rows: int, columns: int, fields: int, *, name: str = "plate.ome.zarr"
+    folder: Path,
+    rows: int,
+    columns: int,
+    fields: int,
+    *,
+    name: str = "plate.ome.zarr",
+    field_prefix: str = "",
 ) -> Written:
     """An NGFF 0.4 plate by ome-zarr-py (`write_plate_metadata`, `write_well_metadata`,
     `write_image` per field: 3 levels), every well present; expected: one mosaic per
-    channel, wells by row and column, a well's fields side by side."""
+    channel, wells by row and column, a well's fields side by side. Fields are named
+    ``f"{field_prefix}{index}"`` (writers name them ``"0"``, ``"1"``...)."""
     from ome_zarr.format import FormatV04
     from ome_zarr.writer import write_image, write_plate_metadata, write_well_metadata
     from ome_zarr_models.common.omero import Omero
@@ -347,12 +354,13 @@ def write_plate(
     for r, row in enumerate(row_names):
         for c, column in enumerate(column_names):
             well = root.require_group(row).require_group(column)
-            write_well_metadata(well, [{"path": str(f)} for f in range(fields)], fmt=fmt)
+            paths = [f"{field_prefix}{f}" for f in range(fields)]
+            write_well_metadata(well, [{"path": p} for p in paths], fmt=fmt)
             for f in range(fields):
                 data = _random(PLATE_FIELD, np.uint16, seed=(r * columns + c) * fields + f)
                 write_image(
                     data,
-                    well.require_group(str(f)),
+                    well.require_group(paths[f]),
                     axes="cyx",
                     fmt=fmt,
                     scale_factors=(2, 4),

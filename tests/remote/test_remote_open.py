@@ -198,3 +198,77 @@ def test_a_plate_opens_in_one_round_of_requests_per_node_depth(
     assert max(requested.values()) == 1  # and each document once
     for node in ("", "A/1/", "A/1/0/", "A/1/0/s0/", "A/1/0/labels/"):
         assert f"{plate.path.name}/{node}.zattrs" in requested
+
+
+def _plate_rounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, field_prefix: str
+) -> tuple[int, Any, Any]:
+    """A plate's open over HTTP: its rounds of metadata requests (the prefetches that
+    fetched anything), the layout, and what ome-zarr-py wrote."""
+    from napari_lazy_zarr.core.formats.ome import PlateStoreError
+    from napari_lazy_zarr.core.formats.plate import describe_plate
+    from napari_lazy_zarr.core.storage.memo import MetadataMemoStore
+    from tests.conformance.cases import write_plate
+
+    rounds: list[int] = []
+    original = MetadataMemoStore.prefetch
+
+    def counting(self: MetadataMemoStore, *args: Any, **kwargs: Any) -> int:
+        fetched = original(self, *args, **kwargs)
+        rounds.extend([fetched] if fetched else [])
+        return fetched
+
+    monkeypatch.setattr(MetadataMemoStore, "prefetch", counting)
+    plate = write_plate(tmp_path, 2, 3, 2, field_prefix=field_prefix)
+    with FaultyServer(tmp_path) as server:
+        url = f"{server.url}/{plate.path.name}"
+        with pytest.raises(PlateStoreError) as found:
+            describe_store(url)
+        layout = describe_plate(
+            url, attributes=found.value.attributes, zarr_format=found.value.zarr_format
+        )
+        described = len(rounds)
+        read = _plate_mosaic(layout)
+    return described, layout, (plate, read)
+
+
+def _plate_mosaic(layout: Any) -> list[np.ndarray[Any, Any]]:
+    """The plate's full-resolution mosaic, per channel, read through the cache."""
+    from napari_lazy_zarr.core import ChunkCache
+    from napari_lazy_zarr.core.executors import InlineExecutor
+    from napari_lazy_zarr.core.formats.plate import field_opener, plate_level_sources
+    from napari_lazy_zarr.core.reading.array import ChunkedArray
+
+    template = open_level_sources(f"{layout.location}/{layout.template_path}", layout.template)
+    levels = plate_level_sources(layout, template, field_opener(layout))
+    cache = ChunkCache(1 << 26, executor=InlineExecutor())
+    try:
+        mosaic = ChunkedArray(levels[0], cache)[...].result()
+    finally:
+        cache.close()
+    return list(mosaic)
+
+
+def test_a_plate_opens_in_three_rounds_its_field_guessed_with_the_first_well(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plate root; first well and its field "0" (guessed: writers name it so) together;
+    the field's levels: three rounds of requests, not four."""
+    rounds, layout, (plate, read) = _plate_rounds(tmp_path, monkeypatch, "")
+    assert layout.template_path == "A/1/0"
+    assert rounds == 3
+    for got, expected in zip(read, plate.layers, strict=True):
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_a_plate_whose_fields_are_not_named_0_opens_with_one_round_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wrong guess costs 404s in the well's round, then the field's own round: the
+    layout and pixels are what ome-zarr-py wrote."""
+    rounds, layout, (plate, read) = _plate_rounds(tmp_path, monkeypatch, "field")
+    assert layout.template_path == "A/1/field0"
+    assert layout.fields == ("field0", "field1")
+    assert rounds == 4
+    for got, expected in zip(read, plate.layers, strict=True):
+        np.testing.assert_array_equal(got, expected)

@@ -65,7 +65,7 @@ from napari_lazy_zarr.core.sources.manifest import ManifestSource
 from napari_lazy_zarr.core.sources.zarr import ZarrChunkSource, open_node, open_zarr_source
 from napari_lazy_zarr.core.storage.http import HttpStore
 from napari_lazy_zarr.core.storage.local import store_for
-from napari_lazy_zarr.core.storage.memo import forget_metadata, prefetch_metadata
+from napari_lazy_zarr.core.storage.memo import forget_metadata, prefetch_metadata, seed_metadata
 from napari_lazy_zarr.core.storage.references import ManifestStore
 from napari_lazy_zarr.core.storage.retry import NO_RETRY
 from napari_lazy_zarr.core.storage.transport import HttpAccessDeniedError, HttpCertificateError
@@ -79,7 +79,7 @@ from napari_lazy_zarr.core.storage.vetting import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from napari_lazy_zarr.core.formats.ngff import Multiscale, NgffVersion
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
@@ -301,7 +301,9 @@ def _is_zarr_document(head: bytes, *, zarr_format: int) -> bool:
     return isinstance(document, dict) and document.get("zarr_format") == zarr_format
 
 
-def describe_store(path_or_url: str | os.PathLike[str]) -> tuple[ImageSpec, ...]:
+def describe_store(
+    path_or_url: str | os.PathLike[str], *, metadata: Mapping[str, Any] | None = None
+) -> tuple[ImageSpec, ...]:
     """The images and label images in a zarr store, from its metadata alone.
 
     - A single array at the root: one single-level image named after the store.
@@ -322,7 +324,8 @@ def describe_store(path_or_url: str | os.PathLike[str]) -> tuple[ImageSpec, ...]
     - A stack file (``*.zstack.json``): one single-level image, the composite
       of the arrays it lists (see `core.manifest.StackFile`).
 
-    No chunk is read. URLs are passed to zarr-python as they are.
+    No chunk is read. URLs are passed to zarr-python as they are. `metadata`:
+    documents of this store already fetched (keys relative to it, None if absent).
 
     Raises
     ------
@@ -359,6 +362,7 @@ def describe_store(path_or_url: str | os.PathLike[str]) -> tuple[ImageSpec, ...]
         basename = basename.removesuffix(".json")
     else:
         store, local_dir = store_for(location)
+    seed_metadata(store, metadata or {})  # documents a caller fetched already (a plate's field)
     try:
         # The root's documents of both formats in one round trip, not an array's then a group's.
         prefetch_metadata(store, [""], consolidated=True)

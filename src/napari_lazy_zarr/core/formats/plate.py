@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import numpy as np
 
@@ -33,7 +33,11 @@ from napari_lazy_zarr.core.sources.composite import ConcatSource, ConstantSource
 from napari_lazy_zarr.core.sources.protocol import SourceFields
 from napari_lazy_zarr.core.sources.zarr import open_node
 from napari_lazy_zarr.core.storage.local import store_for
-from napari_lazy_zarr.core.storage.memo import forget_metadata, prefetch_metadata
+from napari_lazy_zarr.core.storage.memo import (
+    forget_metadata,
+    known_metadata,
+    prefetch_metadata,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -99,6 +103,9 @@ def _plate_document(attributes: Any) -> dict[str, Any] | None:
     return plate if isinstance(plate, dict) else None
 
 
+_FIELD_GUESS: Final = "0"  # a well's first field, as ome-zarr-py, ngff-zarr, iohub, bioio write it
+
+
 def is_plate(location: str | os.PathLike[str]) -> bool:
     """Whether `location` is a zarr group holding OME ``plate`` metadata (metadata only)."""
     location = os.fspath(location)
@@ -150,7 +157,12 @@ def describe_plate(
         if not wells or not rows or not columns:
             raise MetadataError(f"{location}: the plate lists no wells")
         first = wells[0][2]
-        prefetch_metadata(store, [first], zarr_format=zarr_format)  # one round trip, not two
+        # One round trip for the well and, guessed, its first field's group: writers
+        # name it "0". Its documents as its own store's open asks for them (either
+        # format's, consolidated); a wrong guess costs 404s in that same round.
+        guessed = f"{first}/{_FIELD_GUESS}"
+        prefetch_metadata(store, [first, guessed], consolidated=True)
+        guess = known_metadata(store, guessed)
         well_group = open_node(
             store,
             first,
@@ -166,7 +178,12 @@ def describe_plate(
     if not fields:
         raise MetadataError(f"{location}/{first}: the well lists no fields")
     template_path = f"{first}/{fields[0]}"
-    images = [s for s in describe_store(f"{location}/{template_path}") if s.kind == "image"]
+    seeded = guess if fields[0] == _FIELD_GUESS else None  # else its own round trip, as before
+    images = [
+        s
+        for s in describe_store(f"{location}/{template_path}", metadata=seeded)
+        if s.kind == "image"
+    ]
     if not images:
         raise MetadataError(f"{location}/{template_path}: the field holds no image")
     template = images[0]

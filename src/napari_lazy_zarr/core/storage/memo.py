@@ -15,7 +15,7 @@ from zarr.storage import WrapperStore
 from napari_lazy_zarr.core.storage.vetting import ATTRIBUTE_FILES, METADATA_FILES
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
     from zarr.abc.buffer import Buffer, BufferPrototype
     from zarr.abc.store import ByteRequest
@@ -24,7 +24,9 @@ __all__ = [
     "MetadataMemoStore",
     "forget_metadata",
     "is_metadata_key",
+    "known_metadata",
     "prefetch_metadata",
+    "seed_metadata",
 ]
 
 
@@ -153,6 +155,25 @@ class MetadataMemoStore(WrapperStore[Store]):
             list(pool.map(fetch, keys))
         return len(keys)
 
+    def known(self, prefix: str) -> dict[str, Buffer | None]:
+        """The documents kept under the node at `prefix`, keyed relative to it."""
+        start = f"{prefix.strip('/')}/".lstrip("/")
+        with self._memo.lock:
+            documents = self._memo.documents or {}
+            return {k.removeprefix(start): v for k, v in documents.items() if k.startswith(start)}
+
+    def seed(self, documents: Mapping[str, Buffer | None]) -> None:
+        """Keep `documents` (present or absent, keyed as in this store) as if fetched.
+
+        For documents another store over the same storage fetched: they are
+        the storage's answers, so opening from either store sees the same.
+        """
+        with self._memo.lock:
+            if self._memo.documents is not None:
+                for key, value in documents.items():
+                    if is_metadata_key(key):
+                        self._memo.documents.setdefault(key, value)
+
     def forget(self) -> None:
         """Stop memoizing and drop the documents kept (in this store and its copies)."""
         with self._memo.lock:
@@ -196,6 +217,17 @@ def prefetch_metadata(
     if isinstance(store, MetadataMemoStore):
         return store.prefetch(prefixes, zarr_format=zarr_format, consolidated=consolidated)
     return 0
+
+
+def known_metadata(store: Any, prefix: str) -> dict[str, Buffer | None]:
+    """`MetadataMemoStore.known` (nothing for any other store: empty)."""
+    return store.known(prefix) if isinstance(store, MetadataMemoStore) else {}
+
+
+def seed_metadata(store: Any, documents: Mapping[str, Buffer | None]) -> None:
+    """`MetadataMemoStore.seed` (nothing for any other store)."""
+    if isinstance(store, MetadataMemoStore):
+        store.seed(documents)
 
 
 def forget_metadata(store: Any) -> None:
