@@ -169,8 +169,6 @@ def test_a_plate_opens_in_one_round_of_requests_per_node_depth(
     after it: a node costs one round trip, not an array's and then a group's."""
     import threading
 
-    from napari_lazy_zarr.core.formats.ome import PlateStoreError
-    from napari_lazy_zarr.core.formats.plate import describe_plate
     from napari_lazy_zarr.core.storage.http import HttpStore
     from tests.conformance.cases import write_plate
 
@@ -184,12 +182,7 @@ def test_a_plate_opens_in_one_round_of_requests_per_node_depth(
     monkeypatch.setattr(HttpStore, "get_sync", recording)
     plate = write_plate(tmp_path, 2, 3, 2)
     with FaultyServer(tmp_path) as server:
-        url = f"{server.url}/{plate.path.name}"
-        with pytest.raises(PlateStoreError) as found:
-            describe_store(url)
-        layout = describe_plate(
-            url, attributes=found.value.attributes, zarr_format=found.value.zarr_format
-        )
+        layout = _describe_plate_at(f"{server.url}/{plate.path.name}")
         requested = _metadata_requests(server)
     assert layout.template_path == "A/1/0"
     assert fetched
@@ -200,13 +193,24 @@ def test_a_plate_opens_in_one_round_of_requests_per_node_depth(
         assert f"{plate.path.name}/{node}.zattrs" in requested
 
 
+def _describe_plate_at(url: str) -> Any:
+    """The plate at `url` as the reader opens it: `describe_store` finds a plate, whose
+    root documents `describe_plate` then reuses."""
+    from napari_lazy_zarr.core.formats.ome import PlateStoreError
+    from napari_lazy_zarr.core.formats.plate import describe_plate
+
+    with pytest.raises(PlateStoreError) as found:
+        describe_store(url)
+    return describe_plate(
+        url, attributes=found.value.attributes, zarr_format=found.value.zarr_format
+    )
+
+
 def _plate_rounds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, field_prefix: str
 ) -> tuple[int, Any, Any]:
     """A plate's open over HTTP: its rounds of metadata requests (the prefetches that
     fetched anything), the layout, and what ome-zarr-py wrote."""
-    from napari_lazy_zarr.core.formats.ome import PlateStoreError
-    from napari_lazy_zarr.core.formats.plate import describe_plate
     from napari_lazy_zarr.core.storage.memo import MetadataMemoStore
     from tests.conformance.cases import write_plate
 
@@ -221,12 +225,7 @@ def _plate_rounds(
     monkeypatch.setattr(MetadataMemoStore, "prefetch", counting)
     plate = write_plate(tmp_path, 2, 3, 2, field_prefix=field_prefix)
     with FaultyServer(tmp_path) as server:
-        url = f"{server.url}/{plate.path.name}"
-        with pytest.raises(PlateStoreError) as found:
-            describe_store(url)
-        layout = describe_plate(
-            url, attributes=found.value.attributes, zarr_format=found.value.zarr_format
-        )
+        layout = _describe_plate_at(f"{server.url}/{plate.path.name}")
         described = len(rounds)
         read = _plate_mosaic(layout)
     return described, layout, (plate, read)
