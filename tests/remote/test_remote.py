@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -160,13 +161,10 @@ def test_superseded_views_are_not_downloaded(served: Served) -> None:
 
 
 def test_missing_remote_support_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    from zarr.storage import FsspecStore
-
-    def no_fsspec(*args: Any, **kwargs: Any) -> Any:
-        raise ImportError("No module named 'fsspec'")
-
-    # Where an fsspec URL's store is made (http(s) has a store of its own, no fsspec).
-    monkeypatch.setattr(FsspecStore, "from_url", no_fsspec)
+    # fsspec not importable (http(s) has a store of its own, no fsspec): None in
+    # sys.modules makes an import of it fail as a missing package does.
+    for name in ("fsspec", "fsspec.core", "fsspec.utils"):
+        monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(NotAZarrStoreError, match=r"napari-lazy-zarr\[remote\]"):
         open_array("s3://bucket/image.zarr")
 

@@ -364,9 +364,9 @@ def store_for(location: str, *, timeouts: Timeouts | None = None) -> tuple[Any, 
             from napari_lazy_zarr.core.settings import timeouts_from_settings
 
             timeouts = timeouts_from_settings()
-        # s3:// URLs: the [s3] settings and the time caps (`s3_storage_options`).
-        options = s3_options(location, timeouts)
-        with zarr_errors(location):
+        with zarr_errors(location):  # fsspec missing: an error naming the extra to install
+            # s3:// URLs: the [s3] settings and the time caps (`s3_storage_options`).
+            options = s3_options(location, timeouts)
             if scheme in ("http", "https"):
                 from napari_lazy_zarr.core.storage.http import HttpStore
 
@@ -399,7 +399,8 @@ def _fsspec_store(location: str, options: dict[str, Any]) -> FsspecStore:
     from one. One instance per protocol and options, shared (its client, its
     connection pool, its event loop: zarr's), makes the fan-out cost what one
     thread costs. An edit of the ``[s3]`` settings or the time caps changes the
-    options, so the next open gets a file system of its own.
+    options, and one of the environment (``AWS_ENDPOINT_URL``, credentials) the
+    token: the next open then gets a file system of its own.
     """
     from fsspec.core import url_to_fs  # type: ignore[import-untyped]
     from fsspec.utils import tokenize  # type: ignore[import-untyped]
@@ -407,7 +408,12 @@ def _fsspec_store(location: str, options: dict[str, Any]) -> FsspecStore:
     here, path = url_to_fs(location, asynchronous=True, **options)  # this thread's, unconnected
     if not here.async_impl:  # zarr wraps a blocking file system itself
         return FsspecStore.from_url(location, read_only=True, storage_options=options)
-    token = tokenize(os.getpid(), type(here).__module__, type(here).__qualname__, options)
+    # The environment too: botocore reads its endpoint and credentials from AWS_* variables
+    # when the client connects, so a file system made under other ones must not be reused.
+    environment = sorted(os.environ.items())
+    token = tokenize(
+        os.getpid(), type(here).__module__, type(here).__qualname__, options, environment
+    )
     with _filesystems_lock:
         shared = _filesystems.pop(token, here)
         _filesystems[token] = shared  # most recently used last
