@@ -21,7 +21,6 @@ import re
 import shutil
 import statistics
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -219,26 +218,18 @@ PREVIOUS = "b5af8ec"
 
 @contextlib.contextmanager
 def previous_package(revision: str = PREVIOUS) -> Iterator[Path]:
-    """`revision` checked out into a temporary detached worktree, removed afterwards.
+    """`revision` checked out into a temporary worktree (`bench.ab.checked_out`), removed
+    afterwards.
 
     A benchmark's worker process measures that revision's package with
     ``PYTHONPATH=<tree>/src:<this checkout>`` (this checkout's bench code, the
     old package) and reports ``napari_lazy_zarr.__file__``, which the parent
     checks: an editable install would otherwise win silently.
     """
-    scratch = Path(tempfile.mkdtemp(prefix="bench-previous-"))
-    tree = scratch / "tree"
-    subprocess.run(
-        ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), revision],
-        check=True,
-    )
-    try:
-        yield tree
-    finally:
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False
-        )
-        shutil.rmtree(scratch, ignore_errors=True)
+    from bench.ab import checked_out  # bench.ab imports this package
+
+    with checked_out([revision]) as (previous,):
+        yield previous.root
 
 
 def write_section(name: str, body: str, path: Path = RESULTS_FILE) -> None:
