@@ -386,16 +386,23 @@ class DaskRunner:
                 )
             except BaseException as error:  # every end is the chunk's outcome
                 outcome.set_exception(error)
+            finally:
+                # Known to `close` until it ends, an abandoned (timed-out) driver too:
+                # closing joins it rather than leaving it to finish on its own.
+                with self._lock:
+                    self._drivers.discard(threading.current_thread())
 
         driver = threading.Thread(target=drive, name="lazy-zarr-dask-driver", daemon=True)
+        with self._lock:
+            self._drivers.add(driver)  # before it starts: it removes itself as it ends
         try:
             driver.start()
         except RuntimeError as error:  # "can't start new thread": a thread or memory limit
+            with self._lock:
+                self._drivers.discard(driver)
             raise ChunkReadError(
                 f"{what}: not computed: no thread could start ({error}); retry to compute it"
             ) from error
-        with self._lock:
-            self._drivers.add(driver)
         try:
             deadline = _now() + self.timeout
             while not futures.wait([outcome], timeout=_POLL).done:
@@ -410,9 +417,6 @@ class DaskRunner:
         except BaseException:
             abandoned.set()
             raise
-        finally:
-            with self._lock:
-                self._drivers.discard(driver)
         failure = outcome.exception()
         if failure is None:
             return outcome.result()
