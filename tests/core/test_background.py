@@ -197,6 +197,53 @@ class Checked(ArraySource):
         return super().read_chunk(coords)
 
 
+def test_chunks_ahead_of_a_walk_load_with_the_visible_budget_and_hold_background_back() -> None:
+    """Stepped by hand: the planes ahead of playback (`ahead=`) are the frames shown next,
+    visible work: they start `concurrency` tasks, not the background budget's, and the
+    ring's prefetch waits until none is queued or loading (`Checked` asserts it)."""
+    manual = ManualExecutor()
+    data = np.arange(16 * 64, dtype=np.uint8).reshape(16, 64)
+    ahead_source = Checked(data, "a", background=False)
+    ring_source = Checked(data, "r", background=True)
+    with ChunkCache(64 << 20, concurrency=8, executor=manual) as cache:
+        scheduler = _scheduler(cache)
+        for source in (ahead_source, ring_source):
+            source.scheduler, source.budget = scheduler, background_budget(8)
+        ahead, ring = _refs(ahead_source, 20), _refs(ring_source, 20)
+        request = cache.request([], view="view", level=0, ahead=ahead, prefetch=ring)
+        assert scheduler.active_tasks == 8 > background_budget(8)
+        assert {cache.status(ref.key).load_class for ref in ahead} == {LoadClass.AHEAD}
+        assert {cache.status(ref.key).load_class for ref in ring} == {LoadClass.PREFETCH}
+        assert request.complete  # nothing pinned for what is ahead
+        manual.run_all()
+        assert (ahead_source.reads, ring_source.reads) == (20, 20)
+        for ref in [*ahead, *ring]:
+            np.testing.assert_array_equal(cache.lookup(ref.key), data[_region(ref.key)])
+
+
+def test_chunks_ahead_load_in_the_order_given_not_centre_out() -> None:
+    """The next frame whole before the one after: the planes ahead load in the order the
+    controller gives (`lookahead_chunks`, nearest plane first), not by distance from the
+    view's centre, which would take the centre chunk of every plane first."""
+    order: list[tuple[int, ...]] = []
+
+    class Recorded(ArraySource):
+        def read_chunk(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any]:
+            order.append(coords)
+            return super().read_chunk(coords)
+
+    manual = ManualExecutor()
+    data = np.arange(4 * 12 * 12, dtype=np.uint16).reshape(4, 12, 12)
+    source = Recorded(data, chunks=(1, 4, 4), name="walk")
+    ahead = [ChunkRef.of(source, (t, y, x)) for t in (1, 2, 3) for y in range(3) for x in range(3)]
+    with ChunkCache(64 << 20, concurrency=1, executor=manual) as cache:
+        cache.request([], view="view", level=0, center=(0.5, 6.0, 6.0), ahead=ahead)
+        manual.run_all()
+        assert order == [ref.coords for ref in ahead]
+        for ref in ahead:
+            np.testing.assert_array_equal(cache.lookup(ref.key), data[_region(ref.key)])
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     steps=st.lists(

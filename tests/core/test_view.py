@@ -784,7 +784,7 @@ def test_a_walk_loads_ahead_in_its_direction_within_its_share_of_the_cache() -> 
 
         assert classes(0, 5) == {LoadClass.NEEDED}
         for t in (4, 3, 2, 1):  # the backdrop of four planes ahead
-            assert classes(1, t) == {LoadClass.PREFETCH}, t
+            assert classes(1, t) == {LoadClass.AHEAD}, t
         assert classes(1, 0) == {None}  # beyond the budget
         assert classes(0, 9) == {None}
         assert classes(1, 8) == {None}

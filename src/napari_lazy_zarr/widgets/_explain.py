@@ -113,6 +113,7 @@ def reason(status: ChunkStatus, stats: CacheCounters | CacheStatistics) -> tuple
         ahead = status.queue_ahead
         why = {
             LoadClass.NEEDED: "needed by the view",
+            LoadClass.AHEAD: "a frame ahead of playback (after the view's chunks)",
             LoadClass.OVERVIEW: "overview work (after the view's chunks)",
             LoadClass.PREFETCH: "prefetch (after the view's chunks)",
             LoadClass.STALE: "for a view you left (after all current work)",

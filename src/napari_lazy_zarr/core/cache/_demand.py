@@ -86,9 +86,11 @@ class Demand:
         level: int,
         center: Sequence[float] | None,
         outbox: Outbox,
+        ahead: Sequence[ChunkRef] = (),
     ) -> None:
-        """Make `request` its view's live one: pin `needed`, queue the missing chunks and
-        the `extra` ones (prefetch), and release the request it supersedes."""
+        """Make `request` its view's live one: pin `needed`, queue the missing chunks, the
+        `ahead` ones (`LoadClass.AHEAD`) and the `extra` ones (prefetch), and release the
+        request it supersedes."""
         residency, scheduler, counters = self._residency, self._scheduler, self._counters
         view, generation = request.view, request.generation
         if view is not None:
@@ -113,11 +115,24 @@ class Demand:
             else:
                 self.waiting.setdefault(entry.key, []).append(request)
                 request._remaining += 1
-        for ref in extra:
-            entry = residency.entry(ref)
-            if entry.state is ChunkState.FAILED and not_started(entry.error):
-                self.requeue_failed(entry, outbox)
-            scheduler.enqueue(entry, LoadClass.PREFETCH, level, center, view, generation, outbox)
+        # What is ahead loads in the order given (the next frame whole before the one after;
+        # a distance from the view's centre would take the centres of every frame first).
+        for refs, extra_class in ((ahead, LoadClass.AHEAD), (extra, LoadClass.PREFETCH)):
+            ahead_class = extra_class is LoadClass.AHEAD
+            for index, ref in enumerate(refs):
+                entry = residency.entry(ref)
+                if entry.state is ChunkState.FAILED and not_started(entry.error):
+                    self.requeue_failed(entry, outbox)
+                scheduler.enqueue(
+                    entry,
+                    extra_class,
+                    level,
+                    center,
+                    view,
+                    generation,
+                    outbox,
+                    rank=float(index) if ahead_class else None,
+                )
         if request._remaining == 0:
             outbox.finished.append(request)
         if view is not None:

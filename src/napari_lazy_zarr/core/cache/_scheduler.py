@@ -149,10 +149,15 @@ class Scheduler:
         view: Hashable,
         generation: int,
         outbox: Outbox,
+        rank: float | None = None,
     ) -> None:
+        """Queue `entry` (NEW, EVICTED or QUEUED; a LOADING one is marked wanted) for
+        `view`, nearest `center` first, or in the order `rank` gives among its class."""
         if entry.state in (ChunkState.NEW, ChunkState.EVICTED):
             reason = (
-                EventReason.PREFETCH if load_class is LoadClass.PREFETCH else EventReason.REQUESTED
+                EventReason.PREFETCH
+                if load_class in (LoadClass.PREFETCH, LoadClass.AHEAD)
+                else EventReason.REQUESTED
             )
             self._residency.requeued(entry)
             self._transition(entry, ChunkState.QUEUED, reason, outbox)
@@ -162,7 +167,7 @@ class Scheduler:
             entry.key,
             load_class=load_class,
             level=level,
-            distance=distance(entry.key, center),
+            distance=distance(entry.key, center) if rank is None else rank,
             view=view,
             generation=generation,
             cost=entry.cost,
@@ -178,7 +183,7 @@ class Scheduler:
         if entry.state in (ChunkState.NEW, ChunkState.EVICTED):
             reason = (
                 EventReason.PREFETCH
-                if item.load_class == LoadClass.PREFETCH
+                if item.load_class in (LoadClass.PREFETCH, LoadClass.AHEAD)
                 else EventReason.REQUESTED
             )
             self._residency.requeued(entry)

@@ -282,6 +282,7 @@ class ChunkCache:
         level: int = 0,
         center: Sequence[float] | None = None,
         prefetch: Iterable[ChunkRef] = (),
+        ahead: Iterable[ChunkRef] = (),
         load_class: LoadClass = LoadClass.NEEDED,
         on_ready: Callable[[ChunkKey, np.ndarray[Any, Any]], None] | None = None,
     ) -> Request:
@@ -304,6 +305,11 @@ class ChunkCache:
         prefetch
             Chunks to load at low priority and without pinning (neighbours of
             the view, adjacent planes). Prefetch never evicts pinned chunks.
+        ahead
+            Chunks about to be shown, loaded without pinning as `LoadClass.AHEAD`:
+            after `chunks`, but with the visible budget rather than the background
+            one (the planes ahead of a walk through z or t, which playback shows
+            next).
         load_class
             The priority class of `chunks` (and of the inputs of derived ones):
             `LoadClass.NEEDED` for what the view displays, `LoadClass.OVERVIEW`
@@ -323,6 +329,8 @@ class ChunkCache:
             raise ValueError("LoadClass.STALE is the cache's own class for superseded work")
         needed = _unique(chunks)
         needed_keys = {ref.key for ref in needed}
+        soon = [ref for ref in _unique(ahead) if ref.key not in needed_keys]
+        needed_keys.update(ref.key for ref in soon)
         extra = [ref for ref in _unique(prefetch) if ref.key not in needed_keys]
         if center is None:
             center = _bbox_center([ref.key for ref in needed])
@@ -332,7 +340,9 @@ class ChunkCache:
             generation = self._scheduler.next_generation(view)
             keys = tuple(ref.key for ref in needed)
             request = Request(self, keys, view, generation, on_ready)
-            self._demand.admit(request, needed, extra, load_class, level, center, outbox)
+            self._demand.admit(
+                request, needed, extra, load_class, level, center, outbox, ahead=soon
+            )
         self._flush(outbox)
         return request
 

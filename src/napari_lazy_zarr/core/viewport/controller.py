@@ -468,8 +468,9 @@ class ViewController:
         """Ask the cache for `shown`'s chunks and what to load ahead; False if it closed."""
         source = self.sources[request.level]
         prefetch: list[ChunkRef] = []
+        ahead: list[ChunkRef] = []
         if self.prefetch and request.kind == "view" and shown.prefetches:
-            prefetch = view_prefetch(
+            prefetch, ahead = view_prefetch(
                 request,
                 self.sources,
                 held={axis for axis, _ in self.axis_map.fixed},
@@ -493,6 +494,7 @@ class ViewController:
                 level=request.level,
                 center=center,
                 prefetch=prefetch,
+                ahead=ahead,
                 load_class=load_class,
             )
         except RuntimeError:  # the cache was closed under us (viewer closing)

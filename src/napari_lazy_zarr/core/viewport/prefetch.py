@@ -415,13 +415,15 @@ def view_prefetch(
     latency: Callable[[], float],
     concurrency: int,
     budget_bytes: int,
-) -> list[ChunkRef]:
-    """What to load before `request`'s view asks for it, nearest first.
+) -> tuple[list[ChunkRef], list[ChunkRef]]:
+    """What to load before `request`'s view asks for it, nearest first: the ring, and
+    what is ahead.
 
     The `ring` around the view and its neighbouring planes (`prefetch_chunks`)
-    on the plane axes the layer does not hold fixed (`held`), then, when
-    `motion` walks one of those axes, the planes ahead of it
-    (`lookahead_chunks`; `latency()` is asked for only then).
+    on the plane axes the layer does not hold fixed (`held`) are background work
+    (`LoadClass.PREFETCH`). When `motion` walks one of those axes, the planes
+    ahead of it (`lookahead_chunks`; `latency()` is asked for only then) are the
+    frames about to be shown (`LoadClass.AHEAD`).
 
     Examples
     --------
@@ -430,10 +432,10 @@ def view_prefetch(
     >>> from napari_lazy_zarr.core.viewport.frames import ViewRequest
     >>> source = ArraySource(np.zeros((4, 8, 8)), chunks=(1, 8, 8), name="p")
     >>> request = ViewRequest(0, ((1, 2), (0, 8), (0, 8)), (0, 1, 2), 1)
-    >>> refs = view_prefetch(request, [source], held=(), ring=1, motion=None,
-    ...                      latency=lambda: 0.0, concurrency=1, budget_bytes=0)
-    >>> [ref.coords for ref in refs]
-    [(0, 0, 0), (2, 0, 0)]
+    >>> ring, ahead = view_prefetch(request, [source], held=(), ring=1, motion=None,
+    ...                             latency=lambda: 0.0, concurrency=1, budget_bytes=0)
+    >>> [ref.coords for ref in ring], ahead
+    ([(0, 0, 0), (2, 0, 0)], [])
     """
     source = sources[request.level]
     planes = [a for a in request.planes if a not in held]
@@ -441,15 +443,14 @@ def view_prefetch(
         ChunkRef.of(source, coords)
         for coords in prefetch_chunks(request.box, request.spatial, planes, source, ring=ring)
     ]
-    if motion is not None and motion.axis in planes:
-        refs.extend(
-            lookahead_chunks(
-                request,
-                motion,
-                sources,
-                latency=latency(),
-                concurrency=concurrency,
-                budget_bytes=budget_bytes,
-            )
-        )
-    return refs
+    if motion is None or motion.axis not in planes:
+        return refs, []
+    ahead = lookahead_chunks(
+        request,
+        motion,
+        sources,
+        latency=latency(),
+        concurrency=concurrency,
+        budget_bytes=budget_bytes,
+    )
+    return refs, ahead
