@@ -27,9 +27,10 @@ def _env(tmp_path: Path, **values: str) -> dict[str, str]:
 def test_nothing_set_leaves_s3fs_and_botocore_their_own_configuration(tmp_path: Path) -> None:
     env = _env(tmp_path, AWS_ENDPOINT_URL="http://elsewhere:9000", AWS_PROFILE="lab")
     options = s3_options("s3://bucket/image.zarr", Timeouts(connect=3, read=4), env)
-    # Only the time caps: botocore reads AWS_ENDPOINT_URL and AWS_PROFILE itself.
+    # Only the time caps and the pool: botocore reads AWS_ENDPOINT_URL and AWS_PROFILE
+    # itself.
     assert options == {
-        "config_kwargs": {"connect_timeout": 3, "read_timeout": 4},
+        "config_kwargs": {"connect_timeout": 3, "read_timeout": 4, "max_pool_connections": 64},
         "max_concurrency": 1,  # whole keys in one GET (no HEAD first)
     }
     assert s3_options("https://example.org/image.zarr", Timeouts(), env) == {}
@@ -57,7 +58,11 @@ def test_the_file_then_the_environment(tmp_path: Path) -> None:
     options = s3_options("s3://bucket/x.zarr", Timeouts(), env)
     assert options == {
         "client_kwargs": {"region_name": "us-west-2"},
-        "config_kwargs": {"connect_timeout": 10.0, "read_timeout": 10.0},
+        "config_kwargs": {
+            "connect_timeout": 10.0,
+            "read_timeout": 10.0,
+            "max_pool_connections": 64,
+        },
         "endpoint_url": "http://127.0.0.1:9000",
         "profile": "other",
         "max_concurrency": 1,
@@ -67,7 +72,23 @@ def test_the_file_then_the_environment(tmp_path: Path) -> None:
 def test_the_time_caps_come_from_the_settings_without_timeouts(tmp_path: Path) -> None:
     env = _env(tmp_path, NAPARI_LAZY_ZARR_TIMEOUT_CONNECT="2.5")
     options = s3_options("s3a://bucket/x.zarr", environ=env)
-    assert options["config_kwargs"] == {"connect_timeout": 2.5, "read_timeout": 10.0}
+    assert options["config_kwargs"] == {
+        "connect_timeout": 2.5,
+        "read_timeout": 10.0,
+        "max_pool_connections": 64,
+    }
+
+
+def test_the_connection_pool_holds_twice_the_loaders(tmp_path: Path) -> None:
+    """One file system serves every thread: botocore's pool (10 by default) would queue
+    the cache's 32 remote loaders behind each other."""
+    for variables, pool in (
+        ({}, 64),
+        ({"NAPARI_LAZY_ZARR_REMOTE_CONCURRENCY": "4"}, 10),  # never below botocore's
+        ({"NAPARI_LAZY_ZARR_CONCURRENCY": "48"}, 96),  # loaders set: they count
+    ):
+        options = s3_options("s3://bucket/x.zarr", environ=_env(tmp_path, **variables))
+        assert options["config_kwargs"]["max_pool_connections"] == pool, variables
 
 
 def test_fsspecs_configured_options_are_merged_under_ours() -> None:
@@ -81,7 +102,12 @@ def test_fsspecs_configured_options_are_merged_under_ours() -> None:
     options = s3_storage_options(settings, Timeouts(connect=1, read=2), configured=configured)
     assert options == {
         "client_kwargs": {"region_name": "eu-central-1", "verify": False},
-        "config_kwargs": {"retries": {"max_attempts": 2}, "connect_timeout": 1, "read_timeout": 2},
+        "config_kwargs": {
+            "retries": {"max_attempts": 2},
+            "connect_timeout": 1,
+            "read_timeout": 2,
+            "max_pool_connections": 64,
+        },
     }  # the rest (requester_pays, max_concurrency) fsspec applies itself, under ours
 
 

@@ -68,6 +68,9 @@ _ENDPOINT_HINT: Final = (
 )
 
 
+_BOTOCORE_POOL: Final = 10  # botocore's default `max_pool_connections`
+
+
 def is_s3(url: str) -> bool:
     """Whether `url` is an ``s3://`` (or ``s3a://``) URL.
 
@@ -90,8 +93,9 @@ def s3_storage_options(
     region or profile, and ``s3_anon=False``, leave s3fs's own choice, which
     reads the ``AWS_*`` variables and files); the dictionaries s3fs takes
     (``client_kwargs``, ``config_kwargs``) are merged key by key, the time caps
-    always applying. Whole keys are read with one request (``max_concurrency=1``,
-    unless fsspec's configuration sets it).
+    always applying. Whole keys are read with one request (``max_concurrency=1``),
+    and botocore's connection pool holds twice the loaders
+    (``max_pool_connections``), unless fsspec's configuration sets them.
 
     Examples
     --------
@@ -102,8 +106,8 @@ def s3_storage_options(
     ... )
     >>> options["endpoint_url"], options["anon"], options["config_kwargs"]["connect_timeout"]
     ('http://127.0.0.1:9000', True, 2.0)
-    >>> s3_storage_options(Settings(), Timeouts(), configured={})
-    {'config_kwargs': {'connect_timeout': 10.0, 'read_timeout': 10.0}, 'max_concurrency': 1}
+    >>> s3_storage_options(Settings(), Timeouts(), configured={})["config_kwargs"]
+    {'connect_timeout': 10.0, 'read_timeout': 10.0, 'max_pool_connections': 64}
     """
     if configured is None:
         configured = _fsspec_configuration()
@@ -118,6 +122,13 @@ def s3_storage_options(
         ours["anon"] = True
     if settings.s3_profile:
         ours["profile"] = settings.s3_profile.strip()
+    if "max_pool_connections" not in dict(configured.get("config_kwargs") or {}):
+        # One file system serves every thread (`store_for`): botocore's pool of 10
+        # connections would queue the cache's loaders (32 by default for a URL, and the
+        # background budget beside them) and the metadata reads of an open behind each
+        # other. Twice the loaders leaves room for both.
+        loaders = max(settings.concurrency, settings.remote_concurrency)
+        ours["config_kwargs"]["max_pool_connections"] = max(_BOTOCORE_POOL, 2 * loaders)
     if "max_concurrency" not in configured:
         # s3fs asks a key's size (HEAD) before every whole-key read when it may split it
         # into concurrent parts, and a missing key then costs a HEAD and a LIST: with one
@@ -140,8 +151,8 @@ def s3_options(
 ) -> dict[str, Any]:
     """The storage options `url` is read with: `s3_storage_options` for S3, else none.
 
-    The ``[s3]`` settings (and the time caps, unless `timeouts` is given) are
-    resolved now (`current_settings`), so an edit applies to what is read next.
+    The ``[s3]`` settings, the loaders (for the connection pool) and the time caps
+    (unless `timeouts` is given) are resolved now (`current_settings`), so an edit applies to what is read next.
 
     Raises
     ------
@@ -150,12 +161,17 @@ def s3_options(
     """
     if not is_s3(url):
         return {}
-    names = S3_SETTINGS if timeouts is not None else (*S3_SETTINGS, *_TIMEOUTS)
+    names = (
+        (*S3_SETTINGS, *_LOADERS)
+        if timeouts is not None
+        else (*S3_SETTINGS, *_LOADERS, *_TIMEOUTS)
+    )
     settings = current_settings(environ, names=names)
     return s3_storage_options(settings, settings.timeouts if timeouts is None else timeouts)
 
 
 _TIMEOUTS: Final = ("connect_timeout", "read_timeout", "total_timeout")
+_LOADERS: Final = ("concurrency", "remote_concurrency")  # the connection pool's size
 
 
 def _fsspec_configuration() -> dict[str, Any]:
