@@ -321,7 +321,7 @@ def layer_data(
         controller = ViewController(
             sources, cache, axis_map=axis_map, name=name, prefetch=prefetch
         )
-        loader = LayerLoader(controller)
+        loader = LayerLoader(controller, snapshot=layer_type == "labels")
         views = loader.levels
         kwargs: dict[str, Any] = {
             "name": name,

@@ -448,6 +448,32 @@ def test_colours_and_contrast_agree_with_napari_ome_zarr(
     np.testing.assert_allclose(our_labels.get_color(3), [0, 0, 1, 128 / 255], atol=1e-6)
 
 
+def test_a_labels_read_never_changes_under_napari_as_chunks_land(tmp_path: Path) -> None:
+    """napari's labels colouring reads each cell twice (numba's direct colormap), so the
+    array a labels layer answers with must not be the buffer the workers fill in place:
+    a read taken before its chunks land keeps its placeholders, the next read has them.
+    An image layer answers with the live buffer (napari only displays it)."""
+    path = tmp_path / "image.ome.zarr"
+    _ome_zarr_py_store(path, "0.5", window=False)
+    layers = read_zarr(str(path))
+    (labels,) = [data for data, _, kind in layers if kind == "labels"]
+    image = next(data for data, _, kind in layers if kind == "image")
+    expected = (np.arange(256 * 320).reshape(256, 320) // 9000).astype(np.uint32)  # as written
+    for levels, snapshot in ((labels, True), (image, False)):
+        level = levels[0]
+        first = np.asarray(level[...])  # nothing resident yet: placeholders
+        assert level.loader.snapshot is snapshot
+        assert (first == 0).all()
+        level.array.result(timeout=30)  # every chunk of the view READY
+        second = np.asarray(level[...])
+        if snapshot:
+            np.testing.assert_array_equal(second, expected)
+            assert (first == 0).all()  # unchanged: a copy, not the live buffer
+        else:
+            assert second is first or np.shares_memory(second, first)
+        level.loader.controller.close()
+
+
 @pytest.mark.parametrize(
     ("color", "name"),
     [("FF00FF", "magenta"), ("00FF00", "green"), ("FFFFFF", "gray"), ("0000FF", "blue")],
