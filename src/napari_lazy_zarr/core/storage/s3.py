@@ -152,7 +152,8 @@ def s3_options(
     """The storage options `url` is read with: `s3_storage_options` for S3, else none.
 
     The ``[s3]`` settings, the loaders (for the connection pool) and the time caps
-    (unless `timeouts` is given) are resolved now (`current_settings`), so an edit applies to what is read next.
+    (unless `timeouts` is given) are resolved now (`current_settings`), so an edit
+    applies to what is read next.
 
     Raises
     ------
