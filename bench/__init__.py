@@ -35,10 +35,12 @@ __all__ = [
     "PREVIOUS",
     "RESULTS_FILE",
     "ROOT",
+    "check_package",
     "environment_line",
     "interleaved",
     "markdown_table",
     "median_ms",
+    "package_env",
     "previous_package",
     "worker_result",
     "write_section",
@@ -230,6 +232,25 @@ def previous_package(revision: str = PREVIOUS) -> Iterator[Path]:
 
     with checked_out([revision]) as (previous,):
         yield previous.root
+
+
+def package_env(previous: Path | None = None) -> tuple[dict[str, str], Path]:
+    """The environment of a benchmark's worker process and the package it must import:
+    this checkout's, or with `previous` (a `previous_package` tree) that tree's, put
+    first on ``PYTHONPATH`` before this checkout (whose bench code the worker runs)."""
+    env = dict(os.environ)
+    package = ROOT / "src"
+    if previous is not None:
+        package = previous / "src"
+        env["PYTHONPATH"] = os.pathsep.join([str(package), str(ROOT)])
+    return env, package
+
+
+def check_package(result: dict[str, Any], package: Path, label: str) -> None:
+    """Fail the run unless the worker's reported ``napari_lazy_zarr.__file__`` (`result`'s
+    ``"package"``) is under `package` (from `package_env`)."""
+    if Path(result["package"]) != (package / "napari_lazy_zarr").resolve():
+        raise RuntimeError(f"{label}: imported {result['package']}, not {package}")
 
 
 def write_section(name: str, body: str, path: Path = RESULTS_FILE) -> None:

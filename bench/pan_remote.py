@@ -49,7 +49,14 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
-from bench import PREVIOUS, environment_line, markdown_table, previous_package
+from bench import (
+    PREVIOUS,
+    check_package,
+    environment_line,
+    markdown_table,
+    package_env,
+    previous_package,
+)
 from bench.own_time import OwnTime
 
 LATENCY: Final = 0.2
@@ -146,13 +153,7 @@ def _measure(method: str, previous: Path) -> dict[str, Any]:
     root = vc.data_root(config)
     reader = vc.OME_ZARR if method.startswith("napari-ome-zarr") else vc.OURS
     case = vc.Case("remote", "pyramid" if "pyramid" in method else "plain", LATENCY, warm_up=True)
-    env = dict(os.environ)
-    package = Path(__file__).resolve().parents[1] / "src"
-    if method.startswith("previous"):
-        package = previous / "src"
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(package), str(Path(__file__).resolve().parents[1])]
-        )
+    env, package = package_env(previous if method.startswith("previous") else None)
     with (
         tempfile.TemporaryDirectory(prefix="pan-remote-") as scratch,
         vc.serve(root) as (server, _, _),
@@ -184,8 +185,7 @@ def _measure(method: str, previous: Path) -> dict[str, Any]:
             check=True,
         )
     result = dict(json.loads(done.stdout.strip().splitlines()[-1]))
-    if Path(result["package"]) != (package / "napari_lazy_zarr").resolve():
-        raise RuntimeError(f"{method}: imported {result['package']}, expected {package}")
+    check_package(result, package, method)
     return result
 
 

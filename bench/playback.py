@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
 import sys
 import time
@@ -33,10 +32,11 @@ from typing import TYPE_CHECKING, Any
 from bench import (
     DATA_DIR,
     PREVIOUS,
-    ROOT,
+    check_package,
     environment_line,
     generated_store,
     markdown_table,
+    package_env,
     previous_package,
 )
 from bench.own_time import OwnTime
@@ -213,11 +213,7 @@ def serve(root: Path, latency: float) -> Iterator[Any]:
 
 def _run_worker(spec: dict[str, Any], previous: Path | None = None) -> dict[str, Any]:
     """One fresh napari process; `previous` (a checkout) puts that revision's package first."""
-    env = dict(os.environ)
-    package = ROOT / "src"
-    if previous is not None:
-        package = previous / "src"
-        env["PYTHONPATH"] = os.pathsep.join([str(package), str(ROOT)])
+    env, package = package_env(previous)
     out = subprocess.run(
         [sys.executable, "-m", "bench.playback", json.dumps(spec)],
         env=env,
@@ -229,10 +225,7 @@ def _run_worker(spec: dict[str, Any], previous: Path | None = None) -> dict[str,
     for line in reversed(out.stdout.splitlines()):
         if line.startswith("{"):
             result: dict[str, Any] = json.loads(line)
-            if Path(result["package"]) != (package / "napari_lazy_zarr").resolve():
-                raise RuntimeError(
-                    f"{spec['reader']}: imported {result['package']}, not {package}"
-                )
+            check_package(result, package, spec["reader"])
             return result
     return {**spec, "error": (out.stderr or out.stdout)[-400:]}
 
