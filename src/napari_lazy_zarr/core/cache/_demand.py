@@ -118,7 +118,6 @@ class Demand:
         # What is ahead loads in the order given (the next frame whole before the one after;
         # a distance from the view's centre would take the centres of every frame first).
         for refs, extra_class in ((ahead, LoadClass.AHEAD), (extra, LoadClass.PREFETCH)):
-            ahead_class = extra_class is LoadClass.AHEAD
             for index, ref in enumerate(refs):
                 entry = residency.entry(ref)
                 if entry.state is ChunkState.FAILED and not_started(entry.error):
@@ -131,7 +130,7 @@ class Demand:
                     view,
                     generation,
                     outbox,
-                    rank=float(index) if ahead_class else None,
+                    rank=float(index) if extra_class is LoadClass.AHEAD else None,
                 )
         if request._remaining == 0:
             outbox.finished.append(request)

@@ -36,7 +36,7 @@ class LoadClass(IntEnum):
     """A chunk of a plane ahead of a walk through z or t (napari playing its dims, or a
     user stepping): the frames about to be shown. Visible work, with its budget: at 10
     frames a second over 100 ms, the background budget (8 of 32 loads) showed 3% of
-    the frames exact where every worker showed 71% (issue 24)."""
+    the frames exact where the revision before that budget showed 71% (issue 24)."""
     OVERVIEW = 2
     """Overview work: a chunk a view wants but does not display at its level (napari's
     thumbnail of the coarsest level), and every input of such a chunk."""
@@ -99,7 +99,8 @@ class QueueItem:
     level_rank: int
     """Minus the pyramid level: coarser levels sort first."""
     distance: float
-    """Squared distance of the chunk's centre from the view centre."""
+    """Squared distance of the chunk's centre from the view centre; for `LoadClass.AHEAD`,
+    the chunk's place in the order the request gave (the next frame first)."""
     sequence: int
     """Push order; an input queued for a derived chunk shares that chunk's number."""
     key: ChunkKey = field(compare=False)
@@ -121,7 +122,8 @@ class PriorityQueue:
        cheap loads the next two rules decide; an expensive derived chunk never goes
        before cheap stored chunks merely because it is coarser.
     3. **Level**: coarser levels first (a cheap coarse chunk covers more screen).
-    4. **Distance** from the view centre, nearest first; then push order.
+    4. **Distance** from the view centre, nearest first (what is ahead: in the order
+       given); then push order.
 
     The inputs a derived chunk waits for inherit its whole item (class, cost,
     level, distance, push order, view and generation): work done on behalf of
