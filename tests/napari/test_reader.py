@@ -448,22 +448,43 @@ def test_colours_and_contrast_agree_with_napari_ome_zarr(
     np.testing.assert_allclose(our_labels.get_color(3), [0, 0, 1, 128 / 255], atol=1e-6)
 
 
-def test_a_labels_read_never_changes_under_napari_as_chunks_land(tmp_path: Path) -> None:
+def test_a_labels_read_never_changes_under_napari_as_chunks_land(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """napari's labels colouring reads each cell twice (numba's direct colormap), so the
     array a labels layer answers with must not be the buffer the workers fill in place:
     a read taken before its chunks land keeps its placeholders, the next read has them.
     An image layer answers with the live buffer (napari only displays it)."""
+    import threading
+
+    from napari_lazy_zarr.core.sources.zarr import ZarrChunkSource
+
+    # No chunk lands before the first reads (the image's contrast sample loads chunks too).
+    gate = threading.Event()
+    original = ZarrChunkSource.read_chunk
+
+    def gated(self: ZarrChunkSource, coords: tuple[int, ...]) -> Any:
+        assert gate.wait(60), "the test never opened the gate"
+        return original(self, coords)
+
+    monkeypatch.setattr(ZarrChunkSource, "read_chunk", gated)
     path = tmp_path / "image.ome.zarr"
     _ome_zarr_py_store(path, "0.5", window=False)
-    layers = read_zarr(str(path))
-    (labels,) = [data for data, _, kind in layers if kind == "labels"]
-    image = next(data for data, _, kind in layers if kind == "image")
-    expected = (np.arange(256 * 320).reshape(256, 320) // 9000).astype(np.uint32)  # as written
-    for levels, snapshot in ((labels, True), (image, False)):
-        level = levels[0]
-        first = np.asarray(level[...])  # nothing resident yet: placeholders
-        assert level.loader.snapshot is snapshot
-        assert (first == 0).all()
+    try:
+        layers = read_zarr(str(path))
+        (labels,) = [data for data, _, kind in layers if kind == "labels"]
+        image = next(data for data, _, kind in layers if kind == "image")
+        expected = (np.arange(256 * 320).reshape(256, 320) // 9000).astype(np.uint32)
+        cases = ((labels[0], True), (image[0], False))
+        firsts = []
+        for level, snapshot in cases:
+            assert level.loader.snapshot is snapshot
+            first = np.asarray(level[...])
+            assert (first == 0).all()  # placeholders: nothing could land yet
+            firsts.append(first)
+    finally:
+        gate.set()
+    for (level, snapshot), first in zip(cases, firsts, strict=True):
         level.array.result(timeout=30)  # every chunk of the view READY
         second = np.asarray(level[...])
         if snapshot:
