@@ -251,7 +251,9 @@ class LayerLoader:
         from qtpy.QtCore import QTimer
 
         started = time.perf_counter()
-        layer.refresh()
+        # Chunks landed: the values changed, not the layer's extent (napari's refresh would
+        # recompute it and have the viewer update its dims for nothing), nor a highlight.
+        layer.refresh(extent=False, highlight=False)
         # Measured up to the next event-loop pass, so the repaint it causes counts: a slow
         # one (a large volume's upload and rendering) spaces the next refreshes out.
         QTimer.singleShot(
