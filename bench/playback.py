@@ -14,9 +14,10 @@ displayed level, **held** = an earlier plane shown while the current one loads
 (ours only), **steps** = share of the t steps napari showed at all (napari drops
 a step while the previous one has not drawn). A 5 ms `QTimer` measures the
 longest main-thread stall and counts stalls over 50 ms. One subprocess per
-(reader, fps, latency), each with a fresh cache. At 10 fps the previous revision
-(`bench.PREVIOUS`, its package from a temporary worktree) plays beside ours: the
-A/B in the same run.
+(reader, fps, latency), each with a fresh cache. At 10 fps the previous revisions
+(`REVISIONS`: `bench.PREVIOUS`, before issue 24, and the one before the next
+frames were assembled off napari's thread; each package from a temporary
+worktree) play beside ours: the A/B in the same run.
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ if TYPE_CHECKING:
 FRAMES, SIZE, CHUNK, LEVELS = 50, 1024, 256, 3
 READERS = ("napari-lazy-zarr", "napari-ome-zarr", "napari")
 PREVIOUS_FPS = 10
-PREVIOUS_LABEL = f"napari-lazy-zarr {PREVIOUS} (previous)"
+REVISIONS = (PREVIOUS, "9cf24ae")
+"""The A/B baselines: before issue 24, and before `PreparedPlanes` (the next frames of a
+walk assembled off napari's thread)."""
 HELD_STEPS = 8  # a frame showing one of the 8 planes before the current one is "held"
 
 
@@ -238,14 +241,20 @@ def run(quick: bool = False) -> str:
     readers = READERS[:2] if quick else READERS
     path = ensure_movie(frames, size)
     rows = []
-    with previous_package(PREVIOUS) as previous:
+    with contextlib.ExitStack() as stack:
+        previous = [(rev, stack.enter_context(previous_package(rev))) for rev in REVISIONS]
         for latency in latencies:
             with serve(path.parent, latency) as server:
                 url = f"{server.url}/{path.name}"
                 for fps in fps_list:
-                    methods = [(reader, reader, None) for reader in readers]
+                    methods: list[tuple[str, str, Path | None]] = [
+                        (reader, reader, None) for reader in readers
+                    ]
                     if fps == PREVIOUS_FPS:  # the A/B at issue 24's rate, beside ours
-                        methods.insert(1, (PREVIOUS_LABEL, READERS[0], previous))
+                        methods[1:1] = [
+                            (f"napari-lazy-zarr {rev} (previous)", READERS[0], tree)
+                            for rev, tree in previous
+                        ]
                     for label, plugin, tree in methods:
                         spec = {
                             "reader": label,

@@ -800,6 +800,63 @@ def test_a_walk_loads_ahead_in_its_direction_within_its_share_of_the_cache() -> 
         controller.cache.close()
 
 
+def test_the_next_frames_of_a_walk_are_assembled_before_napari_reads_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The frames just ahead of a walk, and their thumbnails, are planned and their chunks
+    copied in as they land, off the reading thread: napari's reads of the next frame copy
+    nothing into what they return (the buffers were assembled) and show NumPy's values; a
+    step elsewhere still gets a buffer of its own, and a still view prepares nothing."""
+    from napari_lazy_zarr.core.reading.plans import StridedPlan
+    from napari_lazy_zarr.core.viewport.planes import PREPARED_PLANES
+
+    copied_into: list[np.ndarray[Any, Any]] = []
+    original = StridedPlan.copy_chunk
+
+    def recording(self: StridedPlan, out: Any, key: Any, data: Any) -> None:
+        copied_into.append(out)
+        original(self, out, key, data)
+
+    def copies(into: np.ndarray[Any, Any]) -> int:
+        return sum(np.shares_memory(out, into) for out in copied_into)
+
+    def staged() -> dict[tuple[int, int], Any]:  # by (level, t)
+        return {(s.request.level, s.request.box[0][0]): s for s in controller._planes.staged}
+
+    monkeypatch.setattr(StridedPlan, "copy_chunk", recording)
+    controller, pyramid, executor = _movie(frames=12)
+    levels = controller.arrays
+    try:
+        for t in (2, 3, 4):  # a walk forwards, as napari plays: the view and its thumbnail
+            controller.read(0, levels[0][t])
+            controller.read(1, levels[1][t])
+            executor.run_all()
+        assert controller.motion is not None
+        ahead = range(5, 5 + PREPARED_PLANES)
+        assert sorted(staged()) == sorted((level, t) for level in (0, 1) for t in ahead)
+        for t in (5, 6):
+            for level in (0, 1):
+                prepared = staged()[level, t]
+                assert not prepared.missing  # assembled as its chunks landed
+                copied_into.clear()
+                shown = controller.read(level, levels[level][t])
+                assert copies(shown) == 0  # the read copied nothing into it
+                assert np.shares_memory(shown, prepared.buffer)
+                np.testing.assert_array_equal(shown, pyramid[level][t])
+            executor.run_all()
+        copied_into.clear()
+        jumped = controller.read(0, levels[0][0])  # not ahead: a buffer of its own
+        assert copies(jumped) == 4
+        np.testing.assert_array_equal(jumped, pyramid[0][0])
+        executor.run_all()
+        assert controller.motion is None
+        controller.read(0, levels[0][0])
+        assert controller._planes.staged == []
+    finally:
+        controller.close()
+        controller.cache.close()
+
+
 def test_a_prepared_volume_is_assembled_before_it_is_read() -> None:
     data = (np.arange(8 * 16 * 16) % 997).astype(np.int32).reshape(8, 16, 16)
     pyramid = [data, data[::2, ::2, ::2]]

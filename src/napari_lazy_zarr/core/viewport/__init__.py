@@ -6,8 +6,9 @@ request a read makes and the `ViewFrame` it gets back), `fallback` (stand-ins
 from coarser levels), `prefetch` (the ring, walks through z/t, level choice)
 and `contrast` (the contrast-limit sample). `ViewController` (`controller`) is
 the stateful piece, as ndv's `controllers/`: it answers each read at once and
-keeps the answer converging as chunks land, with the volumes it prepares off
-the viewer's thread (`volumes`). `FailureLog` (`failures`) follows the layer's
+keeps the answer converging as chunks land, with the volumes (`volumes`) and
+the next frames of a walk through z/t (`planes`) it prepares off the viewer's
+thread. `FailureLog` (`failures`) follows the layer's
 failed chunks for the user. Qt-free, as all of `core` is.
 """
 
@@ -39,6 +40,7 @@ from napari_lazy_zarr.core.viewport.frames import (
     ViewRequest,
     is_plane_step,
 )
+from napari_lazy_zarr.core.viewport.planes import PREPARED_PLANES, PreparedPlanes, planes_ahead
 from napari_lazy_zarr.core.viewport.prefetch import (
     MotionTracker,
     PlaneMotion,
@@ -59,6 +61,7 @@ from napari_lazy_zarr.core.viewport.volumes import (
 )
 
 __all__ = [
+    "PREPARED_PLANES",
     "AxisMap",
     "Box",
     "ChunkFailure",
@@ -66,6 +69,7 @@ __all__ = [
     "FailureLog",
     "MotionTracker",
     "PlaneMotion",
+    "PreparedPlanes",
     "PreparedVolumes",
     "ViewController",
     "ViewFrame",
@@ -83,6 +87,7 @@ __all__ = [
     "level_index",
     "lookahead_chunks",
     "lookahead_planes",
+    "planes_ahead",
     "playback_level",
     "prefetch_chunks",
     "prefetch_ring",

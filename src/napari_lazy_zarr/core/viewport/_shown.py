@@ -1,7 +1,8 @@
 """A view as the controller keeps it between reads: its live buffer and what it lacks.
 
-`Shown` is shared by the controller and the volumes it prepares (`volumes.py`),
-`ViewPlans` keeps the plans of both; private to the package.
+`Shown` is shared by the controller and the volumes and frames it prepares
+(`volumes.py`, `planes.py`), `ViewPlans` keeps the plans of all three; private
+to the package.
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from napari_lazy_zarr.core.viewport._coarser import CoarserPlan, view_plan
+from napari_lazy_zarr.core.viewport.axes import view_box
+from napari_lazy_zarr.core.viewport.fallback import covered, stand_ins
+from napari_lazy_zarr.core.viewport.frames import ViewRequest
 from napari_lazy_zarr.core.viewport.prefetch import overview_shown
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Hashable, Sequence
+    from collections.abc import Callable, Collection, Hashable, Sequence
 
     import numpy as np
 
@@ -22,10 +26,10 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.reading.array import ChunkedArray
     from napari_lazy_zarr.core.reading.plans import ReadPlan
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
-    from napari_lazy_zarr.core.viewport.axes import Box
-    from napari_lazy_zarr.core.viewport.frames import ViewFrame, ViewRequest
+    from napari_lazy_zarr.core.viewport.axes import AxisMap, Box
+    from napari_lazy_zarr.core.viewport.frames import ViewFrame, ViewKind
 
-__all__ = ["Shown", "ViewPlans"]
+__all__ = ["Shown", "ViewPlans", "box_view"]
 
 
 class Shown:
@@ -83,6 +87,13 @@ class Shown:
         self.requested: frozenset[ChunkKey] | None = None
         self.deferred: frozenset[ChunkKey] = frozenset()
 
+    @classmethod
+    def blank(cls, request: ViewRequest, plan: ReadPlan, sources: Sequence[ChunkSource]) -> Shown:
+        """A new view of `request`: an uninitialized buffer, every chunk of `plan` missing."""
+        coarser = frozenset(source.identity for source in sources[request.level + 1 :])
+        placeholder = sources[request.level].fill_value
+        return cls(request, plan, plan.new_buffer(), coarser, placeholder)
+
     @property
     def waiting(self) -> bool:
         """Whether chunks it lacks are still to land (FAILED ones, and those deferred,
@@ -126,6 +137,33 @@ class Shown:
             return False
         return self.waiting and request.level < levels - 1 and len(request.spatial) < 3
 
+    def compose(
+        self,
+        request: ViewRequest,
+        waiting: Collection[ChunkKey],
+        sources: Sequence[ChunkSource],
+        lookup: Callable[[ChunkKey], np.ndarray[Any, Any] | None],
+    ) -> bool:
+        """Give the cells of the `waiting` chunks still missing coarser levels' values.
+
+        The upsampling (`stand_ins`) runs without the lock; only the copy into
+        the buffer holds it, and skips chunks that landed meanwhile. Returns
+        whether anything was drawn.
+        """
+        drawn = stand_ins(request, waiting, sources, lookup)
+        if drawn is None:
+            return False
+        stand_in, region, found = drawn
+        fill_value = sources[request.level].fill_value
+        with self.lock:
+            still = (self.missing - self.failed) & set(waiting)  # not landed meanwhile
+            for key in still:
+                self.plan.fill_missing(self.buffer, key, fill_value, stand_in)
+            # Provisional: the chunks whose every cell shows a coarser level's value.
+            self.provisional = {key for key in still if covered(key, region, found)}
+            self.backdrop = bool(found.all())
+        return bool(still)
+
     def take_landed(self, cache: ChunkCache, among: Collection[ChunkKey] | None = None) -> bool:
         """Copy the chunks it lacks that are now READY into its buffer (`lock` held).
 
@@ -151,6 +189,26 @@ class Shown:
         if changed:
             self.landings += 1
         return changed
+
+
+def box_view(
+    arrays: Sequence[ChunkedArray],
+    axis_map: AxisMap,
+    level: int,
+    box: Box,
+    displayed: Collection[int],
+    kind: ViewKind = "view",
+) -> tuple[ViewRequest, ChunkedArray] | None:
+    """The view of `box` at `level` as napari reads it (the `displayed` axes sliced, the
+    others indexed) over the layer's `arrays`, and its request (None: not a viewport)."""
+    index = tuple(
+        slice(*box[axis]) if axis in displayed else box[axis][0] for axis in axis_map.layer_axes
+    )
+    view = arrays[level][index]
+    found = view_box(view)
+    if found is None:
+        return None
+    return ViewRequest(level, found[0], found[1], 0, kind), view
 
 
 class ViewPlans:

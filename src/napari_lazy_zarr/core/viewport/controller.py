@@ -72,13 +72,13 @@ from napari_lazy_zarr.core.viewport._refresh import Refreshes
 from napari_lazy_zarr.core.viewport._shown import Shown, ViewPlans
 from napari_lazy_zarr.core.viewport.axes import AxisMap, Box, view_box
 from napari_lazy_zarr.core.viewport.failures import FailureLog
-from napari_lazy_zarr.core.viewport.fallback import covered, stand_ins
 from napari_lazy_zarr.core.viewport.frames import (
     ViewFrame,
     ViewKind,
     ViewRequest,
     is_plane_step,
 )
+from napari_lazy_zarr.core.viewport.planes import PreparedPlanes
 from napari_lazy_zarr.core.viewport.prefetch import (
     MotionTracker,
     PlaneMotion,
@@ -222,6 +222,9 @@ class ViewController:
             lock=self._lock,
         )
         self._staged = self._volumes.staged  # by level: (volume, live request), under _lock
+        self._planes = PreparedPlanes(
+            cache, self.sources, self.arrays, self.axis_map, plan=self._plans.plan, lock=self._lock
+        )
         # Stand-ins are composed on a thread of their own: a large one must not delay
         # the next view's requests. An injected `dispatch` runs both.
         self._owned: list[SerialDispatch] = []
@@ -344,13 +347,11 @@ class ViewController:
             shown = self._shown.get(kind)
             presentable = self._presentable if kind == "view" and self.hold else None
         if shown is None or not request.same_view(shown.request):
-            # A volume `prepare_volumes` assembled off this thread, else a new buffer.
-            shown = self._volumes.find(request)
+            # A volume `prepare_volumes` or a frame ahead of a walk assembled off this
+            # thread (`PreparedPlanes`), else a new buffer.
+            shown = self._volumes.find(request) or self._planes.take(request)
             if shown is None:
-                plan = self._plans.plan(request, view)
-                coarser = frozenset(s.identity for s in self.sources[request.level + 1 :])
-                placeholder = self.sources[request.level].fill_value
-                shown = Shown(request, plan, plan.new_buffer(), coarser, placeholder)
+                shown = Shown.blank(request, self._plans.plan(request, view), self.sources)
         with shown.lock:
             shown.request = request
             # Shown before it looks for landed chunks: a chunk landing from here on finds
@@ -422,19 +423,7 @@ class ViewController:
             current = any(shown is other for other in self._shown.values())
         if self._closed or not current or not waiting:
             return  # the viewer has moved on, or everything landed
-        drawn = stand_ins(request, waiting, self.sources, self.cache.lookup)
-        if drawn is None:
-            return
-        stand_in, region, found = drawn
-        fill_value = self.sources[request.level].fill_value
-        with shown.lock:
-            still = (shown.missing - shown.failed) & waiting  # not landed meanwhile
-            for key in still:
-                shown.plan.fill_missing(shown.buffer, key, fill_value, stand_in)
-            # Provisional: the chunks whose every cell shows a coarser level's value.
-            shown.provisional = {key for key in still if covered(key, region, found)}
-            shown.backdrop = bool(found.all())
-        if still:
+        if shown.compose(request, waiting, self.sources, self.cache.lookup):
             self._signal_change()
 
     # -- issuing (dispatch thread) --------------------------------------------
@@ -499,6 +488,10 @@ class ViewController:
             )
         except RuntimeError:  # the cache was closed under us (viewer closing)
             return False
+        if request.kind == "view":  # the next frames of a walk, assembled as they land
+            with self._lock:
+                thumbnail = self._shown.get("thumbnail")
+            self._planes.follow(request, thumbnail, self.motion if ahead else None, ahead)
         return True
 
     # -- volumes (3D at a finer level) ----------------------------------------
@@ -558,6 +551,7 @@ class ViewController:
         with self._lock:
             shown_views = list(self._shown.items())
         self._volumes.landed(landed, [shown for _, shown in shown_views])
+        self._planes.landed(landed)
         changed = False
         for _, shown in shown_views:
             with shown.lock:
@@ -600,6 +594,7 @@ class ViewController:
         for owned in self._owned:
             owned.close()
         self._volumes.close()
+        self._planes.close()
         for kind in ("view", "thumbnail"):
             self.cache.release_view((self._id, kind))
 

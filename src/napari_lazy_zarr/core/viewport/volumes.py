@@ -21,9 +21,7 @@ import math
 import threading
 from typing import TYPE_CHECKING
 
-from napari_lazy_zarr.core.viewport._shown import Shown
-from napari_lazy_zarr.core.viewport.axes import view_box
-from napari_lazy_zarr.core.viewport.frames import ViewRequest
+from napari_lazy_zarr.core.viewport._shown import Shown, box_view
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Hashable, Sequence
@@ -34,6 +32,7 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.reading.plans import ReadPlan
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
     from napari_lazy_zarr.core.viewport.axes import AxisMap, Box
+    from napari_lazy_zarr.core.viewport.frames import ViewRequest
 
 __all__ = [
     "PreparedVolumes",
@@ -199,6 +198,7 @@ def volume_box(
 
     Examples
     --------
+    >>> from napari_lazy_zarr.core.viewport.frames import ViewRequest
     >>> request = ViewRequest(0, ((3, 4), (0, 16), (8, 16)), (0, 1, 2), 1)
     >>> volume_box(request, [(10, 64, 64), (10, 32, 32)], 1)
     ((3, 4), (0, 32), (0, 32))
@@ -286,19 +286,12 @@ class PreparedVolumes:
         for level, box in wanted.items():
             if level in kept:
                 continue  # already loading (or ready and announced)
-            index = tuple(
-                slice(*box[axis]) if axis in latest.displayed else box[axis][0]
-                for axis in self._axis_map.layer_axes
-            )
-            view = self._arrays[level][index]
-            found = view_box(view)
-            if found is None:
+            made = box_view(self._arrays, self._axis_map, level, box, latest.displayed)
+            if made is None:
                 continue
-            volume = ViewRequest(level, found[0], found[1], 0, "view")
+            volume, view = made
             plan = self._plan(volume, view)
-            coarser = frozenset(s.identity for s in self._sources[level + 1 :])
-            placeholder = self._sources[level].fill_value
-            shown = Shown(volume, plan, plan.new_buffer(), coarser, placeholder)
+            shown = Shown.blank(volume, plan, self._sources)
             try:
                 live = self._cache.request(
                     plan.refs, view=(self._owner, "volume", level), level=level
