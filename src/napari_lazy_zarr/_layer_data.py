@@ -96,11 +96,6 @@ class LayerLevel:
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray[Any, Any]:
         data = self.loader.controller.read(self.level, self.array, kind=self.loader.kind(self))
-        if self.loader.snapshot:
-            # The answer is the live buffer the workers fill as chunks land; napari's labels
-            # colouring reads a cell twice (`if val in mapping: out = mapping[data[i]]`, its
-            # numba direct colormap) and a chunk landing in between raised KeyError in it.
-            return np.array(data, dtype=dtype, copy=True)
         return data if dtype is None else np.asarray(data, dtype=dtype)
 
     def __repr__(self) -> str:
@@ -117,16 +112,10 @@ class LayerLoader:
     `Settings.volume_voxels`: napari's Preferences, ``NAPARI_LAZY_ZARR_VOLUME_VOXELS``
     or the settings file, else `DEFAULT_VOLUME_VOXELS`); setting it re-chooses the
     level shown.
-
-    With `snapshot` (a labels layer), napari gets a copy of each read: the array
-    it holds never changes under it while chunks land (an image layer gets the live
-    buffer, filled in place, which napari only displays).
     """
 
-    def __init__(self, controller: ViewController, *, snapshot: bool = False) -> None:
+    def __init__(self, controller: ViewController) -> None:
         self.controller = controller
-        # Answer napari with a copy of each read rather than the live buffer (labels).
-        self.snapshot = snapshot
         self.levels = [LayerLevel(self, i, a) for i, a in enumerate(controller.arrays)]
         self._layer: weakref.ReferenceType[Layer] | None = None
         self._throttle: Any = None
@@ -135,6 +124,11 @@ class LayerLoader:
         self._slots: tuple[Callable[..., None], ...] | None = None
         self._locked: int | None = None  # the level we locked napari to in 3D
         self._volume_voxels = current_settings().volume_voxels
+
+    @property
+    def snapshot(self) -> bool:
+        """Whether napari gets arrays that never change under it (`ViewController.snapshot`)."""
+        return self.controller.snapshot
 
     @property
     def volume_voxels(self) -> int:

@@ -490,6 +490,8 @@ def test_a_labels_read_never_changes_under_napari_as_chunks_land(
         if snapshot:
             np.testing.assert_array_equal(second, expected)
             assert (first == 0).all()  # unchanged: a copy, not the live buffer
+            # Complete: its buffer never changes again, and is answered without a copy.
+            assert np.shares_memory(np.asarray(level[...]), second)
         else:
             assert second is first or np.shares_memory(second, first)
         level.loader.controller.close()

@@ -164,6 +164,12 @@ class Shown:
             self.backdrop = bool(found.all())
         return bool(still)
 
+    def answer(self, snapshot: bool) -> np.ndarray[Any, Any]:
+        """Its view's array (`lock` held): the live buffer, or with `snapshot` a copy while
+        chunks are still to land in it (a complete buffer never changes again)."""
+        data = self.plan.finish(self.buffer)
+        return data.copy() if snapshot and self.missing else data
+
     def take_landed(self, cache: ChunkCache, among: Collection[ChunkKey] | None = None) -> bool:
         """Copy the chunks it lacks that are now READY into its buffer (`lock` held).
 

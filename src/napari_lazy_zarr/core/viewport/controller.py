@@ -133,6 +133,9 @@ class ViewController:
     lookahead_share
         The share of the cache's capacity that loading ahead of a walk through
         z or t (playback) may take; the rest keeps the planes already seen.
+    snapshot
+        Answer a view still loading with a copy, not the live buffer chunks land
+        in (labels: napari's colouring reads each cell twice; `Shown.answer`).
 
     Signals
     -------
@@ -184,6 +187,7 @@ class ViewController:
         dispatch: Executor | None = None,
         hold: bool = True,
         lookahead_share: float = 0.5,
+        snapshot: bool = False,
     ) -> None:
         if not levels:
             raise ValueError("a layer needs at least one level")
@@ -201,6 +205,7 @@ class ViewController:
         self.blocking = blocking
         self.hold = hold
         self.lookahead_share = lookahead_share
+        self.snapshot = snapshot
         self.motion: PlaneMotion | None = None
         """The walk through z or t the latest reads make (None when the view is still)."""
         self._tracker = MotionTracker()
@@ -325,7 +330,7 @@ class ViewController:
         found = view_box(view)
         if found is None:  # not a viewport: no stand-ins, no prefetch
             partial = view.read_nonblocking(requester=(self._id, kind), level=level)
-            return partial.data
+            return partial.data.copy() if self.snapshot else partial.data
         box, displayed = found
         request = ViewRequest(level, box, displayed, generation, kind)
         if kind == "view":
@@ -381,7 +386,7 @@ class ViewController:
             )
             result = ViewFrame(
                 request,
-                shown.plan.finish(shown.buffer) if held is None else held,
+                shown.answer(self.snapshot) if held is None else held,
                 tuple(ref.key for ref in shown.plan.refs),
                 frozenset(shown.missing),
                 frozenset(shown.provisional),
