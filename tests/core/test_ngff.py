@@ -71,9 +71,12 @@ if TYPE_CHECKING:
 WHERE = "store.zarr/image"
 _NAMES = ("t", "c", "z", "y", "x", "angle", "q", "p")
 # What a mutation may put anywhere in a document.
+# A copy each time: `sampled_from` hands out the very same list and dict objects, which the
+# mutations then edit in place: a later example would draw from an edited strategy
+# (Hypothesis's FlakyStrategyDefinition, "data generation depending on external state").
 _JSON_VALUES = st.sampled_from(
     [None, True, 0, 5, -1, 1.5, math.nan, math.inf, "x", "0.5", "", [], [1, 2], {}, {"a": 1}]
-)
+).map(copy.deepcopy)
 
 # -- valid documents ----------------------------------------------------------------
 
@@ -281,7 +284,7 @@ def _mutate_semantics(draw: st.DrawFn, document: dict[str, Any]) -> None:
     elif edit == "dataset path" and isinstance(datasets, list) and datasets:
         dataset = draw(st.sampled_from(datasets))
         if isinstance(dataset, dict):
-            dataset["path"] = draw(st.sampled_from([5, None, "", ["0"]]))
+            dataset["path"] = draw(st.sampled_from([5, None, "", ["0"]]).map(copy.deepcopy))
     elif edit == "version":
         holder = multiscale if draw(st.booleans()) else document
         holder["version"] = draw(st.sampled_from(["0.4", "0.5", 0.4, None, "0.6"]))
