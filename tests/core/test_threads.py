@@ -412,3 +412,98 @@ def test_serial_dispatch_that_cannot_start_its_thread_tries_again(
     dispatch.submit(ran.set)  # not wedged by the failed start
     assert ran.wait(WAIT)
     dispatch.close()
+
+
+# -- the stall watchdog's alarms: one thread for every arming ---------------------------
+
+
+def _clock() -> executors.AlarmClock:
+    return executors.AlarmClock("lazy-zarr-test-alarms", linger=WAIT)
+
+
+def test_an_alarm_rings_at_its_deadline_and_every_arming_rings_on_one_thread() -> None:
+    clock = _clock()
+    rings: list[tuple[float, int]] = []
+    rang = threading.Semaphore(0)
+
+    def ring() -> None:
+        rings.append((time.perf_counter(), threading.get_ident()))
+        rang.release()
+
+    alarm = executors.Alarm(ring, clock=clock)
+    deadlines = []
+    for _ in range(5):
+        deadlines.append(time.perf_counter() + 0.01)
+        alarm.arm(deadlines[-1])
+        assert rang.acquire(timeout=WAIT)
+    assert len(rings) == 5
+    assert all(at >= deadline for (at, _), deadline in zip(rings, deadlines, strict=True))
+    assert len({ident for _, ident in rings}) == 1  # not a thread per alarm
+    thread = clock.thread
+    assert thread is not None
+    assert thread.ident == rings[0][1]
+    alarm.close()
+    thread.join(WAIT)  # closed with none armed: the thread ends at once, not after linger
+    assert not thread.is_alive()
+
+
+def test_a_disarmed_alarm_never_rings_and_a_later_arm_keeps_the_earlier_deadline() -> None:
+    clock = _clock()
+    disarmed_rang = threading.Event()
+    rang = threading.Event()
+    disarmed = executors.Alarm(disarmed_rang.set, clock=clock)
+    alarm = executors.Alarm(rang.set, clock=clock)
+    now = time.perf_counter()
+    disarmed.arm(now + 0.02)
+    disarmed.disarm()
+    alarm.arm(now + 0.05)
+    alarm.arm(now + 10 * WAIT)  # later than the one armed: the earlier stands
+    assert rang.wait(WAIT)
+    # The clock rings in deadline order: the disarmed deadline (earlier) has been passed.
+    assert not disarmed_rang.is_set()
+    assert not alarm.armed
+    disarmed.close()
+    alarm.close()
+
+
+def test_an_alarm_keeps_no_owner_alive_and_one_dropped_unclosed_lets_the_thread_end() -> None:
+    import gc
+    import weakref
+
+    clock = _clock()
+
+    class Owner:
+        def fire(self) -> None:  # pragma: no cover - never due
+            raise AssertionError("rang after its owner was collected")
+
+    owner = Owner()
+    alarm = executors.Alarm(owner.fire, clock=clock)
+    alarm.arm(time.perf_counter() + 10 * WAIT)
+    thread = clock.thread
+    assert thread is not None
+    assert thread.is_alive()
+    gone = weakref.ref(owner)
+    del owner
+    gc.collect()
+    assert gone() is None  # the armed alarm did not keep it
+    del alarm  # never closed
+    gc.collect()
+    thread.join(WAIT)
+    assert not thread.is_alive()
+
+
+def test_cold_reads_behind_a_busy_worker_start_no_watchdog_thread_each() -> None:
+    """The watchdog is armed about once per cold read here; one thread serves every arming
+    (a `threading.Timer` each started a thread per read, ~0.6 ms of a 25-chunk read)."""
+    data = np.arange(256 * 256, dtype="u2").reshape(256, 256)
+    source = ArraySource(data, chunks=(32, 32), name="watchdog")
+    threads = []
+    with ChunkCache(1 << 22, concurrency=1) as cache:
+        image = ChunkedArray(source, cache)
+        for _ in range(10):
+            cache.evict_unpinned()
+            np.testing.assert_array_equal(image[:, :].result(timeout=WAIT), data)
+            threads.append(executors.ALARMS.thread)
+    armed = [thread for thread in threads if thread is not None]
+    assert armed, "the watchdog was never armed: the test measures nothing"
+    assert all(thread is armed[0] for thread in armed)

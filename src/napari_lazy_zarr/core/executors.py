@@ -3,13 +3,19 @@
 `DaemonExecutor` is the cache's default (daemon worker threads); `InlineExecutor`
 and `ManualExecutor` run tasks on the caller's thread, for tests and scripts;
 `SerialDispatch` runs tasks in order on one thread that lives while there is work
-(a view controller's dispatch and compose threads).
+(a view controller's dispatch and compose threads); `Alarm` calls back at a
+deadline on a thread kept between alarms (the cache's stall watchdog).
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
+import math
 import threading
+import time
+import weakref
 from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -19,7 +25,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 __all__ = [
+    "ALARMS",
     "IDLE_THREADS",
+    "Alarm",
+    "AlarmClock",
     "DaemonExecutor",
     "Executor",
     "IdleThreads",
@@ -393,3 +402,185 @@ class SerialDispatch:
             self._ready.notify()
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
+
+
+class AlarmClock:
+    """The one thread that calls every `Alarm` of the process at its deadline.
+
+    `threading.Timer` starts a thread per alarm (0.1-1 ms of the arming
+    thread's time, and a context switch); the cache's stall watchdog is armed
+    about once per view read that queues chunks behind busy workers, so every
+    `Alarm` shares this clock's thread instead. The thread starts at the first
+    `Alarm.arm`; it ends when an alarm is closed or collected while none is
+    armed, or after `linger` seconds with none armed. A closed cache therefore
+    leaves no thread behind, and 500 caches dropped unclosed share one.
+
+    Re-arming for a later deadline than the one the thread waits for (the
+    usual case: the oldest load's start plus a constant) wakes nothing.
+    """
+
+    def __init__(self, name: str, linger: float = 2.0) -> None:
+        self.name = name
+        self.linger = linger
+        # Re-entrant: an alarm collected unclosed is forgotten wherever the collector runs.
+        self.ready = threading.Condition(threading.RLock())
+        self.heap: list[tuple[float, int, int, weakref.ref[Alarm]]] = []  # stale ones too
+        self.changed = time.perf_counter()  # last armed, disarmed or rung
+        self.wake = 0.0  # when the thread looks again by itself (0: without waiting)
+        self.thread: threading.Thread | None = None
+        self._order = itertools.count()  # ties in the heap never compare alarms
+
+    def push(self, deadline: float, token: int, alarm: weakref.ref[Alarm]) -> None:
+        """Have `alarm` rung at `deadline` if its token is still `token` (lock held)."""
+        heapq.heappush(self.heap, (deadline, next(self._order), token, alarm))
+        self.changed = time.perf_counter()
+        if self.thread is None:
+            thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+            try:
+                thread.start()
+            except RuntimeError as error:  # "can't start new thread"
+                raise ThreadStartError(
+                    f"could not start the {self.name!r} thread: {error} "
+                    "(a limit on threads or memory)"
+                ) from error
+            self.wake = 0.0
+            self.thread = thread
+        elif deadline < self.wake:
+            self.ready.notify()
+
+    def forget(self) -> None:
+        """An alarm was closed or collected: with none armed, the thread ends now (as a
+        closed cache's idle workers do, `IdleThreads.trim`); the next `arm` starts one."""
+        with self.ready:
+            if not any(
+                (alarm := ref()) is not None and alarm.token == token
+                for _, _, token, ref in self.heap
+            ):
+                self.heap.clear()  # only stale deadlines are left
+                self.changed = -math.inf  # no linger
+                self.ready.notify()
+
+    def _run(self) -> None:
+        ready = self.ready
+        with ready:
+            try:
+                while True:
+                    now = time.perf_counter()
+                    if self._ring_due(now):
+                        continue
+                    if self.heap:
+                        until = self.heap[0][0]
+                    else:
+                        until = self.changed + self.linger
+                        if now >= until:
+                            return  # none armed for long: a quiet process holds no thread
+                    self.wake = until
+                    ready.wait(until - now)
+            finally:
+                self.thread = None
+
+    def _ring_due(self, now: float) -> bool:
+        """Ring the alarms due (lock held; released while they ring); whether any was."""
+        heap = self.heap
+        due: list[Alarm] = []
+        while heap and heap[0][0] <= now:
+            _, _, token, ref = heapq.heappop(heap)
+            alarm = ref()
+            if alarm is not None and alarm.token == token:
+                alarm.deadline = None
+                due.append(alarm)
+        if not due:
+            return False
+        self.wake = 0.0  # an `arm` while they ring is seen after
+        self.ready.release()
+        try:
+            for alarm in due:
+                alarm.ring()
+        finally:
+            self.ready.acquire()
+        self.changed = time.perf_counter()
+        return True  # its locals go: no alarm is kept alive by this thread
+
+
+ALARMS: AlarmClock = AlarmClock("lazy-zarr-watchdog")
+"""The thread every `Alarm` of the process rings on (the caches' stall watchdogs)."""
+
+
+class Alarm:
+    """Calls `fn()` at a deadline, on the process's `AlarmClock` thread.
+
+    `arm` keeps the earliest deadline asked for since the last `disarm` (a
+    stale `arm` arriving late can only make `fn` run early, never late): `fn`
+    must check for itself whether there is anything to do. It runs without any
+    lock of the clock's; an exception from it is logged. A bound method is held
+    weakly, so an alarm keeps no cache alive.
+
+    Examples
+    --------
+    >>> rang = threading.Event()
+    >>> alarm = Alarm(rang.set)
+    >>> alarm.arm(time.perf_counter() + 0.01)
+    >>> rang.wait(timeout=10)
+    True
+    >>> alarm.close()
+    """
+
+    __slots__ = ("__weakref__", "_clock", "_closed", "_fn", "_forget", "_ref", "deadline", "token")
+
+    def __init__(self, fn: Callable[[], Any], *, clock: AlarmClock | None = None) -> None:
+        self._fn: Callable[[], Callable[[], Any] | None]
+        if hasattr(fn, "__self__") and hasattr(fn, "__func__"):
+            self._fn = weakref.WeakMethod(fn)
+        else:
+            self._fn = lambda: fn
+        self._clock = ALARMS if clock is None else clock
+        self._closed = False
+        self._ref = weakref.ref(self)
+        self.deadline: float | None = None  # armed for (the clock's lock guards both)
+        self.token = 0  # bumped by every arm and disarm: older heap entries are stale
+        self._forget = weakref.finalize(self, self._clock.forget)
+        self._forget.atexit = False
+
+    def arm(self, deadline: float) -> None:
+        """Call `fn` at `deadline` (a `time.perf_counter` time) or at an earlier one armed.
+
+        Raises `ThreadStartError` if the clock's thread is needed and cannot
+        start (the alarm then stays armed, and a later `arm` tries again).
+        """
+        clock = self._clock
+        with clock.ready:
+            if self._closed or (self.deadline is not None and self.deadline <= deadline):
+                return
+            self.deadline = deadline
+            self.token += 1
+            clock.push(deadline, self.token, self._ref)
+
+    def disarm(self) -> None:
+        """Call nothing at the deadline armed; never waits."""
+        with self._clock.ready:
+            self.deadline = None
+            self.token += 1
+
+    @property
+    def armed(self) -> bool:
+        """Whether a deadline is armed."""
+        with self._clock.ready:
+            return self.deadline is not None
+
+    def close(self) -> None:
+        """Disarm for good; never waits (the clock's thread ends if no alarm is left armed)."""
+        with self._clock.ready:
+            self._closed = True
+            self.deadline = None
+            self.token += 1
+        self._forget()
+
+    def ring(self) -> None:
+        """Call `fn` now (the clock's thread, no lock held)."""
+        fn = self._fn()
+        if fn is None:
+            return  # its owner is gone
+        try:
+            fn()
+        except Exception:
+            logging.getLogger(__name__).exception("a %s alarm failed", self._clock.name)

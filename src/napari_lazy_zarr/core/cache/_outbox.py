@@ -13,14 +13,16 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, cast
 
+from napari_lazy_zarr.core.executors import ThreadStartError
+
 if TYPE_CHECKING:
-    import threading
     from collections.abc import Iterable
 
     import numpy as np
 
     from napari_lazy_zarr.core.cache._residency import Entry
     from napari_lazy_zarr.core.cache.request import Request
+    from napari_lazy_zarr.core.executors import Alarm
     from napari_lazy_zarr.core.keys import ChunkKey
     from napari_lazy_zarr.core.sources.protocol import CancellableSource
     from napari_lazy_zarr.core.states import ChunkEvent
@@ -49,7 +51,7 @@ class Outbox:
         self.superseded: list[Request] = []
         self.starts = 0
         self.cancels: list[Entry] = []  # LOADING chunks whose source is to cancel the read
-        self.watchdog: threading.Timer | None = None  # to start
+        self.watchdog: tuple[Alarm, float] | None = None  # to arm: the alarm, its deadline
 
     def deliver(self) -> None:
         """Hand each READY chunk to its request's `on_ready`, then to its `landed`."""
@@ -65,13 +67,14 @@ class Outbox:
                 request.done.set_result(None)
 
     def start_watchdog_and_cancel(self) -> None:
-        """Start the stall watchdog armed, if any; ask to cancel the reads to cancel."""
+        """Arm the stall watchdog, if asked; ask to cancel the reads to cancel."""
         if self.watchdog is not None:
+            alarm, deadline = self.watchdog
             try:
-                self.watchdog.start()
-            except RuntimeError:  # "can't start new thread": no stall detection this time
-                # The scheduler still holds the timer: it is dropped (and armed again) once
-                # the queue empties (`Scheduler.schedule_starts`).
+                alarm.arm(deadline)
+            except ThreadStartError:  # no stall detection this time
+                # The scheduler still counts it armed: it is disarmed (and armed again)
+                # once the queue empties (`Scheduler.schedule_starts`).
                 logging.getLogger(__name__).warning(
                     "napari-lazy-zarr: could not start the stall watchdog", exc_info=True
                 )

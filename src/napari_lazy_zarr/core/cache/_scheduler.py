@@ -9,17 +9,18 @@ wants any more.
 Thread contract
 ---------------
 Every field is read and written only under the owning cache's lock; the one
-exception is the watchdog timer's thread, which calls `watchdog_fired` through
-the façade, with the lock held. `Scheduler` never takes a lock itself; where
-it moves a chunk's state it calls the façade's one `_transition` with the
-`Outbox` it is handed, and what must happen after the lock (starting workers
-and the watchdog, cancelling reads) goes into that outbox.
+exception is the watchdog's thread (an `Alarm`, whose own lock is only ever
+taken inside the cache's, never the other way round), which calls
+`watchdog_fired` through the façade, with the lock held. `Scheduler` never
+takes the cache's lock itself; where it moves a chunk's state it calls the
+façade's one `_transition` with the `Outbox` it is handed, and what must
+happen after the lock (starting workers, arming the watchdog, cancelling
+reads) goes into that outbox.
 """
 
 from __future__ import annotations
 
 import math
-import threading
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Final
@@ -31,6 +32,7 @@ from napari_lazy_zarr.core.cache.schedule import (
     is_background,
 )
 from napari_lazy_zarr.core.errors import CacheClosedError
+from napari_lazy_zarr.core.executors import Alarm
 from napari_lazy_zarr.core.states import ChunkState, EventReason
 
 if TYPE_CHECKING:
@@ -57,10 +59,10 @@ class Scheduler:
 
     __slots__ = (
         "_dependencies",
-        "_on_watchdog",
         "_residency",
         "_transition",
         "active_tasks",
+        "alarm",
         "background_tasks",
         "batches",
         "closed",
@@ -92,7 +94,9 @@ class Scheduler:
         self._dependencies = dependencies
         dependencies.scheduler = self
         self._transition = transition
-        self._on_watchdog = on_watchdog
+        # One alarm thread for every arming, not a `threading.Timer` (a thread start) each:
+        # the watchdog is armed about once per view read that queues behind busy workers.
+        self.alarm = Alarm(on_watchdog)
         self.concurrency = concurrency
         self.fetch_superseded = fetch_superseded
         self.stalled_after = stalled_after
@@ -106,7 +110,7 @@ class Scheduler:
         # QUEUED chunks of batchable sources, by (source, batch key): a worker taking one
         # takes the others a view still wants with it (`take_riders`).
         self.batches: dict[tuple[Hashable, Hashable], dict[ChunkKey, Entry]] = {}
-        self.watchdog: threading.Timer | None = None
+        self.watchdog: float | None = None  # the deadline `alarm` is armed for
         self.active_tasks = 0
         # Of the tasks loading a chunk of their own (not riders), those on background work
         # (`is_background`: overview, prefetch, superseded) and those on visible work. The
@@ -271,7 +275,7 @@ class Scheduler:
         if self.watchdog is not None and not self.queue:
             # Nothing waits behind the loads: no timer (a cache dropped unclosed keeps
             # none, nor is it kept alive by one).
-            self.watchdog.cancel()  # sets an event: never waits
+            self.alarm.disarm()  # never waits
             self.watchdog = None
         # Visible work gets up to `concurrency` tasks; background work, on top, what is left
         # of its own budget. A task started takes whatever is most urgent within them.
@@ -431,8 +435,9 @@ class Scheduler:
     def arm_watchdog(self, outbox: Outbox) -> None:
         """Wake up when the oldest counted load becomes stalled, if work waits behind it.
 
-        One timer at a time, armed only while chunks are queued and every
-        worker is busy: an idle cache runs no timer.
+        One deadline at a time, armed only while chunks are queued and every
+        worker is busy; the process's one alarm thread (`executors.ALARMS`)
+        rings it, and ends once no cache is open or none is armed for a while.
         """
         if (
             self.stalled_after is None
@@ -453,11 +458,8 @@ class Scheduler:
         )
         if oldest is None:
             return
-        delay = max(0.0, oldest + self.stalled_after - time.perf_counter())
-        timer = threading.Timer(delay, self._on_watchdog)
-        timer.name = "lazy-zarr-watchdog"
-        timer.daemon = True  # cancelled by close; never holds up the interpreter's exit
-        self.watchdog = outbox.watchdog = timer
+        self.watchdog = oldest + self.stalled_after
+        outbox.watchdog = (self.alarm, self.watchdog)  # armed after the lock
 
     def watchdog_fired(self, outbox: Outbox) -> None:
         """Set stalled loads aside so new workers start (the timer's thread, lock held)."""
@@ -527,9 +529,8 @@ class Scheduler:
         self.closed = True
         self.queue.clear()
         self._dependencies.clear()
-        if self.watchdog is not None:
-            self.watchdog.cancel()
-            self.watchdog = None
+        self.alarm.close()  # never waits; its thread ends
+        self.watchdog = None
         cancels: list[Entry] = []
         for entry in self.loading.values():
             if not entry.cancelled and cancellable(entry):
