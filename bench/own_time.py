@@ -15,7 +15,8 @@ package's own functions pay one Python callback per call and return (about
 0.5 µs each), on every thread. The figure is therefore an upper bound.
 
 Figures (all in seconds): `total` since the last `reset`, `longest` single
-outermost entry since then, `entries` counted.
+outermost entry since then (`longest_where`: the package function it entered),
+`entries` counted.
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ class OwnTime:
         self._entered = 0.0
         self.total = 0.0
         self.longest = 0.0
+        self.longest_where = ""
         self.entries = 0
+        self._outer: CodeType | None = None
         self._tool = sys.monitoring.PROFILER_ID
 
     def _is_ours(self, code: CodeType) -> bool:
@@ -69,6 +72,7 @@ class OwnTime:
         self._depth += 1
         if self._depth == 1:
             self._entered = time.perf_counter()
+            self._outer = code
         return None
 
     def _leave(self, code: CodeType, _offset: int, _value: object) -> Any:
@@ -81,7 +85,9 @@ class OwnTime:
             spent = time.perf_counter() - self._entered
             self.total += spent
             self.entries += 1
-            self.longest = max(self.longest, spent)
+            if spent > self.longest:
+                self.longest = spent
+                self.longest_where = _where(self._outer)
         return None
 
     def _unwind(self, code: CodeType, offset: int, exception: BaseException) -> Any:
@@ -93,6 +99,7 @@ class OwnTime:
     def reset(self) -> None:
         """Start the figures again (an entry in progress counts from now)."""
         self.total = self.longest = 0.0
+        self.longest_where = ""
         self.entries = 0
         if self._depth:
             self._entered = time.perf_counter()
@@ -133,3 +140,10 @@ class OwnTime:
 
     def __exit__(self, *_: object) -> None:
         self.stop()
+
+
+def _where(code: CodeType | None) -> str:
+    """``qualname (file:line)`` of a function's code, for a report."""
+    if code is None:
+        return ""
+    return f"{code.co_qualname} ({Path(code.co_filename).name}:{code.co_firstlineno})"
