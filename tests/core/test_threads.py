@@ -507,3 +507,21 @@ def test_cold_reads_behind_a_busy_worker_start_no_watchdog_thread_each() -> None
     armed = [thread for thread in threads if thread is not None]
     assert armed, "the watchdog was never armed: the test measures nothing"
     assert all(thread is armed[0] for thread in armed)
+
+
+def test_an_alarm_whose_thread_cannot_start_rings_once_rearmed_after_a_disarm(
+    thread_starts: Callable[[bool], None],
+) -> None:
+    clock = _clock()
+    rang = threading.Event()
+    alarm = executors.Alarm(rang.set, clock=clock)
+    thread_starts(False)
+    with pytest.raises(ThreadStartError, match="can't start new thread"):
+        alarm.arm(time.perf_counter() + 0.01)
+    assert alarm.armed  # armed, with no thread to ring it
+    assert clock.thread is None
+    thread_starts(True)
+    alarm.disarm()  # as the watchdog does when its queue empties
+    alarm.arm(time.perf_counter() + 0.01)
+    assert rang.wait(WAIT)
+    alarm.close()

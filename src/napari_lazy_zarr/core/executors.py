@@ -545,7 +545,9 @@ class Alarm:
         """Call `fn` at `deadline` (a `time.perf_counter` time) or at an earlier one armed.
 
         Raises `ThreadStartError` if the clock's thread is needed and cannot
-        start (the alarm then stays armed, and a later `arm` tries again).
+        start: the deadline then stays armed with no thread to ring it, and the
+        first `arm` after a `disarm` tries to start one again (the watchdog
+        disarms when its queue empties).
         """
         clock = self._clock
         with clock.ready:
