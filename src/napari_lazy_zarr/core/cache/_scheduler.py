@@ -9,9 +9,9 @@ wants any more.
 Thread contract
 ---------------
 Every field is read and written only under the owning cache's lock; the one
-exception is the watchdog's thread (an `Alarm`, whose own lock is only ever
-taken inside the cache's, never the other way round), which calls
-`watchdog_fired` through the façade, with the lock held. `Scheduler` never
+exception is the watchdog's thread (an `Alarm`'s clock, which never holds its
+own lock while it takes the cache's), which calls `watchdog_fired` through the
+façade, with the lock held. `Scheduler` never
 takes the cache's lock itself; where it moves a chunk's state it calls the
 façade's one `_transition` with the `Outbox` it is handed, and what must
 happen after the lock (starting workers, arming the watchdog, cancelling
@@ -437,7 +437,8 @@ class Scheduler:
 
         One deadline at a time, armed only while chunks are queued and every
         worker is busy; the process's one alarm thread (`executors.ALARMS`)
-        rings it, and ends once no cache is open or none is armed for a while.
+        rings it, and ends when a cache closes with none armed, or after a
+        while with none armed.
         """
         if (
             self.stalled_after is None
