@@ -559,9 +559,11 @@ class Alarm:
 
     def disarm(self) -> None:
         """Call nothing at the deadline armed; never waits."""
-        with self._clock.ready:
+        clock = self._clock
+        with clock.ready:
             self.deadline = None
             self.token += 1
+            clock.changed = time.perf_counter()  # the linger counts from here
 
     @property
     def armed(self) -> bool:
