@@ -86,8 +86,10 @@ def test_a_zoomed_in_view_does_not_pay_for_the_overview(
     # over a slow store. On a local disk it would have read everything meanwhile.
     gate = threading.Event()
     recording = ZarrChunkSource.read_chunk
+    entered: list[tuple[int, ...]] = []  # loads that started, in the order they reached it
 
     def gated(self: ZarrChunkSource, coords: tuple[int, ...]) -> Any:
+        entered.append(tuple(coords))
         assert gate.wait(60), "the test never opened the gate"
         return recording(self, coords)
 
@@ -102,16 +104,20 @@ def test_a_zoomed_in_view_does_not_pay_for_the_overview(
     # As the view benchmark does: one screen pixel per stored pixel, off-centre.
     viewer.scene.camera.zoom = 1.0
     viewer.scene.camera.center = (0, 600, 600)
-    viewer.window._qt_viewer.canvas.on_draw(None)
+    viewer.window._qt_viewer.canvas.on_draw(None)  # napari asks for the zoomed-in view
+    # The loads napari's first slice had started before the zoomed-in view was asked for:
+    # `concurrency` of them, or more if they waited at the gate longer than the cache's
+    # stall watchdog allows (a slow machine), which then starts more workers.
+    held = set(entered)
     gate.set()
     _settle(qtbot, viewer, loader)
     assert layer.data_level == 0
     wanted = _viewport_chunks(layer)
     reads = [coords for _, coords in recorded_reads[opened:]]
-    # The view's chunks, and at most the loads napari's first slice had in flight when
-    # the camera moved: never the 256 stored chunks under the thumbnail.
+    # The view's chunks, and beyond them only loads started before the camera moved:
+    # never the 256 stored chunks under the thumbnail.
     assert wanted <= set(reads) | {c for _, c in recorded_reads[:opened]}
-    assert len(set(reads) - wanted) <= concurrency, sorted(set(reads) - wanted)
+    assert set(reads) - wanted <= held, sorted(set(reads) - wanted - held)
     assert len(set(reads)) < STORED // 4, len(set(reads))
     source = levels[0].array.source
     for coords in wanted:
