@@ -1477,6 +1477,18 @@ def _local_table(runs: Sequence[Run]) -> str:
     )
 
 
+def _bytecode_note() -> str:
+    """Whether the imports in a fresh napari came from bytecode, as after a pip install."""
+    import importlib.util
+
+    import zarr
+
+    cached = os.path.exists(importlib.util.cache_from_source(zarr.__file__))
+    if cached:
+        return "from byte-compiled modules as pip installs them"
+    return "compiled from source in every process (no bytecode on disk)"
+
+
 def _open_table(config: Config, runs: Sequence[Run]) -> str:
     rows = []
     for case in cases(config):
@@ -1678,7 +1690,8 @@ def report(config: Config, runs: Sequence[Run], info: RunInfo) -> str:
         "`viewer.open(url, plugin=...)` runs the reader and napari's first slice on the "
         "main thread; then the first `canvas.on_draw(None)` at napari's home view (the "
         "whole image in the canvas). *fresh napari*: the first store the session opens "
-        "(the reader's imports and HTTP client start-up included); *warm*: after a warm-up "
+        f"(the reader's imports, {_bytecode_note()}, and HTTP client start-up "
+        "included); *warm*: after a warm-up "
         "open of a small other store, as in 1. *home view complete*: from the open call "
         "until the home view is complete (information).",
         "",
