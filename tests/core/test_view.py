@@ -888,6 +888,60 @@ def test_a_prepared_volume_is_assembled_before_it_is_read() -> None:
         cache.close()
 
 
+def test_a_step_in_3d_is_assembled_off_the_reading_thread_while_the_last_volume_is_held(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from napari_lazy_zarr.core.reading.plans import StridedPlan
+
+    data = (np.arange(3 * 8 * 8 * 8) % 991).astype(np.int32).reshape(3, 8, 8, 8) + 1
+    cache = ChunkCache(1 << 22, executor=InlineExecutor())
+    source = ArraySource(data, chunks=(1, 4, 4, 4), name="t", fill_value=FILL)
+    dispatch = ManualExecutor()
+    controller = ViewController([source], cache, prefetch=False, dispatch=dispatch)
+    copied = 0
+    copy_chunk = StridedPlan.copy_chunk
+
+    def counting(self: StridedPlan, *args: Any) -> None:
+        nonlocal copied
+        copied += 1
+        copy_chunk(self, *args)
+
+    monkeypatch.setattr(StridedPlan, "copy_chunk", counting)
+    volume = controller.arrays[0]
+    try:
+        controller.read(0, volume[0])
+        dispatch.run_all()  # requested and loaded (inline): landed in the shown buffer
+        np.testing.assert_array_equal(controller.read(0, volume[0]), data[0])
+        refs = [ChunkRef.of(source, (1, z, y, x)) for z in (0, 1) for y in (0, 1) for x in (0, 1)]
+        cache.request(refs).release()  # t=1 all resident, as a look-ahead leaves it
+        copied = 0
+        held = controller.read(0, volume[1])  # napari's read of the step
+        assert copied == 0  # no chunk copied on the reading thread
+        assert _held(controller)
+        np.testing.assert_array_equal(held, data[0])  # the last whole volume, not the fill
+        changed: list[bool] = []
+        controller.view_changed.connect(lambda: changed.append(True))
+        dispatch.run_all()  # the dispatch thread assembles it, then asks for a read
+        assert copied == 8
+        assert changed == [True]
+        copied = 0
+        np.testing.assert_array_equal(controller.read(0, volume[1]), data[1])
+        assert copied == 0
+        assert not _held(controller)
+        # Stepped on twice before the dispatch thread ran: only the latest is assembled.
+        for t in (0, 2):
+            cache.request([ChunkRef.of(source, (t, *ref.coords[1:])) for ref in refs]).release()
+        controller.read(0, volume[0])
+        controller.read(0, volume[2])
+        assert copied == 0
+        dispatch.run_all()
+        assert copied == 8
+        np.testing.assert_array_equal(controller.read(0, volume[2]), data[2])
+    finally:
+        controller.close()
+        cache.close()
+
+
 # -- stand-ins off the reading thread, prefetch policy ----------------------------------------
 
 

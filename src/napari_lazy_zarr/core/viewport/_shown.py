@@ -41,6 +41,7 @@ class Shown:
     """
 
     __slots__ = (
+        "assembling",
         "backdrop",
         "buffer",
         "coarser",
@@ -77,6 +78,7 @@ class Shown:
         self.provisional: set[ChunkKey] = set()
         self.failed: set[ChunkKey] = set()
         self.unfilled = True  # missing cells not yet given placeholders
+        self.assembling = False  # its resident chunks being copied in off napari's thread
         self.composing = False  # stand-ins queued on the compose thread
         self.backdrop = False  # the composed stand-ins cover every cell still waiting
         self.landings = 0  # how many times chunks landed in it (READY, FAILED or retried)
@@ -169,6 +171,37 @@ class Shown:
         chunks are still to land in it (a complete buffer never changes again)."""
         data = self.plan.finish(self.buffer)
         return data.copy() if snapshot and self.missing else data
+
+    def assemble(self, cache: ChunkCache) -> bool:
+        """Copy the READY chunks it lacks in, and at its first assembly give the others
+        placeholders (`lock` held). Returns whether chunks landed in it."""
+        changed = self.take_landed(cache)
+        if self.unfilled:
+            self.unfilled = False
+            if len(self.missing) == len(self.plan.refs):
+                self.buffer.fill(self.placeholder)  # a cold view: one contiguous fill
+            else:
+                for key in self.missing - self.failed:
+                    self.plan.fill_missing(self.buffer, key, self.placeholder, None)
+        return changed
+
+    def assemble_apart(self, cache: ChunkCache, current: Callable[[], bool]) -> bool:
+        """`assemble` off napari's thread (`lock` not held), one chunk per hold of `lock`:
+        a read meanwhile waits for one chunk's copy at most (and answers a held frame
+        while `assembling`). Stops, returning False, once it is not `current` (the
+        viewer stepped on); True when assembled.
+        """
+        with self.lock:
+            pending = list(self.missing)
+        for key in pending:
+            if not current():
+                return False
+            with self.lock:
+                self.take_landed(cache, (key,))
+        with self.lock:
+            self.assemble(cache)
+            self.assembling = False
+        return True
 
     def take_landed(self, cache: ChunkCache, among: Collection[ChunkKey] | None = None) -> bool:
         """Copy the chunks it lacks that are now READY into its buffer (`lock` held).

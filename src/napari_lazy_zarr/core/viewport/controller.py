@@ -345,45 +345,39 @@ class ViewController:
         """Assemble the view from what is resident (reusing the last buffer of the same view).
 
         Only copies: the resident chunks not yet in the buffer, placeholders for
-        the others. Stand-ins are composed later, off this thread (`_compose`).
+        the others. Stand-ins are composed later, off this thread (`_compose`); a new
+        volume a held frame stands in for (a z/t step in 3D: 100 MB of resident chunks
+        are half a second of copies) is assembled off it too (`Shown.assemble_apart`).
         """
         kind = request.kind
         with self._lock:
             shown = self._shown.get(kind)
             presentable = self._presentable if kind == "view" and self.hold else None
+        fresh = False
         if shown is None or not request.same_view(shown.request):
             # A volume `prepare_volumes` or a frame ahead of a walk assembled off this
             # thread (`PreparedPlanes`), else a new buffer.
             shown = self._volumes.find(request) or self._planes.take(request)
             if shown is None:
                 shown = Shown.blank(request, self._plans.plan(request, view), self.sources)
+                fresh = True
+        stepped = presentable is not None and is_plane_step(presentable.request, request)
         with shown.lock:
             shown.request = request
             # Shown before it looks for landed chunks: a chunk landing from here on finds
             # it in `_landed` (and waits for this lock), one landed before is READY now.
             with self._lock:
                 self._shown[kind] = shown
-            shown.take_landed(self.cache)
-            if shown.unfilled:
-                shown.unfilled = False
-                placeholder = self.sources[request.level].fill_value
-                if len(shown.missing) == len(shown.plan.refs):
-                    shown.buffer.fill(placeholder)  # a cold view: one contiguous fill
-                else:
-                    for key in shown.missing - shown.failed:
-                        shown.plan.fill_missing(shown.buffer, key, placeholder, None)
-                compose = shown.composes(len(self.sources))
-            else:
-                compose = False
+            later = stepped and len(request.spatial) >= 3 and (fresh or shown.assembling)
+            if later and fresh:
+                shown.assembling = True
+            unfilled = shown.unfilled
+            if not later:
+                shown.assemble(self.cache)
+            compose = not later and unfilled and shown.composes(len(self.sources))
             # Presentable: nothing left to wait for, or a complete backdrop composed.
-            ready = not shown.waiting or shown.backdrop
-            held = (
-                presentable.data
-                if presentable is not None
-                and not ready
-                and is_plane_step(presentable.request, request)
-                else None
-            )
+            ready = not later and (not shown.waiting or shown.backdrop)
+            held = presentable.data if presentable is not None and not ready and stepped else None
             result = ViewFrame(
                 request,
                 shown.answer(self.snapshot) if held is None else held,
@@ -401,7 +395,13 @@ class ViewController:
         self._refreshes.notify()  # a view shown complete may settle it
         if compose:
             self._compose_later(shown)
+        if later and fresh:
+            self._dispatch.submit(functools.partial(self._assemble, shown))
         return result
+
+    def _assemble(self, shown: Shown) -> None:  # dispatch thread; napari reads it then
+        if shown.assemble_apart(self.cache, lambda: self._shown.get(shown.request.kind) is shown):
+            self._signal_change()
 
     # -- stand-ins (compose thread) -------------------------------------------
 
