@@ -789,6 +789,7 @@ def _local_worker(spec: dict[str, Any], mark: Marks) -> dict[str, Any]:
             "stall": stalls.longest,
             "complete": complete,
             "final_paint": paint,
+            "level": int(layer.data_level),
         }
 
     steps: list[dict[str, Any]] = []
