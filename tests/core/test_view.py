@@ -942,6 +942,16 @@ def test_a_step_in_3d_is_assembled_off_the_reading_thread_while_the_last_volume_
         cache.close()
 
 
+def _level_sources(
+    pyramid: list[np.ndarray[Any, Any]], chunks: tuple[int, ...], name: str
+) -> list[ArraySource]:
+    """A pyramid's levels as sources with the `FILL` placeholder."""
+    return [
+        ArraySource(level, chunks=chunks, name=f"{name}{i}", fill_value=FILL)
+        for i, level in enumerate(pyramid)
+    ]
+
+
 def _copy_counter(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts `StridedPlan.copy_chunk` calls (the copies a read does) in its one cell."""
     from napari_lazy_zarr.core.reading.plans import StridedPlan
@@ -966,10 +976,7 @@ def test_a_3d_thumbnail_step_is_held_and_assembled_off_the_reading_thread(
     data = (np.arange(3 * 8 * 8 * 8) % 991).astype(np.int32).reshape(3, 8, 8, 8) + 1
     pyramid = [data, data[:, ::2, ::2, ::2]]
     cache = ChunkCache(1 << 22, executor=InlineExecutor())
-    sources = [
-        ArraySource(level, chunks=(1, 2, 2, 2), name=f"v{i}", fill_value=FILL)
-        for i, level in enumerate(pyramid)
-    ]
+    sources = _level_sources(pyramid, (1, 2, 2, 2), "v")
     dispatch = ManualExecutor()
     controller = ViewController(sources, cache, prefetch=False, dispatch=dispatch)
     copied = _copy_counter(monkeypatch)
@@ -1013,10 +1020,7 @@ def test_a_3d_step_onto_a_volume_prepared_but_not_loaded_leaves_its_fill_to_the_
     pyramid = [data, data[:, ::2, ::2, ::2]]
     loads, dispatch = ManualExecutor(), ManualExecutor()
     cache = ChunkCache(1 << 22, executor=loads)
-    sources = [
-        ArraySource(level, chunks=(1, 2, 2, 2), name=f"p{i}", fill_value=FILL)
-        for i, level in enumerate(pyramid)
-    ]
+    sources = _level_sources(pyramid, (1, 2, 2, 2), "p")
     controller = ViewController(sources, cache, prefetch=False, dispatch=dispatch)
     assembled = [0]  # `Shown.assemble`: the copies and the placeholder fill of a read
     assemble = Shown.assemble
@@ -1060,10 +1064,7 @@ def test_the_level_napari_leaves_in_3d_is_its_thumbnail_without_a_copy(
     data = (np.arange(8 * 8 * 8) % 991).astype(np.int32).reshape(8, 8, 8) + 1
     pyramid = [data, data[::2, ::2, ::2]]
     cache = ChunkCache(1 << 22, executor=InlineExecutor())
-    sources = [
-        ArraySource(level, chunks=(2, 2, 2), name=f"l{i}", fill_value=FILL)
-        for i, level in enumerate(pyramid)
-    ]
+    sources = _level_sources(pyramid, (2, 2, 2), "l")
     controller = ViewController(sources, cache, prefetch=False, dispatch=InlineExecutor())
     copied = _copy_counter(monkeypatch)
     fine, coarse = controller.arrays
