@@ -195,9 +195,10 @@ class Shown:
         with self.lock:
             pending = list(self.missing)
         for key in pending:
-            if not current():
-                return False
             with self.lock:
+                if not current():  # checked under the lock a read re-showing it takes
+                    self.assembling = False  # so that such a read starts it anew
+                    return False
                 landed = self.take_landed(cache, (key,))
                 if not landed and self.unfilled and key in self.missing - self.failed:
                     self.plan.fill_missing(self.buffer, key, self.placeholder, None)
