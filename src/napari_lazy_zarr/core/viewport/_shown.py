@@ -200,7 +200,7 @@ class Shown:
                     self.assembling = False  # so that such a read starts it anew
                     return False
                 landed = self.take_landed(cache, (key,))
-                if not landed and self.unfilled and key in self.missing - self.failed:
+                if not landed and self.unfilled and key in self.missing and key not in self.failed:
                     self.plan.fill_missing(self.buffer, key, self.placeholder, None)
         with self.lock:
             self.take_landed(cache)  # what landed since its turn (filled meanwhile)

@@ -365,7 +365,7 @@ class ViewController:
             # it in `_landed` (and waits for this lock), one landed before is READY now.
             with self._lock:
                 replaced, self._shown[kind] = self._shown.get(kind), shown
-                self._retired = replaced if replaced is not shown else self._retired
+                self._retired = None if replaced is shown else replaced  # cleared above
             # New or prepared ahead, a volume lacking chunks: 10s of MB of copies and faults.
             later = (
                 stepped and volume and (shown.assembling or bool(shown.unfilled and shown.missing))
