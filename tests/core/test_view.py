@@ -1008,6 +1008,44 @@ def test_a_3d_thumbnail_step_is_held_and_assembled_off_the_reading_thread(
         cache.close()
 
 
+def test_a_held_3d_thumbnail_asks_for_a_read_only_once_it_can_be_shown() -> None:
+    """A 3D t step whose view is resident and whose thumbnail is not: the view is shown at
+    once, the thumbnail held, and its chunks landing ask napari for no read (each one an
+    upload and paint of the same volumes) until the last of them."""
+    data = (np.arange(3 * 8 * 8 * 8) % 991).astype(np.int32).reshape(3, 8, 8, 8) + 1
+    pyramid = [data, data[:, ::2, ::2, ::2]]
+    executor = ManualExecutor()
+    cache = ChunkCache(1 << 22, executor=executor)
+    sources = _level_sources(pyramid, (1, 2, 2, 2), "w")
+    controller = ViewController(sources, cache, prefetch=False, dispatch=InlineExecutor())
+    changed: list[None] = []
+    controller.view_changed.connect(lambda: changed.append(None))
+    view, thumbnail = controller.arrays
+    try:
+        for _ in range(2):  # requested and loaded, then read whole
+            controller.read(0, view[0], kind="view")
+            controller.read(1, thumbnail[0], kind="thumbnail")
+            executor.run_all()
+        grid = grid_shape(sources[0])
+        cache.request([ChunkRef.of(sources[0], (1, *c)) for c in np.ndindex(*grid[1:])]).release()
+        executor.run_all()  # the view's chunks of t=1 resident, not the thumbnail's
+        controller.read(0, view[1], kind="view")
+        np.testing.assert_array_equal(
+            controller.read(1, thumbnail[1], kind="thumbnail"), pyramid[1][0]
+        )
+        np.testing.assert_array_equal(controller.read(0, view[1], kind="view"), pyramid[0][1])
+        changed.clear()
+        for _ in range(4**3 // 2**3 - 1):
+            executor.run_next()
+            assert not changed  # napari would read the held thumbnail again
+        executor.run_next()
+        assert len(changed) == 1
+        np.testing.assert_array_equal(controller.read(1, thumbnail[1]), pyramid[1][1])
+    finally:
+        controller.close()
+        cache.close()
+
+
 def test_a_3d_step_onto_a_volume_prepared_but_not_loaded_leaves_its_fill_to_the_dispatch(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -1127,6 +1165,44 @@ def test_stand_ins_are_composed_off_the_reading_thread_into_the_shown_buffer(
         assert again is shown
         assert controller.latest is not None
         assert len(controller.latest.provisional) == 16
+    finally:
+        controller.close()
+        cache.close()
+
+
+def test_a_held_step_asks_for_a_read_only_once_its_plane_can_be_shown() -> None:
+    """While a step holds the last frame, a chunk of the new plane landing changes nothing a
+    read would answer (the held frame again): napari is asked to read once, when the plane
+    can be shown (measured: 2-3 slices a 2D t step, 3-4 a 3D one, each a 3D upload too)."""
+    data = (np.arange(3 * 8 * 8) % 997).astype(np.int32).reshape(3, 8, 8) + 1
+    executor = ManualExecutor()
+    cache = ChunkCache(1 << 20, executor=executor)
+    controller = ViewController(
+        _level_sources([data], (1, 4, 4), "h"), cache, prefetch=False, dispatch=InlineExecutor()
+    )
+    changed: list[None] = []
+    controller.view_changed.connect(lambda: changed.append(None))
+    frame = controller.arrays[0]
+    try:
+        controller.read(0, frame[0])
+        executor.run_all()
+        controller.read(0, frame[0])  # complete: the frame a step holds
+        cache.evict_unpinned()
+        changed.clear()
+        np.testing.assert_array_equal(controller.read(0, frame[1]), data[0])
+        assert _held(controller)
+        for _ in range(3):  # three of the plane's four chunks land
+            executor.run_next()
+            assert not changed  # a read would answer the held frame again
+            np.testing.assert_array_equal(controller.read(0, frame[1]), data[0])
+            assert _held(controller)
+        executor.run_next()  # the last one: the plane can be shown
+        assert len(changed) == 1
+        assert not controller.settled  # the viewer has not read the whole plane yet
+        np.testing.assert_array_equal(controller.read(0, frame[1]), data[1])
+        assert not _held(controller)
+        controller.slice_applied()
+        assert controller.settled
     finally:
         controller.close()
         cache.close()

@@ -48,6 +48,7 @@ class Shown:
         "composing",
         "deferred",
         "failed",
+        "held",
         "issued",
         "landings",
         "lock",
@@ -82,6 +83,7 @@ class Shown:
         self.composing = False  # stand-ins queued on the compose thread
         self.backdrop = False  # the composed stand-ins cover every cell still waiting
         self.landings = 0  # how many times chunks landed in it (READY, FAILED or retried)
+        self.held = False  # its latest read was answered with a held frame of another plane
         # What the latest cache request for it was made on (`ViewController._issue`).
         self.issued: tuple[object, ...] | None = None
         # A virtual thumbnail: the chunks the latest request asked for (None: all), and
@@ -103,6 +105,12 @@ class Shown:
         if self.deferred:
             return bool(self.missing - self.failed - self.deferred)
         return len(self.missing) > len(self.failed)
+
+    def still_held(self) -> bool:
+        """Whether its latest read was answered with a held frame and a read now would be
+        too: it is still assembling, or waits for chunks without a complete backdrop."""
+        with self.lock:
+            return self.held and (self.assembling or (self.waiting and not self.backdrop))
 
     def follow(
         self, view: ViewFrame | None, sources: Sequence[ChunkSource]

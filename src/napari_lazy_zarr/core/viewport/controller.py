@@ -378,6 +378,7 @@ class ViewController:
             # Presentable: nothing left to wait for, or a complete backdrop composed.
             ready = not later and (not shown.waiting or shown.backdrop)
             held = presentable.data if presentable is not None and not ready and stepped else None
+            shown.held = held is not None
             result = ViewFrame(
                 request,
                 shown.answer(self.snapshot) if held is None else held,
@@ -401,7 +402,7 @@ class ViewController:
 
     def _assemble(self, shown: Shown) -> None:  # dispatch thread; napari reads it then
         if shown.assemble_apart(self.cache, lambda: self._shown.get(shown.request.kind) is shown):
-            self._signal_change()
+            self._signal_change((shown,))
 
     # -- stand-ins (compose thread) -------------------------------------------
 
@@ -414,12 +415,8 @@ class ViewController:
         self._composer.submit(functools.partial(self._compose, shown))
 
     def _compose(self, shown: Shown) -> None:
-        """Give the cells of chunks still loading coarser levels' values, in place.
-
-        The upsampling (`coarser_fill`) runs without any lock; only the copy
-        into the buffer holds the view's lock, and skips chunks that landed
-        meanwhile. Signals `view_changed` when anything was drawn.
-        """
+        """Give the cells of chunks still loading coarser levels' values, in place
+        (`Shown.compose`); signal `view_changed` when anything was drawn."""
         with shown.lock:
             shown.composing = False
             request = shown.request
@@ -429,7 +426,7 @@ class ViewController:
         if self._closed or not current or not waiting:
             return  # the viewer has moved on, or everything landed
         if shown.compose(request, waiting, self.sources, self.cache.lookup):
-            self._signal_change()
+            self._signal_change((shown,))
 
     # -- issuing (dispatch thread) --------------------------------------------
 
@@ -528,8 +525,7 @@ class ViewController:
         self._dispatch.submit(lambda: self._prepare(wanted))
 
     def _prepare(self, levels: tuple[int, ...]) -> None:
-        latest = self.latest
-        if not self._closed and latest is not None:
+        if not self._closed and (latest := self.latest) is not None:
             self._volumes.prepare(levels, latest.request)
 
     def _volume_ready(self, level: int) -> None:
@@ -557,11 +553,11 @@ class ViewController:
             shown_views = list(self._shown.items())
         self._volumes.landed(landed, [shown for _, shown in shown_views])
         self._planes.landed(landed)
-        changed = False
+        changed: list[Shown] = []
         for _, shown in shown_views:
             with shown.lock:
                 if shown.take_landed(self.cache, landed):
-                    changed = True
+                    changed.append(shown)
                 # A coarser level's chunk improves the stand-ins of a view still loading.
                 recompose = (
                     not shown.unfilled
@@ -571,11 +567,11 @@ class ViewController:
             if recompose:
                 self._compose_later(shown)
         if changed:
-            self._signal_change()
+            self._signal_change(changed)
 
-    def _signal_change(self) -> None:
-        """Emit `view_changed`, unless it was emitted and the view not read since."""
-        if self._refreshes.changed():
+    def _signal_change(self, changed: Collection[Shown]) -> None:
+        """Emit `view_changed` unless emitted and not read since, or nothing new (`_news`)."""
+        if _news(self._shown.get("view"), changed) and self._refreshes.changed():
             self.view_changed.emit()
 
     # -- the viewer's side ----------------------------------------------------
@@ -615,6 +611,16 @@ def _reusable(
     if found is None and retired is not None and request.same_view(retired.request):
         return retired
     return found
+
+
+def _news(view: Shown | None, changed: Collection[Shown]) -> bool:
+    """Whether a read now would answer something new after the `changed` views changed:
+    not while the displayed `view` is still held, nor when each changed one is
+    (`Shown.still_held`). napari would slice, and in 3D upload and paint, the same held
+    frame again (measured: 3 slices a 2D t step, 3-4 a 3D one, where 2 show it whole)."""
+    if view is not None and view.still_held():
+        return False
+    return not all(shown.still_held() for shown in changed)
 
 
 def _load_latency(cache: ChunkCache) -> float:
