@@ -375,9 +375,18 @@ def lookahead_chunks(
     budget = budget_bytes
     refs: list[ChunkRef] = []
     seen: set[ChunkKey] = set()
-    # The coarsest stored level first: the cheapest complete backdrop there is.
+    # The coarsest stored level first: the cheapest complete backdrop there is. When it is
+    # the pyramid's last, napari reads its whole plane as the thumbnail of every 2D frame:
+    # ahead, the whole plane, so that frame's thumbnail is assembled ahead too.
     stored = [i for i, source in enumerate(sources) if not is_derived(source)]
     coarsest = max(stored[-1], request.level)
+    thumbnail = coarsest == len(sources) - 1 > request.level and len(request.spatial) < 3
+    if thumbnail:
+        shape = sources[coarsest].shape
+        boxes[coarsest] = tuple(
+            (0, int(shape[axis])) if axis in request.spatial else span
+            for axis, span in enumerate(boxes[coarsest])
+        )
     for level in dict.fromkeys((coarsest, backdrop, request.level)):
         source = sources[level]
         frame_bytes = box_bytes(boxes[level], source)
@@ -397,6 +406,11 @@ def lookahead_chunks(
                 for axis, span in enumerate(request.box)
             )
             box = level_box(moved, fine.shape, source.shape)
+            if thumbnail and level == coarsest:
+                box = tuple(
+                    whole if axis in request.spatial else span
+                    for axis, (span, whole) in enumerate(zip(box, boxes[level], strict=True))
+                )
             for coords in itertools.product(*chunk_ranges(box, source)):
                 ref = ChunkRef.of(source, coords)
                 if ref.key not in seen:
