@@ -882,19 +882,43 @@ def test_a_walk_over_part_of_a_frame_assembles_its_whole_thumbnail_ahead(
     controller = ViewController(sources, cache, prefetch=True, dispatch=InlineExecutor())
     view, thumbnail = controller.arrays
     try:
-        for t in (2, 3, 4):  # a walk forwards over one chunk of the frame, and the thumbnail
-            controller.read(0, view[t, 0:4, 0:4])
+        for t in (2, 3, 4):  # a walk over part of the frame, and the thumbnail
+            controller.read(0, view[t, 0:8, 0:12])
             controller.read(1, thumbnail[t])
             executor.run_all()
         assert controller.motion is not None
         copied_into.clear()
-        controller.read(0, view[5, 0:4, 0:4])
+        controller.read(0, view[5, 0:8, 0:12])
         shown = controller.read(1, thumbnail[5])
         assert not any(np.shares_memory(out, shown) for out in copied_into)
         np.testing.assert_array_equal(shown, pyramid[1][5])  # whole: nothing left to land
     finally:
         controller.close()
         cache.close()
+
+
+def test_the_look_ahead_takes_the_whole_thumbnail_only_when_it_costs_no_more_than_the_view() -> (
+    None
+):
+    """A coarsest plane larger than the view (a pyramid of few levels, zoomed in) would take
+    the look-ahead's budget from the view's own level: then only the part under the view."""
+    from napari_lazy_zarr.core.viewport.frames import ViewRequest
+    from napari_lazy_zarr.core.viewport.prefetch import lookahead_chunks
+
+    data = np.zeros((12, 16, 16), dtype=np.int32)
+    sources = _level_sources([data, data[:, ::2, ::2]], (1, 4, 4), "b")
+
+    def coarse(box: tuple[tuple[int, int], ...]) -> set[tuple[int, ...]]:
+        request = ViewRequest(0, box, (1, 2), 1)
+        refs = lookahead_chunks(
+            request, PlaneMotion(0, 1, 2.0), sources, latency=0.0, concurrency=1,
+            budget_bytes=1 << 20,
+        )  # fmt: skip
+        coarsest = sources[1].identity  # on the next plane
+        return {ref.coords for ref in refs if ref.key.source == coarsest and ref.coords[0] == 5}
+
+    assert coarse(((4, 5), (0, 8), (0, 12))) == {(5, y, x) for y in (0, 1) for x in (0, 1)}
+    assert coarse(((4, 5), (0, 4), (0, 4))) == {(5, 0, 0)}  # the view's part of it only
 
 
 def test_a_prepared_volume_is_assembled_before_it_is_read() -> None:

@@ -377,16 +377,20 @@ def lookahead_chunks(
     seen: set[ChunkKey] = set()
     # The coarsest stored level first: the cheapest complete backdrop there is. When it is
     # the pyramid's last, napari reads its whole plane as the thumbnail of every 2D frame:
-    # ahead, the whole plane, so that frame's thumbnail is assembled ahead too.
+    # ahead, the whole plane, so that frame's thumbnail is assembled ahead too (if it costs
+    # no more than the view's own frame: never at the expense of the view's look-ahead).
     stored = [i for i, source in enumerate(sources) if not is_derived(source)]
     coarsest = max(stored[-1], request.level)
     thumbnail = coarsest == len(sources) - 1 > request.level and len(request.spatial) < 3
     if thumbnail:
         shape = sources[coarsest].shape
-        boxes[coarsest] = tuple(
+        whole = tuple(
             (0, int(shape[axis])) if axis in request.spatial else span
             for axis, span in enumerate(boxes[coarsest])
         )
+        thumbnail = box_bytes(whole, sources[coarsest]) <= box_bytes(request.box, fine)
+        if thumbnail:
+            boxes[coarsest] = whole
     for level in dict.fromkeys((coarsest, backdrop, request.level)):
         source = sources[level]
         frame_bytes = box_bytes(boxes[level], source)
