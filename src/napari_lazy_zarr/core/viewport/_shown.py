@@ -106,11 +106,17 @@ class Shown:
             return bool(self.missing - self.failed - self.deferred)
         return len(self.missing) > len(self.failed)
 
+    @property
+    def presentable(self) -> bool:
+        """Whether a read may show it (`lock` held): not being assembled, and nothing left
+        to wait for or a complete backdrop composed."""
+        return not self.assembling and (not self.waiting or self.backdrop)
+
     def still_held(self) -> bool:
         """Whether its latest read was answered with a held frame and a read now would be
-        too: it is still assembling, or waits for chunks without a complete backdrop."""
+        too (it is not `presentable` yet)."""
         with self.lock:
-            return self.held and (self.assembling or (self.waiting and not self.backdrop))
+            return self.held and not self.presentable
 
     def follow(
         self, view: ViewFrame | None, sources: Sequence[ChunkSource]

@@ -375,8 +375,7 @@ class ViewController:
             if not later:
                 shown.assemble(self.cache)
             compose = not later and unfilled and shown.composes(len(self.sources))
-            # Presentable: nothing left to wait for, or a complete backdrop composed.
-            ready = not later and (not shown.waiting or shown.backdrop)
+            ready = shown.presentable  # (`assembling` is `later`)
             held = presentable.data if presentable is not None and not ready and stepped else None
             shown.held = held is not None
             result = ViewFrame(

@@ -327,6 +327,11 @@ def playback_level(
     return last
 
 
+def _whole_on(box: Box, shape: Sequence[int], axes: Collection[int]) -> Box:
+    """`box` widened to the whole of `shape` on `axes`."""
+    return tuple((0, int(shape[a])) if a in axes else span for a, span in enumerate(box))
+
+
 def lookahead_chunks(
     request: ViewRequest,
     motion: PlaneMotion,
@@ -383,11 +388,7 @@ def lookahead_chunks(
     coarsest = max(stored[-1], request.level)
     thumbnail = coarsest == len(sources) - 1 > request.level and len(request.spatial) < 3
     if thumbnail:
-        shape = sources[coarsest].shape
-        whole = tuple(
-            (0, int(shape[axis])) if axis in request.spatial else span
-            for axis, span in enumerate(boxes[coarsest])
-        )
+        whole = _whole_on(boxes[coarsest], sources[coarsest].shape, request.spatial)
         thumbnail = box_bytes(whole, sources[coarsest]) <= box_bytes(request.box, fine)
         if thumbnail:
             boxes[coarsest] = whole
@@ -411,10 +412,7 @@ def lookahead_chunks(
             )
             box = level_box(moved, fine.shape, source.shape)
             if thumbnail and level == coarsest:
-                box = tuple(
-                    whole if axis in request.spatial else span
-                    for axis, (span, whole) in enumerate(zip(box, boxes[level], strict=True))
-                )
+                box = _whole_on(box, source.shape, request.spatial)
             for coords in itertools.product(*chunk_ranges(box, source)):
                 ref = ChunkRef.of(source, coords)
                 if ref.key not in seen:
