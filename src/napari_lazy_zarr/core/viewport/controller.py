@@ -366,10 +366,7 @@ class ViewController:
             with self._lock:
                 replaced, self._shown[kind] = self._shown.get(kind), shown
                 self._retired = None if replaced is shown else replaced  # cleared above
-            # New or prepared ahead, a volume lacking chunks: 10s of MB of copies and faults.
-            later = (
-                stepped and volume and (shown.assembling or bool(shown.unfilled and shown.missing))
-            )
+            later = shown.defers(stepped)
             start, shown.assembling = later and not shown.assembling, later
             unfilled = shown.unfilled
             if not later:
@@ -400,7 +397,11 @@ class ViewController:
         return result
 
     def _assemble(self, shown: Shown) -> None:  # dispatch thread; napari reads it then
-        if shown.assemble_apart(self.cache, lambda: self._shown.get(shown.request.kind) is shown):
+        landings = shown.landings  # a volume shown with nothing copied in: nothing new
+        whole = shown.assemble_apart(
+            self.cache, lambda: self._shown.get(shown.request.kind) is shown
+        )
+        if whole and (shown.held or shown.landings != landings):
             self._signal_change((shown,))
 
     # -- stand-ins (compose thread) -------------------------------------------
