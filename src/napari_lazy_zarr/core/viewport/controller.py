@@ -359,7 +359,7 @@ class ViewController:
             if shown is None:
                 shown = Shown.blank(request, self._plans.plan(request, view), self.sources)
         stepped = presentable is not None and is_plane_step(presentable.request, request)
-        with shown.lock:
+        with shown.reading():
             shown.request = request
             # Shown before it looks for landed chunks: a chunk landing from here on finds
             # it in `_landed` (and waits for this lock), one landed before is READY now.

@@ -308,11 +308,7 @@ class PreparedVolumes:
             staged = self.staged.get(level)
         if staged is None:
             return
-        shown = staged[0]
-        with shown.lock:
-            shown.take_landed(self._cache)
-            complete = not shown.missing
-        if complete:
+        if staged[0].take_apart(self._cache):
             self._ready(level)
 
     def landed(self, landed: Collection[ChunkKey], shown: Collection[Shown]) -> None:
