@@ -1016,19 +1016,20 @@ def _level_sources(
     ]
 
 
-def _copy_counter(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts `StridedPlan.copy_chunk` calls (the copies a read does) in its one cell."""
+def _copy_counter(monkeypatch: pytest.MonkeyPatch, method: str = "copy_chunk") -> list[int]:
+    """Counts `StridedPlan.copy_chunk` calls (the copies a read does), or another
+    `method`'s (``fill_missing``: the placeholders it writes), in its one cell."""
     from napari_lazy_zarr.core.reading.plans import StridedPlan
 
-    copied = [0]
-    copy_chunk = StridedPlan.copy_chunk
+    calls = [0]
+    original = getattr(StridedPlan, method)
 
     def counting(self: StridedPlan, *args: Any) -> None:
-        copied[0] += 1
-        copy_chunk(self, *args)
+        calls[0] += 1
+        original(self, *args)
 
-    monkeypatch.setattr(StridedPlan, "copy_chunk", counting)
-    return copied
+    monkeypatch.setattr(StridedPlan, method, counting)
+    return calls
 
 
 def test_a_3d_thumbnail_step_is_held_and_assembled_off_the_reading_thread(
@@ -1194,8 +1195,6 @@ def test_a_first_volume_read_costs_napari_no_copy_when_the_fill_value_is_zero(
     chunks and 29 ms of placeholders for 10 others), the resident chunks are copied in on
     the dispatch thread, and napari is asked to read again. With another fill value the
     read copies and fills as before. The pixels are always NumPy's or the placeholder."""
-    from napari_lazy_zarr.core.reading.plans import StridedPlan
-
     data = (np.arange(8 * 8 * 8) % 991).astype(np.int32).reshape(1, 8, 8, 8) + 1
     loads, dispatch = ManualExecutor(), ManualExecutor()
     cache = ChunkCache(1 << 22, executor=loads)
@@ -1204,14 +1203,7 @@ def test_a_first_volume_read_costs_napari_no_copy_when_the_fill_value_is_zero(
     changed: list[None] = []
     controller.view_changed.connect(lambda: changed.append(None))
     copied = _copy_counter(monkeypatch)
-    filled = [0]
-    fill_missing = StridedPlan.fill_missing
-
-    def counting(self: StridedPlan, *args: Any) -> None:
-        filled[0] += 1
-        fill_missing(self, *args)
-
-    monkeypatch.setattr(StridedPlan, "fill_missing", counting)
+    filled = _copy_counter(monkeypatch, "fill_missing")
     resident = [(0, 0, *c) for c in np.ndindex(2, 2)]  # the upper half in z
     partial = np.full_like(data[0], fill)
     partial[:4] = data[0, :4]
