@@ -148,8 +148,12 @@ def _open_regular(path: str, error: type[LazyZarrError]) -> tuple[int, os.stat_r
 
 
 def _pread_all(fd: int, offset: int, count: int, deadline: float | None, path: str) -> bytes:
-    """Up to `count` bytes at `offset` (fewer at end of file), checking `deadline` per block."""
-    if count <= _BLOCK:
+    """Up to `count` bytes at `offset` (fewer at end of file), checking `deadline` per block.
+
+    Without a deadline, one read: joining blocks holds the file twice at its peak
+    (measured: +100 MiB resident refusing a 35 MB manifest of 1,000,000 references).
+    """
+    if count <= _BLOCK or deadline is None:
         return os.pread(fd, count, offset)
     parts: list[bytes] = []
     done = 0
