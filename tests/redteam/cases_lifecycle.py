@@ -493,6 +493,7 @@ def _torn(
                     seen = classify(array.result(timeout=context.wait))
                 except LazyZarrError:
                     seen = "error"
+                    cache.retry_failed()  # a user's retry: FAILED stays FAILED until then
                 cache.evict_unpinned()  # the next read goes to the file again
                 with lock:
                     counts[seen] += 1
