@@ -258,40 +258,39 @@ class Shown:
         first. Stops, returning False, once it is not `current` (the viewer stepped on);
         True when assembled.
         """
-        with self.lock:
-            pending = list(self.missing)
-        for key in pending:
-            self._let_reads_pass()
-            with self.lock:
-                if not current():  # checked under the lock a read re-showing it takes
-                    self.assembling = False  # so that such a read starts it anew
-                    return False
-                landed = self.take_landed(cache, (key,))
-                fill = self.unfilled and not self.prefilled and key not in self.failed
-                if not landed and fill and key in self.missing:
-                    self.plan.fill_missing(self.buffer, key, self.placeholder, None)
+        if not self._apart(cache, current, fill=True):
+            return False
         with self.lock:
             self.take_landed(cache)  # what landed since its turn (filled meanwhile)
             self.unfilled = self.assembling = False
         return True
 
     def take_apart(self, cache: ChunkCache) -> bool:
-        """`take_landed` off napari's thread (`lock` not held), one chunk per hold of `lock`,
-        a waiting read first (measured: a prepared volume's 100+ MB were copied in one
-        hold, 250-590 ms); whether it is complete."""
-        with self.lock:
-            pending = list(self.missing)
-        for key in pending:
-            self._let_reads_pass()
-            with self.lock:
-                self.take_landed(cache, (key,))
+        """`take_landed` off napari's thread as `assemble_apart` copies (measured: a
+        prepared volume's 100+ MB copied in one hold of `lock`, 250-590 ms); whether it is
+        complete."""
+        self._apart(cache, lambda: True, fill=False)
         with self.lock:
             return not self.missing
 
-    def _let_reads_pass(self) -> None:
-        """Wait while a read waits for `lock` or holds it (`reading`)."""
-        with self._gate:
-            self._gate.wait_for(lambda: not self._readers, _YIELD_SECONDS)
+    def _apart(self, cache: ChunkCache, current: Callable[[], bool], *, fill: bool) -> bool:
+        """Each chunk it lacks copied in, and with `fill` (at its first assembly) the
+        placeholder of one not resident: one chunk per hold of `lock`, after any read
+        waiting for it (`reading`). False, stopped, once it is not `current`."""
+        with self.lock:
+            pending = list(self.missing)
+        for key in pending:
+            with self._gate:  # a read waiting for the lock, or holding it, goes first
+                self._gate.wait_for(lambda: not self._readers, _YIELD_SECONDS)
+            with self.lock:
+                if not current():  # checked under the lock a read re-showing it takes
+                    self.assembling = False  # so that such a read starts it anew
+                    return False
+                landed = self.take_landed(cache, (key,))
+                empty = fill and self.unfilled and not self.prefilled and key not in self.failed
+                if not landed and empty and key in self.missing:
+                    self.plan.fill_missing(self.buffer, key, self.placeholder, None)
+        return True
 
     def take_landed(self, cache: ChunkCache, among: Collection[ChunkKey] | None = None) -> bool:
         """Copy the chunks it lacks that are now READY into its buffer (`lock` held).
