@@ -36,6 +36,11 @@ napari-ome-zarr (dask; OME-Zarr only):
    HTTP: `viewer.open` (napari runs the reader and the first slice on the main
    thread) plus the first ``canvas.on_draw(None)`` at napari's home view.
 
+*ours* also runs as the revision before issue 24 (`bench.PREVIOUS`), its package
+from a temporary worktree (`bench.previous_package`) beside this checkout's bench
+code, in every case and round: the A/B against the previous revision in the same
+run.
+
 Every (reader, case) pair runs in its own subprocess (``python -m
 bench.view_cycle SPEC``: a fresh viewer and caches, napari settings from an
 empty file, napari's default synchronous slicing), in rounds with the order of
@@ -67,21 +72,25 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from bench import (
     DATA_DIR,
+    PREVIOUS,
     ROOT,
     Window,
+    check_package,
     environment_line,
     generated_store,
     interleaved,
     markdown_table,
+    package_env,
+    previous_package,
 )
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
-    from pathlib import Path
 
     import numpy as np
 
@@ -174,6 +183,8 @@ class Reader:
     plugin: str
     prefetch: bool = True
     """Ours only: the plugin's default prefetch of the chunks around the view."""
+    revision: str | None = None
+    """Ours only: the git revision whose package runs (None: this checkout's)."""
 
     @property
     def ours(self) -> bool:
@@ -181,10 +192,11 @@ class Reader:
 
 
 OURS: Final = Reader("ours", "napari-lazy-zarr")
+OURS_PREVIOUS: Final = Reader(f"ours {PREVIOUS} (previous)", "napari-lazy-zarr", revision=PREVIOUS)
 OURS_NO_PREFETCH: Final = Reader("ours, prefetch off", "napari-lazy-zarr", prefetch=False)
 OME_ZARR: Final = Reader("napari-ome-zarr", "napari-ome-zarr")
 BUILTIN: Final = Reader("napari builtin", "napari")
-READERS: Final = (OURS, OURS_NO_PREFETCH, OME_ZARR, BUILTIN)
+READERS: Final = (OURS, OURS_PREVIOUS, OURS_NO_PREFETCH, OME_ZARR, BUILTIN)
 
 type Kind = Literal["remote", "open", "local"]
 type Store = Literal["plain", "pyramid", "volume"]
@@ -210,7 +222,9 @@ class Case:
     def applies(self, reader: Reader) -> bool:
         if self.kind == "remote":
             return not (reader is OME_ZARR and self.store == "plain")
-        return reader in ((OURS, OME_ZARR) if self.kind == "open" else (OURS, OME_ZARR, BUILTIN))
+        if self.kind == "open":
+            return reader in (OURS, OURS_PREVIOUS, OME_ZARR)
+        return reader in (OURS, OURS_PREVIOUS, OME_ZARR, BUILTIN)
 
 
 def cases(config: Config) -> list[Case]:
@@ -840,6 +854,9 @@ def _worker_main(argv: Sequence[str]) -> int:
     mark = Marks(spec["progress"])
     result = WORKERS[spec["kind"]](spec, mark)
     result["marks"] = mark.times
+    import napari_lazy_zarr
+
+    result["package"] = str(Path(napari_lazy_zarr.__file__).resolve().parent)
     with open(spec["output"], "w", encoding="utf-8") as handle:
         json.dump(result, handle)
     return 0
@@ -943,8 +960,10 @@ def run_worker(
     scratch: Path,
     run_id: int,
     wait_settled: bool = True,
+    previous: Path | None = None,
 ) -> Run:
-    """One subprocess: `reader` on `case`, killed if it misses its deadline."""
+    """One subprocess: `reader` on `case`, killed if it misses its deadline; with
+    `previous` (a `bench.previous_package` tree), that revision's package."""
     output = scratch / f"result-{run_id}.json"
     progress = scratch / f"progress-{run_id}.jsonl"
     spec = {
@@ -972,7 +991,7 @@ def run_worker(
         "output": str(output),
         "progress": str(progress),
     }
-    env = dict(os.environ)
+    env, package = package_env(previous)
     # napari reads its settings from this (empty) file, never the user's; sync slicing.
     env["NAPARI_CONFIG"] = str(scratch / f"settings-{run_id}.yaml")
     env["NAPARI_ASYNC"] = "0"
@@ -1012,6 +1031,7 @@ def run_worker(
     if output.exists():
         result = json.loads(output.read_text(encoding="utf-8"))
         output.unlink()
+        check_package(result, package, reader.label)
     elif killed_after is None:
         tail = stderr_path.read_text(encoding="utf-8").strip().splitlines()[-15:]
         error = f"exit code {process.returncode}: " + " | ".join(tail)
@@ -1120,9 +1140,8 @@ def run(quick: bool = False) -> str:
         tempfile.TemporaryDirectory(prefix="view-cycle-") as scratch_dir,
         serve(root) as (server, in_flight, log),
         FaultyServer(root) as warm_server,  # no latency: warm-ups cost little time
+        previous_package(PREVIOUS) as previous,
     ):
-        from pathlib import Path
-
         scratch = Path(scratch_dir)
 
         def method(reader: Reader) -> Callable[[Case], list[float]]:
@@ -1139,6 +1158,7 @@ def run(quick: bool = False) -> str:
                     scratch=scratch,
                     run_id=next(run_ids),
                     wait_settled=(reader.label, case) not in settled_seen,
+                    previous=previous if reader.revision is not None else None,
                 )
                 settled_seen.add((reader.label, case))
                 one.peak_in_flight = in_flight.peak
@@ -1281,8 +1301,11 @@ KINDS_2D: Final = ("2D pan", "2D z", "2D t")
 KINDS_3D: Final = ("3D rotate", "3D t")
 
 
-def _slicing(runs: Sequence[Run], reader: Reader, kinds: Sequence[str]) -> list[float]:
-    return [step["slicing"] for kind in kinds for step in _steps(runs, reader, kind)]
+def _slicing(
+    runs: Sequence[Run], reader: Reader, kinds: Sequence[str], figure: str = "slicing"
+) -> list[float]:
+    """`figure` ("slicing", "stall", ...) of every step of `kinds` that `reader` ran."""
+    return [step[figure] for kind in kinds for step in _steps(runs, reader, kind)]
 
 
 def _met(value: float, limit: float) -> str:
@@ -1331,6 +1354,25 @@ def _targets_table(config: Config, runs: Sequence[Run]) -> str:
         ]
         rows.append(
             [f"2. {label} (ms)", *cells, f"<= {target * 1e3:g} ms", _met(values["ours"], target)]
+        )
+    for label, kinds in (("2D steps (pan, z, t)", KINDS_2D), ("3D steps (rotate, t)", KINDS_3D)):
+        # The main thread per step, paints included, against the previous revision's.
+        values = {
+            reader.label: _median(v) if (v := _slicing(runs, reader, kinds, "stall")) else math.nan
+            for reader in READERS
+        }
+        previous = values[OURS_PREVIOUS.label]
+        cells = [
+            _ms(values[reader.label]) if reader is not OURS_NO_PREFETCH else ""
+            for reader in READERS
+        ]
+        rows.append(
+            [
+                f"2. {label}: longest main-thread stall per step (paints included), median (ms)",
+                *cells,
+                f"<= {OURS_PREVIOUS.label}",
+                "n/a" if math.isnan(previous) else _met(values["ours"], previous),
+            ]
         )
     for warm, label in ((False, "first open in a fresh napari"), (True, "after a warm-up open")):
         case = Case("open", "pyramid", OPEN_LATENCY, warm_up=warm)
@@ -1437,7 +1479,7 @@ def _phase(runs: Sequence[Run], start: str, end: str, timeout: float) -> str:
 
 def _local_table(runs: Sequence[Run]) -> str:
     rows = []
-    for reader in (OURS, OME_ZARR, BUILTIN):
+    for reader in (OURS, OURS_PREVIOUS, OME_ZARR, BUILTIN):
         for kind in STEP_KINDS:
             steps = _steps(runs, reader, kind)
             if not steps:
@@ -1598,7 +1640,10 @@ def report(config: Config, runs: Sequence[Run], info: RunInfo) -> str:
         "",
         "Readers: *ours* is the plugin as installed (shared cache, 32 loads in flight for "
         "URLs, prefetch of the chunks around the view on); *ours, prefetch off* sets "
-        "`loader.prefetch = False` as soon as `viewer.open` returns. *napari builtin* "
+        "`loader.prefetch = False` as soon as `viewer.open` returns. "
+        f"*{OURS_PREVIOUS.label}* is the same with the package of {PREVIOUS}, the revision "
+        "before issue 24's work, from a temporary worktree (this checkout's benchmark code): "
+        "the A/B against the previous revision, in the same rounds. *napari builtin* "
         "(`plugin='napari'`) and *napari-ome-zarr* build dask arrays and compute them on "
         "napari's main thread (dask's threaded scheduler, 2 threads here; napari's "
         "opportunistic dask cache on): their view is complete when the slice returns. "
