@@ -1140,9 +1140,15 @@ def run(quick: bool = False) -> str:
         tempfile.TemporaryDirectory(prefix="view-cycle-") as scratch_dir,
         serve(root) as (server, in_flight, log),
         FaultyServer(root) as warm_server,  # no latency: warm-ups cost little time
-        previous_package(PREVIOUS) as previous,
+        contextlib.ExitStack() as trees,
     ):
         scratch = Path(scratch_dir)
+        # Each earlier revision's package, checked out once (`Reader.revision`).
+        packages = {
+            reader.revision: trees.enter_context(previous_package(reader.revision))
+            for reader in READERS
+            if reader.revision is not None
+        }
 
         def method(reader: Reader) -> Callable[[Case], list[float]]:
             def measure(case: Case) -> list[float]:
@@ -1158,7 +1164,7 @@ def run(quick: bool = False) -> str:
                     scratch=scratch,
                     run_id=next(run_ids),
                     wait_settled=(reader.label, case) not in settled_seen,
-                    previous=previous if reader.revision is not None else None,
+                    previous=None if reader.revision is None else packages[reader.revision],
                 )
                 settled_seen.add((reader.label, case))
                 one.peak_in_flight = in_flight.peak
