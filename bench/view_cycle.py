@@ -1307,8 +1307,8 @@ KINDS_2D: Final = ("2D pan", "2D z", "2D t")
 KINDS_3D: Final = ("3D rotate", "3D t")
 
 
-def _slicing(
-    runs: Sequence[Run], reader: Reader, kinds: Sequence[str], figure: str = "slicing"
+def _per_step(
+    runs: Sequence[Run], reader: Reader, kinds: Sequence[str], figure: str
 ) -> list[float]:
     """`figure` ("slicing", "stall", ...) of every step of `kinds` that `reader` ran."""
     return [step[figure] for kind in kinds for step in _steps(runs, reader, kind)]
@@ -1350,10 +1350,8 @@ def _targets_table(config: Config, runs: Sequence[Run]) -> str:
         ("3D steps (rotate, t): main-thread slicing per step, max", KINDS_3D, max, 1),
     ):
         target = (TARGET_STEP_MEDIAN_2D, TARGET_STEP_MAX)[limit]
-        values = {
-            reader.label: (summary(v) if (v := _slicing(runs, reader, kinds)) else math.nan)
-            for reader in READERS
-        }
+        slicing = {reader.label: _per_step(runs, reader, kinds, "slicing") for reader in READERS}
+        values = {label: summary(v) if v else math.nan for label, v in slicing.items()}
         cells = [
             _ms(values[reader.label]) if reader is not OURS_NO_PREFETCH else ""
             for reader in READERS
@@ -1363,10 +1361,8 @@ def _targets_table(config: Config, runs: Sequence[Run]) -> str:
         )
     for label, kinds in (("2D steps (pan, z, t)", KINDS_2D), ("3D steps (rotate, t)", KINDS_3D)):
         # The main thread per step, paints included, against the previous revision's.
-        values = {
-            reader.label: _median(v) if (v := _slicing(runs, reader, kinds, "stall")) else math.nan
-            for reader in READERS
-        }
+        stalls = {reader.label: _per_step(runs, reader, kinds, "stall") for reader in READERS}
+        values = {label: _median(v) for label, v in stalls.items()}
         previous = values[OURS_PREVIOUS.label]
         cells = [
             _ms(values[reader.label]) if reader is not OURS_NO_PREFETCH else ""
