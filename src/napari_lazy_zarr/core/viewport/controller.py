@@ -508,7 +508,7 @@ class ViewController:
     def volume_complete(self, level: int) -> bool:
         """Whether the volume of `level` at the latest view's planes is resident and assembled."""
         with self._lock:
-            shown = self._shown.get("view")
+            shown = list(self._shown.values())
         return self._volumes.complete(level, self.volume_box(level), shown)
 
     def prepare_volumes(self, levels: Sequence[int]) -> None:
@@ -526,7 +526,9 @@ class ViewController:
 
     def _prepare(self, levels: tuple[int, ...]) -> None:
         if not self._closed and (latest := self.latest) is not None:
-            self._volumes.prepare(levels, latest.request)
+            with self._lock:
+                shown = list(self._shown.values())
+            self._volumes.prepare(levels, latest.request, shown)
 
     def _volume_ready(self, level: int) -> None:
         if not self._closed:
