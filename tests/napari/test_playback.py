@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
+    import pytest
     from pytestqt.qtbot import QtBot
 
 FRAMES = 24
@@ -122,3 +123,47 @@ def test_played_frames_never_show_a_fill_region(
     np.testing.assert_array_equal(
         np.asarray(layer._slice.image.raw), pyramid[level][FRAMES - 1][y0 : y1 + 1, x0 : x1 + 1]
     )
+
+
+def test_a_held_step_is_refreshed_once_whole_not_paced_behind_the_last_refresh(
+    make_napari_viewer: Callable[..., Any],
+    qtbot: QtBot,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A t step whose plane is not resident is answered with the last whole frame (held);
+    its refresh, the one that shows the step, comes as soon as the plane is whole. The
+    layer's refreshes are paced by what each costs (a 3D repaint: 200-300 ms under llvmpipe,
+    the next refresh 2x that later): the step's refresh waited out the previous step's
+    pace, 200-350 ms a 3D t step here. The pace is made 5 s to tell the two apart."""
+    from napari_lazy_zarr._layer_data import LayerLoader
+
+    t, y, x = np.ogrid[:64, :256, :256]
+    data = ((x + 3 * y + 50 * t) % 250 + 1).astype(np.uint8)
+    zarr.create_array(str(tmp_path / "movie.zarr"), data=data, chunks=(1, 128, 128))
+    with FaultyServer(tmp_path) as server:
+        server.faults.latency = 0.2
+        viewer = make_napari_viewer(show=True)
+        watch_viewer(viewer)
+        (layer,) = viewer.open(f"{server.url}/movie.zarr", plugin="napari-lazy-zarr")
+        loader = loader_of(layer)
+        assert loader is not None
+        loader.prefetch = False  # from now on nothing is loaded ahead
+        viewer.window._qt_viewer.canvas.on_draw(None)
+        qtbot.waitUntil(lambda: loader.settled, timeout=30_000)
+        monkeypatch.setattr(LayerLoader, "_pace", lambda self, cost: None)
+        loader._throttle.setTimeout(5_000)
+        loader._throttle()  # a refresh now: the next one is due 5 s later at the earliest
+        qtbot.waitUntil(lambda: loader.settled, timeout=30_000)
+        cache = loader.controller.cache
+        qtbot.waitUntil(lambda: not cache.counters().in_flight + cache.counters().queued)
+        cache.evict_unpinned()  # what napari's open loaded ahead: only t=32 stays
+        held: list[bool] = []  # per slice napari applies: was it answered held?
+        controller = loader.controller
+        layer.events.set_data.connect(lambda event=None: held.append(controller.latest.held))
+        viewer.dims.set_current_step(0, 0)  # not resident: held
+        viewer.window._qt_viewer.canvas.on_draw(None)  # napari slices when it draws
+        qtbot.waitUntil(lambda: bool(held), timeout=5_000)
+        assert held[0]  # napari's slice of the step: the last whole frame (t=32)
+        qtbot.waitUntil(lambda: loader.settled, timeout=2_500)  # well before the 5 s
+        np.testing.assert_array_equal(np.asarray(layer._slice.image.raw), data[0])
