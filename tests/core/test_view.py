@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pytest
@@ -33,9 +33,6 @@ from napari_lazy_zarr.core.viewport import (
     prefetch_chunks,
     view_box,
 )
-
-if TYPE_CHECKING:
-    from collections.abc import Collection
 
 FILL = -1
 
@@ -1072,14 +1069,9 @@ def test_a_3d_thumbnail_step_is_held_and_assembled_off_the_reading_thread(
         cache.close()
 
 
-def _resident(
-    cache: ChunkCache, sources: list[ArraySource], t: int, levels: Collection[int] | None = None
-) -> None:
-    """Every level's chunks of plane `t` resident (not pinned), as a look-ahead leaves them
-    (or only those of `levels`)."""
+def _resident(cache: ChunkCache, sources: list[ArraySource], t: int) -> None:
+    """Every level's chunks of plane `t` resident (not pinned), as a look-ahead leaves them."""
     for level, source in enumerate(sources):
-        if levels is not None and level not in levels:
-            continue
         grid = grid_shape(source)
         cache.request(
             [ChunkRef.of(source, (t, *c)) for c in np.ndindex(*grid[1:])], level=level
@@ -1087,12 +1079,11 @@ def _resident(
 
 
 def _stepped_in_3d(
-    monkeypatch: pytest.MonkeyPatch, name: str, resident: Collection[int] = (0, 1)
+    monkeypatch: pytest.MonkeyPatch, name: str
 ) -> tuple[ViewController, ManualExecutor, list[np.ndarray[Any, Any]], list[int]]:
-    """A two-level 4D layer shown whole in 3D at t=0, then stepped to t=1 (the chunks of
-    the `resident` levels resident): napari's reads of the step answered (held), nothing
-    yet run on the `dispatch` thread returned; and the copies of chunks counted from the
-    step on."""
+    """A two-level 4D layer shown whole in 3D at t=0, then stepped to t=1 (resident):
+    napari's reads of the step answered (held), nothing yet run on the `dispatch`
+    thread returned; and the copies of chunks counted from the step on."""
     data = (np.arange(3 * 8 * 8 * 8) % 991).astype(np.int32).reshape(3, 8, 8, 8) + 1
     pyramid = [data, data[:, ::2, ::2, ::2]]
     cache = ChunkCache(1 << 22, executor=InlineExecutor())
@@ -1104,7 +1095,7 @@ def _stepped_in_3d(
         controller.read(0, view[0], kind="view")
         controller.read(1, thumbnail[0], kind="thumbnail")
         dispatch.run_all()
-    _resident(cache, sources, 1, resident)
+    _resident(cache, sources, 1)
     copied = _copy_counter(monkeypatch)
     controller.read(0, view[1], kind="view")
     controller.read(1, thumbnail[1], kind="thumbnail")
@@ -1136,24 +1127,6 @@ def test_a_3d_step_asks_for_one_read_once_its_view_and_thumbnail_are_assembled(
                     )
                 )
         assert shown == [(True, True)]
-    finally:
-        controller.close()
-        controller.cache.close()
-
-
-def test_a_3d_step_whose_thumbnail_still_loads_shows_its_view_at_once(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The same step with the coarsest level's chunks of t=1 not resident: the view, whole
-    first, asks for a read at once, not after the thumbnail's loads."""
-    controller, dispatch, pyramid, _ = _stepped_in_3d(monkeypatch, "soon", resident=(0,))
-    view, _ = controller.arrays
-    emitted: list[None] = []
-    controller.view_changed.connect(lambda: emitted.append(None))
-    try:
-        assert dispatch.run_next()  # the view's assembly: whole
-        assert emitted == [None]
-        np.testing.assert_array_equal(controller.read(0, view[1], kind="view"), pyramid[0][1])
     finally:
         controller.close()
         controller.cache.close()

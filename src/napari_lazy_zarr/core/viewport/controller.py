@@ -88,7 +88,7 @@ from napari_lazy_zarr.core.viewport.prefetch import (
 from napari_lazy_zarr.core.viewport.volumes import PreparedVolumes, volume_box
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Mapping, Sequence
+    from collections.abc import Collection, Sequence
 
     import numpy as np
 
@@ -401,8 +401,9 @@ class ViewController:
         whole = shown.assemble_apart(
             self.cache, lambda: self._shown.get(shown.request.kind) is shown
         )
-        news = whole and (shown.held or shown.landings != landings)
-        if news and not _behind(shown, self._shown, self._lock, self.cache):
+        with self._lock:
+            views = list(self._shown.values())
+        if whole and (shown.held or shown.landings != landings) and not _behind(shown, views):
             self._signal_change((shown,))
 
     # -- stand-ins (compose thread) -------------------------------------------
@@ -616,28 +617,14 @@ def _reusable(
     return found
 
 
-def _behind(
-    shown: Shown, views: Mapping[ViewKind, Shown], lock: threading.Lock, cache: ChunkCache
-) -> bool:
-    """Whether another of the shown `views` (guarded by `lock`) is still to be assembled
-    after `shown`, and whole then: held, queued behind it on the dispatch thread (the 3D
-    thumbnail of a t step, after the view), every chunk it lacks resident. That one asks
-    for the read once
-    both are whole: napari reads both views in each slice, and in 3D uploads and paints
-    the whole volume again (measured: the thumbnail's own refresh came 0.6 s after the
-    view's, paced behind its paint, and doubled the time a t step took to complete). One
-    whose chunks are still loading is not waited for."""
-    with lock:
-        others = [view for view in views.values() if view is not shown]
-    for view in others:
-        if not (view.assembling and view.held):
-            continue
-        with view.lock:
-            lacking = frozenset(view.missing - view.failed)
-        ready, failed = cache.lookup_many(lacking)
-        if len(ready) + len(failed) == len(lacking):
-            return True
-    return False
+def _behind(shown: Shown, views: Collection[Shown]) -> bool:
+    """Whether another of the shown `views` is still to be assembled after `shown`: held,
+    queued behind it on the dispatch thread (the 3D thumbnail of a t step, after the view).
+    That one asks for the read once both are whole: napari reads both views in each slice,
+    and in 3D uploads and paints the whole volume again (measured: the thumbnail's own
+    refresh came 0.6 s after the view's, paced behind its paint, and doubled the time a t
+    step took to complete)."""
+    return any(view is not shown and view.assembling and view.held for view in views)
 
 
 def _news(view: Shown | None, changed: Collection[Shown]) -> bool:
