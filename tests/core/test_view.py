@@ -1316,6 +1316,49 @@ def test_a_first_volume_read_costs_napari_no_copy_when_the_fill_value_is_zero(
         cache.close()
 
 
+@pytest.mark.parametrize("budget", [None, 0.0])
+def test_a_first_volume_read_with_every_chunk_resident_answers_it_whole(
+    monkeypatch: pytest.MonkeyPatch, budget: float | None
+) -> None:
+    """The switch to 3D once the 2D views loaded the whole coarsest level: napari's first
+    read copies the resident chunks in itself and answers the volume whole, and is not
+    asked to read again (under software rendering each paint of a 1024-deep volume holds
+    its thread seconds, and the workers loading the finer level wait for it). With no time
+    to copy in (`_RESIDENT_SECONDS`), the read answers the placeholder and the dispatch
+    thread assembles, as for a volume still loading."""
+    from napari_lazy_zarr.core.viewport import _shown
+
+    if budget is not None:
+        monkeypatch.setattr(_shown, "_RESIDENT_SECONDS", budget)
+    data = (np.arange(8 * 8 * 8) % 991).astype(np.int32).reshape(1, 8, 8, 8) + 1
+    loads, dispatch = ManualExecutor(), ManualExecutor()
+    cache = ChunkCache(1 << 22, executor=loads)
+    source = ArraySource(data, chunks=(1, 4, 4, 4), name="resident", fill_value=0)
+    controller = ViewController([source], cache, prefetch=False, dispatch=dispatch)
+    changed: list[None] = []
+    controller.view_changed.connect(lambda: changed.append(None))
+    copied = _copy_counter(monkeypatch)
+    volume = controller.arrays[0][0]
+    try:
+        cache.request([ChunkRef.of(source, c) for c in np.ndindex(1, 2, 2, 2)]).release()
+        loads.run_all()
+        got = controller.read(0, volume, kind="view")
+        if budget is None:
+            assert copied[0] == 8
+            np.testing.assert_array_equal(got, data[0])
+            dispatch.run_all()
+            assert not changed  # nothing for napari to read (and paint) again
+        else:
+            assert copied[0] == 0
+            np.testing.assert_array_equal(got, np.zeros_like(data[0]))
+            dispatch.run_all()
+            assert (copied[0], len(changed)) == (8, 1)
+        np.testing.assert_array_equal(controller.read(0, volume), data[0])
+    finally:
+        controller.close()
+        cache.close()
+
+
 def test_a_first_volume_read_with_nothing_resident_asks_for_no_read_of_the_same_placeholders() -> (
     None
 ):

@@ -124,3 +124,40 @@ def test_3d_switch_shows_the_coarsest_at_once_then_a_finer_level_on_a_yx_only_py
             loaded = values != 0
             np.testing.assert_array_equal(values[loaded], pyramid[2][loaded])
     layer.events.set_data.disconnect(applied)
+
+
+def test_3d_switch_with_the_coarsest_resident_shows_it_whole_in_one_slice(
+    make_napari_viewer: Callable[..., Any], qtbot: QtBot, tmp_path: Path
+) -> None:
+    """The switch to 3D once the coarsest level is resident (2D loaded it): napari's first
+    read answers its volume whole, and napari is not asked to read (and, under software
+    rendering, upload and paint: seconds for a 1024-deep volume) it again before the finer
+    level is shown."""
+    pyramid = write_volume(tmp_path / "yx.ome.zarr", yx_only=True)
+    viewer = make_napari_viewer(show=True)
+    watch_viewer(viewer)
+    (layer,) = viewer.open(str(tmp_path / "yx.ome.zarr"), plugin="napari-lazy-zarr")
+    loader = loader_of(layer)
+    assert loader is not None
+    loader.volume_voxels = 100_000  # 64×32² fits, 64×64² does not
+    cache = loader.controller.cache
+    loader.controller.arrays[2][...].result(timeout=30)  # the whole coarsest level resident
+    qtbot.waitUntil(lambda: loader.settled, timeout=30_000)
+    qtbot.waitUntil(lambda: not cache.counters().in_flight + cache.counters().queued)
+    slices: list[tuple[int, np.ndarray[Any, Any]]] = []  # (level, values) per 3D slice
+
+    def applied(event: Any = None) -> None:
+        raw = np.asarray(layer._slice.image.raw)
+        if raw.ndim == 3:
+            level = layer.locked_data_level
+            slices.append((len(pyramid) - 1 if level is None else level, raw.copy()))
+
+    layer.events.set_data.connect(applied)
+    viewer.dims.ndisplay = 3
+    assert [level for level, _ in slices] == [2]
+    np.testing.assert_array_equal(slices[0][1], pyramid[2])  # whole at once
+    qtbot.waitUntil(lambda: layer.locked_data_level == 1, timeout=30_000)
+    qtbot.waitUntil(lambda: loader.settled, timeout=30_000)
+    np.testing.assert_array_equal(np.asarray(layer._slice.image.raw), pyramid[1])
+    assert [level for level, _ in slices].count(2) == 1, [level for level, _ in slices]
+    layer.events.set_data.disconnect(applied)

@@ -8,6 +8,7 @@ to the package.
 from __future__ import annotations
 
 import threading
+import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final
 
@@ -34,6 +35,10 @@ __all__ = ["Shown", "ViewPlans", "box_view"]
 
 _YIELD_SECONDS: Final = 0.5
 """Longest an assembly off napari's thread waits, between two chunks, for a read to pass."""
+
+_RESIDENT_SECONDS: Final = 0.025
+"""Longest a first read of a volume with every chunk resident copies them in on its own thread
+(`Shown.defers`); what is left then is assembled off it."""
 
 
 class Shown:
@@ -145,17 +150,41 @@ class Shown:
             return bool(self.missing - self.failed - self.deferred)
         return len(self.missing) > len(self.failed)
 
-    def defers(self, stepped: bool) -> bool:
+    def defers(self, stepped: bool, cache: ChunkCache) -> bool:
         """Whether a read leaves its assembly to the dispatch thread (`lock` held): a volume
         lacking chunks, new or prepared ahead (10s of MB of copies and page faults), when
         the read has a frame to hold (a z/t step, `stepped`) or its placeholders cost
         nothing (`prefilled`: the read answers them meanwhile; measured, the switch to 3D
-        copied the 6 resident chunks of its first volume on napari's thread, 16-78 ms)."""
-        return (
+        copied the 6 resident chunks of its first volume on napari's thread, 16-78 ms).
+
+        Except a read with no frame to hold of a volume whose every chunk is resident
+        (the switch to 3D after the 2D views loaded the coarsest level): it copies them in
+        itself, for `_RESIDENT_SECONDS` at most. Answered with only some in, the volume
+        is read again once whole, and napari paints it twice; under software rendering
+        each paint of a 1024-deep volume held napari's thread 2.2-4.2 s and starved the
+        workers loading the finer level (measured: y/x pyramid, 16 MB coarsest volume,
+        6-9 ms of copies).
+        """
+        if not (
             len(self.request.spatial) >= 3
             and (stepped or self.prefilled)
             and (self.assembling or bool(self.unfilled and self.missing))
-        )
+        ):
+            return False
+        return stepped or self.assembling or not self._copy_resident(cache)
+
+    def _copy_resident(self, cache: ChunkCache) -> bool:
+        """Copy every chunk it lacks in (`lock` held), for `_RESIDENT_SECONDS` at most, if all
+        are READY or FAILED now; whether nothing is left to copy."""
+        ready, failed = cache.lookup_many(self.missing)
+        if len(ready) + len(failed) < len(self.missing):
+            return False  # some still load: it is read again when they land anyway
+        deadline = time.perf_counter() + _RESIDENT_SECONDS
+        for key in list(self.missing):
+            if time.perf_counter() >= deadline:
+                break
+            self.take_landed(cache, (key,))
+        return not self.missing - self.failed
 
     @property
     def presentable(self) -> bool:

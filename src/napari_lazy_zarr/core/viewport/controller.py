@@ -366,7 +366,7 @@ class ViewController:
             with self._lock:
                 replaced, self._shown[kind] = self._shown.get(kind), shown
                 self._retired = None if replaced is shown else replaced  # cleared above
-            later = shown.defers(stepped)
+            later = shown.defers(stepped, self.cache)
             start, shown.assembling = later and not shown.assembling, later
             unfilled = shown.unfilled
             if not later:
