@@ -568,6 +568,40 @@ def test_a_refresh_that_finds_nothing_new_is_not_planned_again() -> None:
         cache.close()
 
 
+def test_a_landing_in_the_view_a_read_replaces_asks_for_no_read_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A chunk of the old view lands while napari's read of a new view is under way
+    (the switch to 3D: 2D chunks still landing). The read answers the new view; once it
+    is applied no refresh is pending (`refresh_pending`), so the glue does not have napari
+    read, upload and paint the same volume again."""
+    from napari_lazy_zarr.core.viewport._shown import ViewPlans
+
+    controller, _, executor = _one_level()
+    signals: list[None] = []
+    controller.view_changed.connect(lambda: signals.append(None))
+    original = ViewPlans.plan
+    during: list[bool] = []
+
+    def landing_meanwhile(self: ViewPlans, *args: Any) -> Any:
+        if not during:  # the new view's plan, before it is registered as shown
+            during.append(True)
+            executor.run_all()  # the old view's chunks land now
+        return original(self, *args)
+
+    try:
+        controller.read(0, controller.arrays[0][0:8, 0:8])
+        monkeypatch.setattr(ViewPlans, "plan", landing_meanwhile)
+        controller.read(0, controller.arrays[0][4:12, 4:12])
+        assert during  # the old view's chunks landed during the read
+        assert signals  # ... and the change was signalled
+        controller.slice_applied()  # napari applies the new view's slice
+        assert not controller.refresh_pending
+    finally:
+        controller.close()
+        controller.cache.close()
+
+
 def test_wait_until_settled_wakes_when_the_viewer_shows_the_last_landing() -> None:
     """Real threads: the cache's workers land chunks, a viewer thread reads again when asked
     and applies the slice; the waiter sleeps until then, and no longer than its timeout."""

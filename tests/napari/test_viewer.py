@@ -291,3 +291,26 @@ def test_3d_view_shows_the_coarsest_level(
     qtbot.waitUntil(
         lambda: np.array_equal(np.asarray(layer._slice.image.raw), pyramid[1]), timeout=30_000
     )
+
+
+def test_a_change_signal_napari_already_read_past_refreshes_nothing(
+    make_napari_viewer: Callable[..., Any], qtbot: QtBot, cells_store: Path
+) -> None:
+    """The change signal reaches napari's main thread late (queued behind a paint): by
+    then napari may have applied a slice read after the change. The glue refreshes only
+    while `ViewController.refresh_pending`; napari does not read, upload and paint the
+    same view again."""
+    viewer = make_napari_viewer(show=True)
+    layer, loader = _open(viewer, cells_store)
+    _settle(qtbot, loader)
+    applied: list[None] = []
+    layer.events.set_data.connect(lambda event=None: applied.append(None))
+    assert not loader.controller.refresh_pending
+    loader.controller.view_changed.emit()  # a stale signal, as one queued before the slice
+    loader._throttle.flush()  # the throttled refresh, now if it was held back
+    assert not applied
+    viewer.scene.camera.zoom = 4.0  # a new view at level 0: its chunks land and refresh it
+    viewer.scene.camera.center = (0, 1500 * 0.25, 700 * 0.25)
+    viewer.window._qt_viewer.canvas.on_draw(None)
+    applied.clear()
+    qtbot.waitUntil(lambda: loader.settled and bool(applied), timeout=30_000)

@@ -39,7 +39,14 @@ class Refreshes:
         self._closed = False
 
     def read(self) -> None:
-        """A read begins: the next change may be signalled again."""
+        """A read registered its view: the next change may be signalled again.
+
+        Counted once the view is registered, not as the read begins: a landing in the
+        view it replaces, or in this one before, asks for no read after this one
+        (measured, the switch to 3D: a chunk of the 2D view landing during napari's
+        first 3D read had it read, upload and paint that volume twice, 1.9-2.7 s each
+        under software rendering, while the finer level waited).
+        """
         with self._condition:
             self.reads += 1
             self._signalled = False
@@ -79,6 +86,12 @@ class Refreshes:
         with self._condition:
             self._closed = True
             self._condition.notify_all()
+
+    @property
+    def pending(self) -> bool:
+        """A change was signalled and no slice read after it has been applied yet."""
+        with self._condition:
+            return self._pending
 
     @property
     def settled(self) -> bool:

@@ -108,8 +108,7 @@ class ViewController:
     Parameters
     ----------
     levels
-        The layer's pyramid levels as chunk sources over the store's axes,
-        finest first.
+        The layer's pyramid levels as chunk sources over the store's axes, finest first.
     cache
         The chunk cache the levels are read through.
     axis_map
@@ -123,19 +122,17 @@ class ViewController:
     blocking
         Make every read wait for its chunks (a debugging mode: it blocks the caller).
     dispatch
-        Where cache requests are issued from and stand-ins composed (default:
-        two threads of the controller's own, one for each). `InlineExecutor()`
-        does both in the reading thread.
+        Where cache requests are issued from and stand-ins composed (default: a thread
+        of the controller's own for each); `InlineExecutor()`: in the reading thread.
     hold
-        On a z/t step, keep answering with the last presentable frame while the
-        new plane lacks a complete backdrop (its own chunks or a coarser
-        level's), so playback never shows placeholder cells.
+        On a z/t step, answer the last presentable frame while the new plane lacks a
+        complete backdrop (its chunks or a coarser level's): playback shows no placeholder.
     lookahead_share
-        The share of the cache's capacity that loading ahead of a walk through
-        z or t (playback) may take; the rest keeps the planes already seen.
+        The share of the cache's capacity that loading ahead of a walk through z or t
+        (playback) may take; the rest keeps the planes already seen.
     snapshot
-        Answer a view still loading with a copy, not the live buffer chunks land
-        in (labels: napari's colouring reads each cell twice; `Shown.answer`).
+        Answer a view still loading with a copy, not the live buffer chunks land in
+        (labels: napari's colouring reads each cell twice; `Shown.answer`).
 
     Signals
     -------
@@ -280,15 +277,18 @@ class ViewController:
         """How many reads the controller answered."""
         return self._refreshes.reads
 
+    @property
+    def refresh_pending(self) -> bool:
+        """`view_changed` was emitted and no slice read after it has been applied yet."""
+        return self._refreshes.pending
+
     def wait_until_settled(self, timeout: float | None = None) -> bool:
         """Block until `settled` (True), or `timeout` seconds pass, or `close` (False if not).
 
-        Event-driven, as napari's `_LayerSlicer.wait_until_idle`: the waiter
-        sleeps on a condition woken by every read, landing, change signal and
-        applied slice. Settling needs the viewer to read and apply a slice
-        after the last landing (`slice_applied`), so on a GUI's main thread
-        keep its event loop running instead (the napari glue's
-        `wait_until_complete` does).
+        Event-driven, as napari's `_LayerSlicer.wait_until_idle`: the waiter sleeps on a
+        condition woken by every read, landing, change signal and applied slice. Settling
+        needs the viewer to read and apply a slice after the last landing (`slice_applied`):
+        on a GUI's main thread keep its event loop running instead (`wait_until_complete`).
         """
         return self._refreshes.wait_until_settled(timeout)
 
@@ -303,32 +303,31 @@ class ViewController:
         coarsest level of a pyramid is the thumbnail, every other the view.
         """
         # The request cycle, in order:
-        # 1. Count the read and open a new generation: every older answer of the view is
-        #    stale from here on, and `view_changed` may fire again.
+        # 1. Open a new generation: every older answer of the view is stale from here on.
         # 2. Turn the view into a `ViewRequest` over the store's axes (or, for a view that
         #    is not a box, read it without stand-ins or prefetch), and follow the walk
         #    through z/t it makes (`MotionTracker`).
-        # 3. `_answer`, on this thread: register the view as shown, then copy the READY
-        #    chunks not yet in its buffer and give the others placeholders (only copies);
-        #    answer with a `ViewFrame` over that live buffer, or the held previous frame.
+        # 3. `_answer`, on this thread: register the view as shown and count the read, then
+        #    copy the READY chunks not yet in its buffer and give the others placeholders
+        #    (only copies); answer a `ViewFrame` over that live buffer, or a held frame.
         # 4. Hand the frame to the dispatch thread (`_issue`): unless nothing changed since
         #    the view's last request, ask the cache for its chunks, ring and look-ahead;
         #    the cache's events then fire there and on the workers, never here.
         # 5. Later, off this thread: workers copy each chunk that lands into the shown
         #    buffer (`_landed`, the one landing path), the compose thread draws stand-ins
         #    from coarser levels (`_compose`), and `view_changed` asks for a read (step 1).
-        self._refreshes.read()
         with self._lock:
             self._generation += 1
             generation = self._generation
-        if self.blocking:
-            return view.result()
         if kind is None:
             kind = (
                 "thumbnail" if len(self.sources) > 1 and level == len(self.sources) - 1 else "view"
             )
-        found = view_box(view)
-        if found is None:  # not a viewport: no stand-ins, no prefetch
+        found = None if self.blocking else view_box(view)
+        if found is None:  # blocking, or not a viewport: no stand-ins, no prefetch
+            self._refreshes.read()
+            if self.blocking:
+                return view.result()
             partial = view.read_nonblocking(requester=(self._id, kind), level=level)
             return partial.data.copy() if self.snapshot else partial.data
         box, displayed = found
@@ -366,6 +365,7 @@ class ViewController:
             with self._lock:
                 replaced, self._shown[kind] = self._shown.get(kind), shown
                 self._retired = None if replaced is shown else replaced  # cleared above
+            self._refreshes.read()  # once shown (`Refreshes.read`)
             later = shown.defers(stepped, self.cache)
             start, shown.assembling = later and not shown.assembling, later
             unfilled = shown.unfilled
