@@ -39,6 +39,35 @@ def write_volume(
     return pyramid
 
 
+def _open_yx(make_napari_viewer: Callable[..., Any], tmp_path: Path) -> tuple[Any, ...]:
+    """A y/x-only pyramid (`write_volume`) opened by the plugin in a shown viewer: the
+    pyramid, the viewer, the layer and its loader."""
+    pyramid = write_volume(tmp_path / "yx.ome.zarr", yx_only=True)
+    viewer = make_napari_viewer(show=True)
+    watch_viewer(viewer)
+    (layer,) = viewer.open(str(tmp_path / "yx.ome.zarr"), plugin="napari-lazy-zarr")
+    loader = loader_of(layer)
+    assert loader is not None
+    return pyramid, viewer, layer, loader
+
+
+def _recorded_3d_slices(
+    layer: Any, coarsest: int
+) -> tuple[list[tuple[int, np.ndarray[Any, Any]]], Callable[..., None]]:
+    """Record the (level, values) of every 3D slice napari applies to `layer` from now on;
+    the list and the connected slot (to disconnect)."""
+    slices: list[tuple[int, np.ndarray[Any, Any]]] = []
+
+    def applied(event: Any = None) -> None:
+        raw = np.asarray(layer._slice.image.raw)
+        if raw.ndim == 3:
+            level = layer.locked_data_level
+            slices.append((coarsest if level is None else level, raw.copy()))
+
+    layer.events.set_data.connect(applied)
+    return slices, applied
+
+
 def test_3d_reaches_the_finest_level_within_the_budget_without_blocking(
     make_napari_viewer: Callable[..., Any],
     qtbot: QtBot,
@@ -88,25 +117,12 @@ def test_3d_reaches_the_finest_level_within_the_budget_without_blocking(
 def test_3d_switch_shows_the_coarsest_at_once_then_a_finer_level_on_a_yx_only_pyramid(
     make_napari_viewer: Callable[..., Any], qtbot: QtBot, tmp_path: Path
 ) -> None:
-    pyramid = write_volume(tmp_path / "yx.ome.zarr", yx_only=True)
-    viewer = make_napari_viewer(show=True)
-    watch_viewer(viewer)
-    (layer,) = viewer.open(str(tmp_path / "yx.ome.zarr"), plugin="napari-lazy-zarr")
-    loader = loader_of(layer)
-    assert loader is not None
+    pyramid, viewer, layer, loader = _open_yx(make_napari_viewer, tmp_path)
     # 64×32² (65,536 voxels) fits, 64×64² does not: z is never decimated, so the choice
     # is by what each level's volume costs on every axis.
     loader.volume_voxels = 100_000
     qtbot.waitUntil(lambda: loader.settled, timeout=30_000)
-    slices: list[tuple[int, np.ndarray[Any, Any]]] = []  # (level, values) per 3D slice
-
-    def applied(event: Any = None) -> None:
-        raw = np.asarray(layer._slice.image.raw)
-        if raw.ndim == 3:
-            level = layer.locked_data_level
-            slices.append((len(pyramid) - 1 if level is None else level, raw.copy()))
-
-    layer.events.set_data.connect(applied)
+    slices, applied = _recorded_3d_slices(layer, coarsest=len(pyramid) - 1)
     viewer.dims.ndisplay = 3
     # At once: the switch itself applies napari's own 3D level, the coarsest.
     assert slices, "the 3D switch applied no slice"
@@ -133,26 +149,13 @@ def test_3d_switch_with_the_coarsest_resident_shows_it_whole_in_one_slice(
     read answers its volume whole, and napari is not asked to read (and, under software
     rendering, upload and paint: seconds for a 1024-deep volume) it again before the finer
     level is shown."""
-    pyramid = write_volume(tmp_path / "yx.ome.zarr", yx_only=True)
-    viewer = make_napari_viewer(show=True)
-    watch_viewer(viewer)
-    (layer,) = viewer.open(str(tmp_path / "yx.ome.zarr"), plugin="napari-lazy-zarr")
-    loader = loader_of(layer)
-    assert loader is not None
+    pyramid, viewer, layer, loader = _open_yx(make_napari_viewer, tmp_path)
     loader.volume_voxels = 100_000  # 64×32² fits, 64×64² does not
     cache = loader.controller.cache
     loader.controller.arrays[2][...].result(timeout=30)  # the whole coarsest level resident
     qtbot.waitUntil(lambda: loader.settled, timeout=30_000)
     qtbot.waitUntil(lambda: not cache.counters().in_flight + cache.counters().queued)
-    slices: list[tuple[int, np.ndarray[Any, Any]]] = []  # (level, values) per 3D slice
-
-    def applied(event: Any = None) -> None:
-        raw = np.asarray(layer._slice.image.raw)
-        if raw.ndim == 3:
-            level = layer.locked_data_level
-            slices.append((len(pyramid) - 1 if level is None else level, raw.copy()))
-
-    layer.events.set_data.connect(applied)
+    slices, applied = _recorded_3d_slices(layer, coarsest=len(pyramid) - 1)
     viewer.dims.ndisplay = 3
     assert [level for level, _ in slices] == [2]
     np.testing.assert_array_equal(slices[0][1], pyramid[2])  # whole at once
