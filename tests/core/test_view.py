@@ -602,6 +602,37 @@ def test_a_landing_in_the_view_a_read_replaces_asks_for_no_read_after_it(
         controller.cache.close()
 
 
+def test_a_view_landing_before_the_thumbnail_read_keeps_a_refresh_pending() -> None:
+    """napari reads the view, then the thumbnail, then applies the slice. A chunk of the
+    view landing between the two reads is not in the slice: the refresh stays pending
+    (the glue asks napari to read again), and the view's next read clears it."""
+    arrangement = {
+        "shape": (16, 16),
+        "channel": None,
+        "spatial": (0, 1),
+        "levels": 2,
+        "chunks": (4, 4),
+        "seed": 5,
+        "resident": [0.0, 0.0, 0.0],
+        "view": 0,
+    }
+    controller, _, executor = _controller(arrangement, manual=True)
+    fine, coarse = controller.arrays
+    try:
+        controller.read(0, fine[0:8, 0:8], kind="view")
+        executor.run_next()  # one of the view's chunks lands before the thumbnail's read
+        controller.read(1, coarse[:, :], kind="thumbnail")
+        controller.slice_applied()
+        assert controller.refresh_pending
+        controller.read(0, fine[0:8, 0:8], kind="view")  # the refresh
+        controller.read(1, coarse[:, :], kind="thumbnail")
+        controller.slice_applied()
+        assert not controller.refresh_pending
+    finally:
+        controller.close()
+        controller.cache.close()
+
+
 def test_wait_until_settled_wakes_when_the_viewer_shows_the_last_landing() -> None:
     """Real threads: the cache's workers land chunks, a viewer thread reads again when asked
     and applies the slice; the waiter sleeps until then, and no longer than its timeout."""

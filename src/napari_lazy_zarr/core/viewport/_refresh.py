@@ -10,9 +10,12 @@ import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Collection, Hashable
 
 __all__ = ["Refreshes"]
+
+_VIEW = "view"
+"""The kind napari reads in every slice (`ViewKind`)."""
 
 
 class Refreshes:
@@ -33,13 +36,15 @@ class Refreshes:
         self._complete = complete
         self._condition = threading.Condition()
         self.reads = 0
+        self._kind_reads: dict[Hashable, int] = {}  # reads per view kind
         self._signalled = False  # view_changed emitted, not yet followed by a read
         self._pending = False  # a landing not yet shown by an applied slice
-        self._asked_at = 0  # the read count when the pending refresh was asked for
+        # Per changed kind: its reads and the view's reads at its latest change.
+        self._asked: dict[Hashable, tuple[int, int]] = {}
         self._closed = False
 
-    def read(self) -> None:
-        """A read registered its view: the next change may be signalled again.
+    def read(self, kind: Hashable) -> None:
+        """A read of view `kind` registered its view: the next change may be signalled again.
 
         Counted once the view is registered, not as the read begins: a landing in the
         view it replaces, or in this one before, asks for no read after this one
@@ -49,30 +54,43 @@ class Refreshes:
         """
         with self._condition:
             self.reads += 1
+            self._kind_reads[kind] = self._kind_reads.get(kind, 0) + 1
             self._signalled = False
 
-    def changed(self) -> bool:
-        """Something the shown views lacked landed: whether to emit `view_changed` now."""
+    def changed(self, kinds: Collection[Hashable]) -> bool:
+        """Something the shown views of `kinds` lacked landed: whether to emit
+        `view_changed` now. Pending until each of those kinds, or the view, is read again
+        (`slice_applied`)."""
         with self._condition:
-            emit = not self._signalled and not self._closed
-            if emit:
-                self._signalled = True
-                self._pending = True
-                self._asked_at = self.reads
-                self._condition.notify_all()
+            if self._closed:
+                return False
+            view = self._kind_reads.get(_VIEW, 0)
+            for kind in kinds:
+                self._asked[kind] = (self._kind_reads.get(kind, 0), view)
+            self._pending = True
+            emit = not self._signalled
+            self._signalled = True
+            self._condition.notify_all()
         return emit
 
     def slice_applied(self) -> None:
-        """The viewer shows a slice: if it was read after the last change, it is final."""
+        """The viewer shows a slice: if it read every changed kind after its last change, it
+        is final. napari reads the view, then the thumbnail: a landing in the view between
+        the two is not in this slice. A read of the view counts for every kind (in 3D
+        napari reads no thumbnail until it locks a finer level)."""
         with self._condition:
-            if self.reads > self._asked_at:
+            reads = self._kind_reads
+            view = reads.get(_VIEW, 0)
+            if all(reads.get(k, 0) > at or view > v for k, (at, v) in self._asked.items()):
                 self._pending = False
+                self._asked.clear()
                 self._condition.notify_all()
 
     def refresh_skipped(self) -> None:
         """The viewer will not read again (layer hidden): stop waiting for it."""
         with self._condition:
             self._pending = False
+            self._asked.clear()
             self._signalled = False
             self._condition.notify_all()
 

@@ -304,9 +304,8 @@ class ViewController:
         """
         # The request cycle, in order:
         # 1. Open a new generation: every older answer of the view is stale from here on.
-        # 2. Turn the view into a `ViewRequest` over the store's axes (or, for a view that
-        #    is not a box, read it without stand-ins or prefetch), and follow the walk
-        #    through z/t it makes (`MotionTracker`).
+        # 2. Turn the view into a `ViewRequest` over the store's axes (a view that is not a
+        #    box: read without stand-ins or prefetch); follow its walk (`MotionTracker`).
         # 3. `_answer`, on this thread: register the view as shown and count the read, then
         #    copy the READY chunks not yet in its buffer and give the others placeholders
         #    (only copies); answer a `ViewFrame` over that live buffer, or a held frame.
@@ -325,7 +324,7 @@ class ViewController:
             )
         found = None if self.blocking else view_box(view)
         if found is None:  # blocking, or not a viewport: no stand-ins, no prefetch
-            self._refreshes.read()
+            self._refreshes.read(kind)
             if self.blocking:
                 return view.result()
             partial = view.read_nonblocking(requester=(self._id, kind), level=level)
@@ -365,7 +364,7 @@ class ViewController:
             with self._lock:
                 replaced, self._shown[kind] = self._shown.get(kind), shown
                 self._retired = None if replaced is shown else replaced  # cleared above
-            self._refreshes.read()  # once shown (`Refreshes.read`)
+            self._refreshes.read(kind)  # once shown (`Refreshes.read`)
             later = shown.defers(stepped, self.cache)
             start, shown.assembling = later and not shown.assembling, later
             unfilled = shown.unfilled
@@ -575,7 +574,8 @@ class ViewController:
 
     def _signal_change(self, changed: Collection[Shown]) -> None:
         """Emit `view_changed` unless emitted and not read since, or nothing new (`_news`)."""
-        if _news(self._shown.get("view"), changed) and self._refreshes.changed():
+        kinds = {shown.request.kind for shown in changed}
+        if _news(self._shown.get("view"), changed) and self._refreshes.changed(kinds):
             self.view_changed.emit()
 
     # -- the viewer's side ----------------------------------------------------
