@@ -179,11 +179,12 @@ class Shown:
         ready, failed = cache.lookup_many(self.missing)
         if len(ready) + len(failed) < len(self.missing):
             return False  # some still load: it is read again when they land anyway
+        self._take(failed, {}, failed)
         deadline = time.perf_counter() + _RESIDENT_SECONDS
-        for key in list(self.missing):
+        for key, data in ready.items():  # held: a block is recycled only once let go
             if time.perf_counter() >= deadline:
                 break
-            self.take_landed(cache, (key,))
+            self._take((key,), {key: data}, set())
         return not self.missing - self.failed
 
     @property
@@ -332,6 +333,15 @@ class Shown:
         if not keys:
             return False
         ready, failed = cache.lookup_many(keys)
+        return self._take(keys, ready, failed)
+
+    def _take(
+        self,
+        keys: Collection[ChunkKey],
+        ready: dict[ChunkKey, np.ndarray[Any, Any]],
+        failed: set[ChunkKey],
+    ) -> bool:
+        """`take_landed` of what the cache said about `keys`: `ready` and `failed`."""
         for key, data in ready.items():
             self.plan.copy_chunk(self.buffer, key, data)
         self.missing.difference_update(ready)
