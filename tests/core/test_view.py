@@ -360,18 +360,20 @@ def test_a_channel_layer_of_a_pyramid_reads_with_stand_ins_without_error() -> No
         controller.cache.close()
 
 
+_ONE_LEVEL: dict[str, Any] = {
+    "shape": (12, 12),
+    "channel": None,
+    "spatial": (0, 1),
+    "levels": 1,
+    "chunks": (4, 4),
+    "seed": 3,
+    "resident": [0.0, 0.0, 0.0],
+    "view": 0,
+}
+
+
 def _one_level(manual: bool = True) -> tuple[ViewController, np.ndarray[Any, Any], Any]:
-    arrangement = {
-        "shape": (12, 12),
-        "channel": None,
-        "spatial": (0, 1),
-        "levels": 1,
-        "chunks": (4, 4),
-        "seed": 3,
-        "resident": [0.0, 0.0, 0.0],
-        "view": 0,
-    }
-    controller, pyramid, executor = _controller(arrangement, manual=manual)
+    controller, pyramid, executor = _controller(_ONE_LEVEL, manual=manual)
     return controller, pyramid[0], executor
 
 
@@ -606,17 +608,7 @@ def test_a_view_landing_before_the_thumbnail_read_keeps_a_refresh_pending() -> N
     """napari reads the view, then the thumbnail, then applies the slice. A chunk of the
     view landing between the two reads is not in the slice: the refresh stays pending
     (the glue asks napari to read again), and the view's next read clears it."""
-    arrangement = {
-        "shape": (16, 16),
-        "channel": None,
-        "spatial": (0, 1),
-        "levels": 2,
-        "chunks": (4, 4),
-        "seed": 5,
-        "resident": [0.0, 0.0, 0.0],
-        "view": 0,
-    }
-    controller, _, executor = _controller(arrangement, manual=True)
+    controller, _, executor = _controller({**_ONE_LEVEL, "levels": 2}, manual=True)
     fine, coarse = controller.arrays
     try:
         controller.read(0, fine[0:8, 0:8], kind="view")
