@@ -1,11 +1,15 @@
 """Batched loads (`BatchSource`): the cache reads a batch's wanted chunks in one call, and a
-sharded zarr array read that way (`coalesce=True`) gives NumPy's pixels."""
+zarr array read that way (a sharded one with `coalesce=True`, a local directory's runs of
+adjacent chunks) gives NumPy's pixels."""
 
 from __future__ import annotations
 
+import shutil
 import threading
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+import numcodecs
 import numpy as np
 import pytest
 import zarr
@@ -16,7 +20,7 @@ from napari_lazy_zarr.core import ChunkCache, ChunkReadError, ChunkRef, ChunkSta
 from napari_lazy_zarr.core.executors import ManualExecutor
 from napari_lazy_zarr.core.reading.array import ChunkedArray
 from napari_lazy_zarr.core.sources.protocol import ArraySource, BatchSource
-from napari_lazy_zarr.core.sources.zarr import open_zarr_source
+from napari_lazy_zarr.core.sources.zarr import LOCAL_BATCH, open_zarr_source
 
 if TYPE_CHECKING:
     from collections.abc import Hashable, Sequence
@@ -187,14 +191,119 @@ def test_coalesced_reads_equal_numpy(
         )
 
 
-def test_local_stores_read_chunks_alone_unless_asked(
-    sharded: tuple[Path, np.ndarray[Any, Any]],
+def test_a_local_directory_batches_runs_of_adjacent_chunks_within_a_shard(
+    sharded: tuple[Path, np.ndarray[Any, Any]], tmp_path: Path
 ) -> None:
     path, _ = sharded
-    assert open_zarr_source(path).batch_key((0, 0)) is None
-    unsharded = path.parent / "plain.zarr"
-    zarr.create_array(str(unsharded), shape=(4,), chunks=(2,), dtype="u1")
-    assert open_zarr_source(unsharded, coalesce=True).batch_key((0,)) is None
+    source = open_zarr_source(path)  # local: runs of LOCAL_BATCH along the last axis
+    assert source.batch_share
+    # Inner chunk (3, 4): shard column 4 // 3 = 1, run 4 // LOCAL_BATCH = 1.
+    assert source.batch_key((3, 4)) == (3, 1, 1)
+    # (0, 2) and (0, 3) share a run, but not a shard (3 inner chunks a shard along x).
+    assert source.batch_key((0, 2)) != source.batch_key((0, 3))
+    assert open_zarr_source(path, coalesce=True).batch_key((3, 4)) == (0, 1)  # whole shard
+    assert not open_zarr_source(path, coalesce=True).batch_share
+    plain = tmp_path / "plain.zarr"
+    zarr.create_array(str(plain), shape=(8, 40), chunks=(2, 2), dtype="u1")
+    unsharded = open_zarr_source(plain)
+    assert unsharded.batch_key((3, 8)) == unsharded.batch_key((3, 11)) == (3, 0, 2)
+    assert unsharded.batch_key((3, 12)) == (3, 0, 3)
+    assert unsharded.batch_key((2, 8)) != unsharded.batch_key((3, 8))
+    zipped = shutil.make_archive(str(tmp_path / "plain.zarr"), "zip", root_dir=plain)
+    assert open_zarr_source(zipped).batch_key((3, 8)) is None  # a zip file: read alone
+
+
+@pytest.fixture(scope="module")
+def blosc_v2(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndarray[Any, Any]]:
+    """A 45x70 uint16 Zarr v2 array in 10x10 blosc-lz4 chunks written by zarr-python (edge
+    chunks clipped), one chunk all fill value (not stored)."""
+    path = tmp_path_factory.mktemp("batch") / "v2.zarr"
+    rng = np.random.default_rng(11)
+    data = rng.integers(1, 60_000, size=(45, 70), dtype=np.uint16)
+    data[10:20, 30:40] = 0
+    array = zarr.create_array(
+        str(path),
+        shape=data.shape,
+        chunks=(10, 10),
+        dtype="u2",
+        fill_value=0,
+        zarr_format=2,
+        compressors=numcodecs.Blosc(cname="lz4", clevel=1, shuffle=numcodecs.Blosc.SHUFFLE),
+    )
+    array[...] = data
+    assert not (path / "1.3").exists()
+    return path, data
+
+
+@pytest.mark.parametrize("store", ["blosc_v2", "sharded"])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    box=st.tuples(st.integers(0, 44), st.integers(1, 45), st.integers(0, 69), st.integers(1, 70))
+)
+def test_local_batches_read_numpy_pixels(
+    request: pytest.FixtureRequest, store: str, box: tuple[int, int, int, int]
+) -> None:
+    path, data = request.getfixturevalue(store)
+    y0, height, x0, width = box
+    window = (slice(y0, min(45, y0 + height)), slice(x0, min(70, x0 + width)))
+    source = open_zarr_source(path)
+    calls: list[int] = []
+    read_chunks = source.read_chunks
+
+    def spy(coords: Sequence[tuple[int, ...]]) -> list[np.ndarray[Any, Any] | BaseException]:
+        calls.append(len(coords))
+        return read_chunks(coords)
+
+    source.read_chunks = spy  # type: ignore[method-assign]
+    with ChunkCache(concurrency=1) as cache:
+        view = ChunkedArray(source, cache)[window]
+        np.testing.assert_array_equal(view.result(timeout=30), data[window])
+        runs = Counter(source.batch_key(ref.coords) for ref in view.chunk_refs())
+    # One worker: each run of the view's chunks is read in one call, a lone chunk alone.
+    assert sorted(calls) == sorted(n for n in runs.values() if n > 1)
+    assert all(n <= LOCAL_BATCH for n in calls)
+
+
+def test_a_corrupt_chunk_in_a_local_batch_fails_alone_and_is_named(
+    blosc_v2: tuple[Path, np.ndarray[Any, Any]], tmp_path: Path
+) -> None:
+    copy = tmp_path / "v2.zarr"
+    shutil.copytree(blosc_v2[0], copy)
+    (copy / "2.1").write_bytes(b"not blosc at all, but long enough for a header")
+    source = open_zarr_source(copy)
+    results = source.read_chunks([(2, 0), (2, 1), (2, 2), (2, 3)])
+    error = results.pop(1)
+    assert isinstance(error, ChunkReadError)
+    assert "'2.1'" in str(error)
+    data = blosc_v2[1]
+    for column, got in zip((0, 2, 3), results, strict=True):
+        assert not isinstance(got, BaseException)
+        np.testing.assert_array_equal(got, data[20:30, column * 10 : column * 10 + 10])
+
+
+def test_a_shared_batch_leaves_work_for_the_other_workers() -> None:
+    data = np.arange(8 * 8, dtype=np.uint16).reshape(8, 8)
+
+    class Shared(RowBatches):
+        batch_share = True
+
+    source = Shared(data)
+    executor = ManualExecutor()
+    cache = ChunkCache(concurrency=2, executor=executor)
+    coords = [(0, 0), (0, 1), (1, 0), (1, 1)]  # one batch (grid rows 0-1)
+    request = cache.request(_refs(source, coords), view="v")
+    executor.run_all()
+    assert request.complete
+    # The first worker takes its share, half of the four; not the whole batch.
+    assert source.calls
+    assert max(len(call) for call in source.calls) == 2
+    for one in coords:
+        lo = (one[0] * 2, one[1] * 2)
+        np.testing.assert_array_equal(
+            cache.lookup(ChunkRef.of(source, one).key), data[lo[0] : lo[0] + 2, lo[1] : lo[1] + 2]
+        )
 
 
 @pytest.mark.parametrize("gap", [-1, 1.5, True])

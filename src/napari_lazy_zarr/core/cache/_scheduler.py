@@ -390,14 +390,23 @@ class Scheduler:
 
         They are read by `leader`'s worker in one `read_chunks` call and count as
         one task; their queue items stay in the queue and are skipped when popped
-        (no longer QUEUED). Parked chunks (no view wants them) stay behind.
+        (no longer QUEUED). Parked chunks (no view wants them) stay behind. A source
+        with a true `batch_share` gets at most this worker's share of the queued
+        chunks of the leader's kind (visible or background; an upper bound).
         """
         members = self.batches.get((leader.key.source, leader.batch))
         if not members:
             return
+        limit = _BATCH_LIMIT
+        if getattr(leader.source, "batch_share", False):
+            # A batch that only saves per-chunk work (local reads) takes no more than this
+            # worker's share of what is queued: one worker reading a batch while the
+            # others have nothing left would cost more than the batch saves.
+            queued = self.queue.background if leader.background else self.queue.needed
+            limit = min(limit, math.ceil((queued + 1) / max(1, self.concurrency)))
         riders: list[Entry] = []
         for entry in list(members.values()):
-            if len(riders) + 1 >= _BATCH_LIMIT:
+            if len(riders) + 1 >= limit:
                 break
             if entry.key in self.parked or not self.wanted(entry):
                 continue

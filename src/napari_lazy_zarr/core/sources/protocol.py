@@ -146,6 +146,10 @@ class BatchSource(ChunkSource, Protocol):
     such a chunk, the cache moves every other QUEUED chunk of that batch that
     a view still wants to LOADING with it. A `batch_key` of None reads the
     chunk alone (`read_chunk`).
+
+    A source may also say ``batch_share = True``: its batches save per-chunk
+    work only (a local directory's), so a worker takes no more of a batch
+    than its share of the queued chunks, and no other worker is left idle.
     """
 
     def batch_key(self, coords: tuple[int, ...]) -> Hashable | None:

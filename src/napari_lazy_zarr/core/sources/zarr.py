@@ -86,6 +86,12 @@ __all__ = [
 _RUN_THREADS: Final = DaemonExecutor(name="lazy-zarr-range", idle_seconds=1.0)
 DEFAULT_RETRY: Final = RetryPolicy()
 
+LOCAL_BATCH: Final = 4
+"""Chunks adjacent along the last axis (of one shard) a worker may read in one task from
+a local store (`ZarrChunkSource.batch_key`): the per-chunk work of a load (the cache's
+bookkeeping, the read's setup) is done once per batch. Measured here on 512² uint16
+chunks, one worker: 164 µs a chunk beyond reading and decoding it, 97 µs in batches."""
+
 
 MAX_RANK: Final = 32  # NumPy's limit on an array's dimensions is 64; real images have < 8
 
@@ -304,6 +310,11 @@ class ZarrChunkSource(SourceFields):
                 self._store_path.store, zarr.storage.LocalStore | BoundedZipStore
             )
         self._coalesce = bool(coalesce) and self._shards is not None
+        # Chunks of a local directory are read in small batches (`LOCAL_BATCH`) on the
+        # worker's own thread: a local read is short, so a batch saves per-chunk work only.
+        self._local_batches = not self._coalesce and isinstance(
+            self._store_path.store, zarr.storage.LocalStore
+        )
         # A regular grid describes every stored chunk alike (edge chunks too: codecs see
         # the full chunk shape), so its spec is made once, on the first read, not per read
         # (~6 µs each).
@@ -391,18 +402,31 @@ class ZarrChunkSource(SourceFields):
         return data if data.dtype == self._dtype else data.astype(self._dtype)
 
     def batch_key(self, coords: tuple[int, ...]) -> Hashable | None:
-        """The shard holding inner chunk `coords` when its reads are coalesced, else None
-        (`BatchSource`)."""
-        if not self._coalesce:
-            return None
-        return tuple(int(c) // p for c, p in zip(coords, self._per_outer, strict=True))
+        """The batch chunk `coords` is read with (`BatchSource`): its shard when its reads
+        are coalesced; in a local directory, its run of `LOCAL_BATCH` chunks along the
+        last axis (within its shard); else None (read alone)."""
+        if self._coalesce:
+            return tuple(int(c) // p for c, p in zip(coords, self._per_outer, strict=True))
+        if self._local_batches and coords:
+            last = int(coords[-1])
+            shard = last // self._per_outer[-1] if self._shards is not None else 0
+            return (*(int(c) for c in coords[:-1]), shard, last // LOCAL_BATCH)
+        return None
+
+    @property
+    def batch_share(self) -> bool:
+        """Whether a batch should take no more than a worker's share of the queued chunks
+        (`Scheduler.take_riders`): true for local batches, which save per-chunk work only,
+        not for a coalesced shard, whose batch saves requests."""
+        return self._local_batches
 
     def read_chunks(
         self, coords: Sequence[tuple[int, ...]]
     ) -> list[np.ndarray[Any, Any] | BaseException]:
         """Read chunks together (`BatchSource`): the inner chunks of each shard with one
         ranged read per run of adjacent byte ranges (runs at most `coalesce_gap` bytes
-        apart are joined), or one read of their whole span when they fill most of it.
+        apart are joined), or one read of their whole span when they fill most of it;
+        the whole chunks of a local directory one after another (`_read_batched`).
 
         A read that fails fails the chunks of its shard (`ChunkReadError`, after
         retries); a chunk that does not decode fails alone.
@@ -411,7 +435,7 @@ class ZarrChunkSource(SourceFields):
         if self._shards is None:
             for i, one in enumerate(coords):
                 try:
-                    results[i] = self.read_chunk(one)
+                    results[i] = self._read_batched(one)
                 except LoadCancelledError:
                     raise
                 except Exception as error:
@@ -431,7 +455,9 @@ class ZarrChunkSource(SourceFields):
                 [located[i][2] for i in members],
                 self._fetch,
                 gap=self._coalesce_gap,
-                spread=functools.partial(self._spread, readers=batch),
+                # A local batch is read on this worker's thread: the workers are its
+                # concurrency. Remote runs go out at once, each a round trip.
+                spread=functools.partial(self._spread, readers=batch) if self._coalesce else None,
             )
             try:
                 found = self._guarded(read, batch, key)
@@ -450,6 +476,18 @@ class ZarrChunkSource(SourceFields):
                 else:
                     results[i] = data if data.dtype == self._dtype else data.astype(self._dtype)
         return results
+
+    def _read_batched(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any]:
+        """Chunk `coords` of a batch: a whole stored chunk of a local directory is first
+        read without `read_chunk`'s per-chunk setup (retries, reader tracking; the same
+        bounded read and decode). If that read fails, `read_chunk` reads it again, with
+        its retries and its error naming the chunk."""
+        if self._decoder is not None and self._local_batches:
+            outer, key, selection = self._locate(coords)
+            with suppress(Exception):
+                data = self._read_whole(key, self._chunk_spec(outer), selection)
+                return data if data.dtype == self._dtype else data.astype(self._dtype)
+        return self.read_chunk(coords)
 
     def _spread(
         self,
