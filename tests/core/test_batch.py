@@ -16,7 +16,7 @@ import zarr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from napari_lazy_zarr.core import ChunkCache, ChunkReadError, ChunkRef, ChunkState
+from napari_lazy_zarr.core import ChunkCache, ChunkReadError, ChunkRef, ChunkState, LoadClass
 from napari_lazy_zarr.core.executors import ManualExecutor
 from napari_lazy_zarr.core.reading.array import ChunkedArray
 from napari_lazy_zarr.core.sources.protocol import ArraySource, BatchSource
@@ -191,26 +191,23 @@ def test_coalesced_reads_equal_numpy(
         )
 
 
-def test_a_local_directory_batches_runs_of_adjacent_chunks_within_a_shard(
+def test_a_local_directory_batches_runs_of_adjacent_chunks(
     sharded: tuple[Path, np.ndarray[Any, Any]], tmp_path: Path
 ) -> None:
-    path, _ = sharded
-    source = open_zarr_source(path)  # local: runs of LOCAL_BATCH along the last axis
-    assert source.batch_share
-    # Inner chunk (3, 4): shard column 4 // 3 = 1, run 4 // LOCAL_BATCH = 1.
-    assert source.batch_key((3, 4)) == (3, 1, 1)
-    # (0, 2) and (0, 3) share a run, but not a shard (3 inner chunks a shard along x).
-    assert source.batch_key((0, 2)) != source.batch_key((0, 3))
-    assert open_zarr_source(path, coalesce=True).batch_key((3, 4)) == (0, 1)  # whole shard
-    assert not open_zarr_source(path, coalesce=True).batch_share
     plain = tmp_path / "plain.zarr"
     zarr.create_array(str(plain), shape=(8, 40), chunks=(2, 2), dtype="u1")
-    unsharded = open_zarr_source(plain)
-    assert unsharded.batch_key((3, 8)) == unsharded.batch_key((3, 11)) == (3, 0, 2)
-    assert unsharded.batch_key((3, 12)) == (3, 0, 3)
+    unsharded = open_zarr_source(plain)  # runs of LOCAL_BATCH along the last axis
+    assert unsharded.batch_share
+    assert unsharded.batch_key((3, 8)) == unsharded.batch_key((3, 11)) == (3, 2)
+    assert unsharded.batch_key((3, 12)) == (3, 3)
     assert unsharded.batch_key((2, 8)) != unsharded.batch_key((3, 8))
     zipped = shutil.make_archive(str(tmp_path / "plain.zarr"), "zip", root_dir=plain)
     assert open_zarr_source(zipped).batch_key((3, 8)) is None  # a zip file: read alone
+    path, _ = sharded
+    assert open_zarr_source(path).batch_key((3, 4)) is None  # a local shard: read alone
+    assert not open_zarr_source(path).batch_share
+    assert open_zarr_source(path, coalesce=True).batch_key((3, 4)) == (0, 1)  # whole shard
+    assert not open_zarr_source(path, coalesce=True).batch_share
 
 
 @pytest.fixture(scope="module")
@@ -261,9 +258,13 @@ def test_local_batches_read_numpy_pixels(
         view = ChunkedArray(source, cache)[window]
         np.testing.assert_array_equal(view.result(timeout=30), data[window])
         runs = Counter(source.batch_key(ref.coords) for ref in view.chunk_refs())
-    # One worker: each run of the view's chunks is read in one call, a lone chunk alone.
-    assert sorted(calls) == sorted(n for n in runs.values() if n > 1)
-    assert all(n <= LOCAL_BATCH for n in calls)
+    # One worker: each run of the view's chunks is read in one call, a lone chunk alone;
+    # a local shard's inner chunks always alone.
+    if store == "sharded":
+        assert calls == []
+    else:
+        assert sorted(calls) == sorted(n for n in runs.values() if n > 1)
+        assert all(n <= LOCAL_BATCH for n in calls)
 
 
 def test_a_corrupt_chunk_in_a_local_batch_fails_alone_and_is_named(
@@ -304,6 +305,25 @@ def test_a_shared_batch_leaves_work_for_the_other_workers() -> None:
         np.testing.assert_array_equal(
             cache.lookup(ChunkRef.of(source, one).key), data[lo[0] : lo[0] + 2, lo[1] : lo[1] + 2]
         )
+
+
+def test_a_shared_batch_carries_no_background_chunk_with_visible_work() -> None:
+    data = np.arange(8 * 8, dtype=np.uint16).reshape(8, 8)
+
+    class Shared(RowBatches):
+        batch_share = True
+
+    source = Shared(data)
+    executor = ManualExecutor()
+    cache = ChunkCache(concurrency=1, executor=executor)
+    shown = [(0, 0), (0, 1)]
+    overview = [(1, 0), (1, 1)]  # the same batch (grid rows 0-1), wanted as background
+    cache.request(_refs(source, overview), view="thumbnail", load_class=LoadClass.OVERVIEW)
+    cache.request(_refs(source, shown), view="v")
+    executor.run_all()
+    assert sorted(map(sorted, source.calls)) == [shown, overview]
+    for one in shown + overview:
+        assert cache.state(ChunkRef.of(source, one).key) is ChunkState.READY
 
 
 @pytest.mark.parametrize("gap", [-1, 1.5, True])

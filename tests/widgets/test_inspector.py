@@ -21,7 +21,7 @@ from napari_lazy_zarr._layer_data import loader_of
 from napari_lazy_zarr._reader import watch_viewer
 from napari_lazy_zarr.core import ArraySource, ChunkRef, ChunkState
 from napari_lazy_zarr.core.sample import write_sample_ome_zarr
-from napari_lazy_zarr.core.sources.zarr import ZarrChunkSource
+from napari_lazy_zarr.core.sources.zarr import LOCAL_BATCH, ZarrChunkSource
 from napari_lazy_zarr.widgets import ChunkInspector
 from napari_lazy_zarr.widgets._chunk_map import BACKGROUND
 from napari_lazy_zarr.widgets._grid_state import MARKER_COLORS, STATE_COLORS, Shown
@@ -210,11 +210,15 @@ def test_each_chunk_of_the_view_shows_what_it_displays_and_why(
     assert "provisional from level 2" in inspector.summary.text()
     assert inspector.levels_bar.fractions[2] == 1.0
     assert inspector.levels_bar.fractions[0] == 0.0
-    qtbot.waitUntil(
-        lambda: sum(grid.state_at(c) is ChunkState.LOADING for c in view) == 2, timeout=10_000
-    )
+    source = layer.data[0].array.source
+
+    def batches_loading() -> int:  # each worker holds one run of adjacent chunks (a batch)
+        return len({source.batch_key(c) for c in view if grid.state_at(c) is ChunkState.LOADING})
+
+    qtbot.waitUntil(lambda: batches_loading() == 2, timeout=10_000)
     texts = {cell: inspector.chunk_map.describe(cell) for cell in view}
     loading = [c for c in view if grid.state_at(c) is ChunkState.LOADING]
+    assert 2 <= len(loading) <= 2 * LOCAL_BATCH
     queued = [c for c in view if grid.state_at(c) is ChunkState.QUEUED]
     for cell in loading:
         assert "loading on a worker for" in texts[cell]
@@ -225,7 +229,7 @@ def test_each_chunk_of_the_view_shows_what_it_displays_and_why(
         for c in queued
     )
     assert positions == list(range(1, len(queued) + 1))
-    qtbot.waitUntil(lambda: "2 in flight" in inspector.summary.text(), timeout=5_000)
+    qtbot.waitUntil(lambda: f"{len(loading)} in flight" in inspector.summary.text(), timeout=5_000)
 
     # One chunk fails: it shows the fill value (never a stand-in), and says what to do.
     failing = sorted(view)[0]

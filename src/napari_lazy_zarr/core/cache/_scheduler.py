@@ -392,13 +392,15 @@ class Scheduler:
         one task; their queue items stay in the queue and are skipped when popped
         (no longer QUEUED). Parked chunks (no view wants them) stay behind. A source
         with a true `batch_share` gets at most this worker's share of the queued
-        chunks of the leader's kind (visible or background; an upper bound).
+        chunks of the leader's kind (visible or background; an upper bound), and only
+        chunks wanted as that kind.
         """
         members = self.batches.get((leader.key.source, leader.batch))
         if not members:
             return
         limit = _BATCH_LIMIT
-        if getattr(leader.source, "batch_share", False):
+        shared = bool(getattr(leader.source, "batch_share", False))
+        if shared:
             # A batch that only saves per-chunk work (local reads) takes no more than this
             # worker's share of what is queued: one worker reading a batch while the
             # others have nothing left would cost more than the batch saves.
@@ -410,6 +412,8 @@ class Scheduler:
                 break
             if entry.key in self.parked or not self.wanted(entry):
                 continue
+            if shared and not self.wanted_as(entry, bool(leader.background)):
+                continue  # visible work carries no background chunk, nor the other way
             self._transition(entry, ChunkState.LOADING, reason, outbox)
             entry.started = leader.started
             entry.cancelled = False
@@ -503,6 +507,13 @@ class Scheduler:
         if any(not self.is_stale(i) for i in entry.wants.values()):
             return True
         return self._dependencies.wanted_by_dependents(entry)
+
+    def wanted_as(self, entry: Entry, background: bool) -> bool:
+        """Whether a live view wants `entry` as background work (else as visible work)."""
+        return any(
+            is_background(item.load_class) == background and not self.is_stale(item)
+            for item in entry.wants.values()
+        )
 
     def cancel_unwanted(self, outbox: Outbox) -> None:
         """Ask to cancel the reads of LOADING chunks nobody wants any more.

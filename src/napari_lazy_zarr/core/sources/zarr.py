@@ -87,10 +87,12 @@ _RUN_THREADS: Final = DaemonExecutor(name="lazy-zarr-range", idle_seconds=1.0)
 DEFAULT_RETRY: Final = RetryPolicy()
 
 LOCAL_BATCH: Final = 4
-"""Chunks adjacent along the last axis (of one shard) a worker may read in one task from
-a local store (`ZarrChunkSource.batch_key`): the per-chunk work of a load (the cache's
-bookkeeping, the read's setup) is done once per batch. Measured here on 512² uint16
-chunks, one worker: 164 µs a chunk beyond reading and decoding it, 97 µs in batches."""
+"""Chunks adjacent along the last axis a worker may read in one task from an unsharded
+array in a local directory (`ZarrChunkSource.batch_key`): the cache's per-chunk
+bookkeeping of a load is done once per batch. Measured (`./dev bench ab`, 512² uint16
+chunks, one worker): beyond reading and decoding a chunk, v3 zstd 121 -> 68 µs, v2
+blosc-lz4 168 -> 134 µs. A local shard's inner chunks, batched the same way, measured no
+gain (240 -> 254 µs, within noise): they are read alone."""
 
 
 MAX_RANK: Final = 32  # NumPy's limit on an array's dimensions is 64; real images have < 8
@@ -310,9 +312,10 @@ class ZarrChunkSource(SourceFields):
                 self._store_path.store, zarr.storage.LocalStore | BoundedZipStore
             )
         self._coalesce = bool(coalesce) and self._shards is not None
-        # Chunks of a local directory are read in small batches (`LOCAL_BATCH`) on the
-        # worker's own thread: a local read is short, so a batch saves per-chunk work only.
-        self._local_batches = not self._coalesce and isinstance(
+        # Whole chunks of a local directory: read in small batches (`LOCAL_BATCH`), each
+        # first without the retry setup (`read_chunk`). A local read is short, so a batch
+        # saves per-chunk work only.
+        self._local_batches = self._shards is None and isinstance(
             self._store_path.store, zarr.storage.LocalStore
         )
         # A regular grid describes every stored chunk alike (edge chunks too: codecs see
@@ -389,6 +392,13 @@ class ZarrChunkSource(SourceFields):
 
     def read_chunk(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any]:
         outer, key, selection = self._locate(coords)
+        if self._local_batches and self._decoder is not None:
+            # A local whole chunk is first read without the retry policy and its setup (the
+            # same bounded read and decode); if that fails it is read again below, retried,
+            # its error naming the chunk.
+            with suppress(Exception):
+                found = self._read_whole(key, self._chunk_spec(outer), selection)
+                return found if found.dtype == self._dtype else found.astype(self._dtype)
 
         def read() -> np.ndarray[Any, Any]:
             spec = self._chunk_spec(outer)
@@ -403,14 +413,12 @@ class ZarrChunkSource(SourceFields):
 
     def batch_key(self, coords: tuple[int, ...]) -> Hashable | None:
         """The batch chunk `coords` is read with (`BatchSource`): its shard when its reads
-        are coalesced; in a local directory, its run of `LOCAL_BATCH` chunks along the
-        last axis (within its shard); else None (read alone)."""
+        are coalesced; unsharded in a local directory, its run of `LOCAL_BATCH` chunks
+        along the last axis; else None (read alone)."""
         if self._coalesce:
             return tuple(int(c) // p for c, p in zip(coords, self._per_outer, strict=True))
         if self._local_batches and coords:
-            last = int(coords[-1])
-            shard = last // self._per_outer[-1] if self._shards is not None else 0
-            return (*(int(c) for c in coords[:-1]), shard, last // LOCAL_BATCH)
+            return (*(int(c) for c in coords[:-1]), int(coords[-1]) // LOCAL_BATCH)
         return None
 
     @property
@@ -426,7 +434,7 @@ class ZarrChunkSource(SourceFields):
         """Read chunks together (`BatchSource`): the inner chunks of each shard with one
         ranged read per run of adjacent byte ranges (runs at most `coalesce_gap` bytes
         apart are joined), or one read of their whole span when they fill most of it;
-        the whole chunks of a local directory one after another (`_read_batched`).
+        unsharded chunks one after another (`read_chunk`).
 
         A read that fails fails the chunks of its shard (`ChunkReadError`, after
         retries); a chunk that does not decode fails alone.
@@ -435,7 +443,7 @@ class ZarrChunkSource(SourceFields):
         if self._shards is None:
             for i, one in enumerate(coords):
                 try:
-                    results[i] = self._read_batched(one)
+                    results[i] = self.read_chunk(one)
                 except LoadCancelledError:
                     raise
                 except Exception as error:
@@ -455,9 +463,7 @@ class ZarrChunkSource(SourceFields):
                 [located[i][2] for i in members],
                 self._fetch,
                 gap=self._coalesce_gap,
-                # A local batch is read on this worker's thread: the workers are its
-                # concurrency. Remote runs go out at once, each a round trip.
-                spread=functools.partial(self._spread, readers=batch) if self._coalesce else None,
+                spread=functools.partial(self._spread, readers=batch),
             )
             try:
                 found = self._guarded(read, batch, key)
@@ -476,18 +482,6 @@ class ZarrChunkSource(SourceFields):
                 else:
                     results[i] = data if data.dtype == self._dtype else data.astype(self._dtype)
         return results
-
-    def _read_batched(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any]:
-        """Chunk `coords` of a batch: a whole stored chunk of a local directory is first
-        read without `read_chunk`'s per-chunk setup (retries, reader tracking; the same
-        bounded read and decode). If that read fails, `read_chunk` reads it again, with
-        its retries and its error naming the chunk."""
-        if self._decoder is not None and self._local_batches:
-            outer, key, selection = self._locate(coords)
-            with suppress(Exception):
-                data = self._read_whole(key, self._chunk_spec(outer), selection)
-                return data if data.dtype == self._dtype else data.astype(self._dtype)
-        return self.read_chunk(coords)
 
     def _spread(
         self,
