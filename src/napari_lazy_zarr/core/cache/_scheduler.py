@@ -398,21 +398,15 @@ class Scheduler:
         members = self.batches.get((leader.key.source, leader.batch))
         if not members:
             return
-        limit = _BATCH_LIMIT
         shared = bool(getattr(leader.source, "batch_share", False))
-        if shared:
-            # A batch that only saves per-chunk work (local reads) takes no more than this
-            # worker's share of what is queued: one worker reading a batch while the
-            # others have nothing left would cost more than the batch saves.
-            queued = self.queue.background if leader.background else self.queue.needed
-            limit = min(limit, math.ceil((queued + 1) / max(1, self.concurrency)))
+        limit = _share(self.queue, self.concurrency, leader) if shared else _BATCH_LIMIT
         riders: list[Entry] = []
         for entry in list(members.values()):
             if len(riders) + 1 >= limit:
                 break
             if entry.key in self.parked or not self.wanted(entry):
                 continue
-            if shared and not self.wanted_as(entry, bool(leader.background)):
+            if shared and not _wanted_as(self, entry, bool(leader.background)):
                 continue  # visible work carries no background chunk, nor the other way
             self._transition(entry, ChunkState.LOADING, reason, outbox)
             entry.started = leader.started
@@ -508,13 +502,6 @@ class Scheduler:
             return True
         return self._dependencies.wanted_by_dependents(entry)
 
-    def wanted_as(self, entry: Entry, background: bool) -> bool:
-        """Whether a live view wants `entry` as background work (else as visible work)."""
-        return any(
-            is_background(item.load_class) == background and not self.is_stale(item)
-            for item in entry.wants.values()
-        )
-
     def cancel_unwanted(self, outbox: Outbox) -> None:
         """Ask to cancel the reads of LOADING chunks nobody wants any more.
 
@@ -567,6 +554,22 @@ def cancellable(entry: Entry) -> bool:
     derived chunk's `combine` has no cancel hook.
     """
     return not entry.derived and callable(getattr(entry.source, "cancel_load", None))
+
+
+def _share(queue: PriorityQueue, concurrency: int, leader: Entry) -> int:
+    """The most chunks a batch that only saves per-chunk work (local reads) may take: this
+    worker's share of what is queued of the leader's kind. One worker reading a batch while
+    the others have nothing left would cost more than the batch saves."""
+    queued = queue.background if leader.background else queue.needed
+    return min(_BATCH_LIMIT, math.ceil((queued + 1) / max(1, concurrency)))
+
+
+def _wanted_as(scheduler: Scheduler, entry: Entry, background: bool) -> bool:
+    """Whether a live view wants `entry` as background work (else as visible work)."""
+    return any(
+        is_background(item.load_class) == background and not scheduler.is_stale(item)
+        for item in entry.wants.values()
+    )
 
 
 def loading_reason(named: str) -> EventReason:
