@@ -89,10 +89,10 @@ DEFAULT_RETRY: Final = RetryPolicy()
 LOCAL_BATCH: Final = 4
 """Chunks adjacent along the last axis a worker may read in one task from an unsharded
 array in a local directory (`ZarrChunkSource.batch_key`): the cache's per-chunk
-bookkeeping of a load is done once per batch. Measured (`./dev bench ab`, 512² uint16
-chunks, one worker): beyond reading and decoding a chunk, v3 zstd 121 -> 68 µs, v2
-blosc-lz4 168 -> 134 µs. A local shard's inner chunks, batched the same way, measured no
-gain (240 -> 254 µs, within noise): they are read alone."""
+bookkeeping of a load is done once per batch. Measured (`./dev bench ab`, two runs, 512²
+uint16 chunks, one worker), beyond reading and decoding a chunk: v2 blosc-lz4 168 -> 134 and
+151 -> 120 µs; v3 zstd 121 -> 68 and 29 -> 21 µs (the second within noise). A local shard's
+inner chunks, batched the same way, measured no gain (240 -> 254 µs): they are read alone."""
 
 
 MAX_RANK: Final = 32  # NumPy's limit on an array's dimensions is 64; real images have < 8
