@@ -284,15 +284,24 @@ def test_a_corrupt_chunk_in_a_local_batch_fails_alone_and_is_named(
         np.testing.assert_array_equal(got, data[20:30, column * 10 : column * 10 + 10])
 
 
-def test_a_shared_batch_leaves_work_for_the_other_workers() -> None:
+class SharedRowBatches(RowBatches):
+    """`RowBatches` whose batches save per-chunk work only (as a local directory's)."""
+
+    batch_share = True
+
+
+def _shared(
+    concurrency: int,
+) -> tuple[SharedRowBatches, ManualExecutor, ChunkCache, np.ndarray[Any, Any]]:
+    """A 4x4-chunk `SharedRowBatches`, a stepped cache reading it, and its pixels."""
     data = np.arange(8 * 8, dtype=np.uint16).reshape(8, 8)
-
-    class Shared(RowBatches):
-        batch_share = True
-
-    source = Shared(data)
     executor = ManualExecutor()
-    cache = ChunkCache(concurrency=2, executor=executor)
+    cache = ChunkCache(concurrency=concurrency, executor=executor)
+    return SharedRowBatches(data), executor, cache, data
+
+
+def test_a_shared_batch_leaves_work_for_the_other_workers() -> None:
+    source, executor, cache, data = _shared(concurrency=2)
     coords = [(0, 0), (0, 1), (1, 0), (1, 1)]  # one batch (grid rows 0-1)
     request = cache.request(_refs(source, coords), view="v")
     executor.run_all()
@@ -308,14 +317,7 @@ def test_a_shared_batch_leaves_work_for_the_other_workers() -> None:
 
 
 def test_a_shared_batch_carries_no_background_chunk_with_visible_work() -> None:
-    data = np.arange(8 * 8, dtype=np.uint16).reshape(8, 8)
-
-    class Shared(RowBatches):
-        batch_share = True
-
-    source = Shared(data)
-    executor = ManualExecutor()
-    cache = ChunkCache(concurrency=1, executor=executor)
+    source, executor, cache, _ = _shared(concurrency=1)
     shown = [(0, 0), (0, 1)]
     overview = [(1, 0), (1, 1)]  # the same batch (grid rows 0-1), wanted as background
     cache.request(_refs(source, overview), view="thumbnail", load_class=LoadClass.OVERVIEW)
