@@ -312,9 +312,8 @@ class ZarrChunkSource(SourceFields):
                 self._store_path.store, zarr.storage.LocalStore | BoundedZipStore
             )
         self._coalesce = bool(coalesce) and self._shards is not None
-        # Whole chunks of a local directory: read in small batches (`LOCAL_BATCH`), each
-        # first without the retry setup (`read_chunk`). A local read is short, so a batch
-        # saves per-chunk work only.
+        # Whole chunks of a local directory are read in small batches (`LOCAL_BATCH`): a
+        # local read is short, so a batch saves the cache's per-chunk work only.
         self._local_batches = self._shards is None and isinstance(
             self._store_path.store, zarr.storage.LocalStore
         )
@@ -392,13 +391,6 @@ class ZarrChunkSource(SourceFields):
 
     def read_chunk(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any]:
         outer, key, selection = self._locate(coords)
-        if self._local_batches and self._decoder is not None:
-            # A local whole chunk is first read without the retry policy and its setup (the
-            # same bounded read and decode); if that fails it is read again below, retried,
-            # its error naming the chunk.
-            with suppress(Exception):
-                found = self._read_whole(key, self._chunk_spec(outer), selection)
-                return found if found.dtype == self._dtype else found.astype(self._dtype)
 
         def read() -> np.ndarray[Any, Any]:
             spec = self._chunk_spec(outer)
