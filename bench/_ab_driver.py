@@ -18,7 +18,7 @@ as JSON to the spec's ``output`` file.
 The spec (JSON) names a ``task``: ``identify`` (where the package and bench code
 come from; also writes the data the benchmarks use once, and compiles the
 revision's bytecode, so that no measured process pays for either), ``engine``
-or ``view``, and ``quick``.
+``view`` or ``steps`` (the view benchmark's local 4D steps alone), and ``quick``.
 """
 
 from __future__ import annotations
@@ -84,11 +84,14 @@ def _view_config(quick: bool) -> Any:
     return view_cycle.QUICK if quick else view_cycle.FULL
 
 
-def _view_cases(quick: bool) -> list[Any]:
+def _view_cases(quick: bool, steps_only: bool = False) -> list[Any]:
     """Ours on: opening the pyramid over HTTP in a fresh napari (quick: only this); the
-    plain array (the view target) and the pyramid over HTTP; the local 4D steps."""
+    plain array (the view target) and the pyramid over HTTP; the local 4D steps (the
+    only case with `steps_only`)."""
     from bench.view_cycle import OPEN_LATENCY, Case
 
+    if steps_only:
+        return [Case("local", "volume")]
     config = _view_config(quick)
     opening = Case("open", "pyramid", OPEN_LATENCY, warm_up=False)
     if quick:
@@ -118,7 +121,7 @@ def identify(spec: dict[str, Any]) -> dict[str, Any]:
         config = _engine_config(quick)
         for dataset in _engine_datasets(quick):
             engine.ensure_store(config, dataset)
-    if "view" in spec["names"]:
+    if {"view", "steps"} & set(spec["names"]):
         config = _view_config(quick)
         view_cycle.ensure_plain(config)
         view_cycle.ensure_pyramid(config)
@@ -212,7 +215,11 @@ def _view_figures(case: Any, run: Any) -> list[Figure]:
         [group, "2D steps: longest stall, median", "ms", False, _median(of(two, "stall"))],
         [group, "2D steps: complete, median", "ms", False, _median(of(two, "complete"))],
         [group, "3D steps: complete, median", "ms", False, _median(of(three, "complete"))],
+        [group, "3D steps: longest stall, median", "ms", False, _median(of(three, "stall"))],
+        [group, "3D t: complete, median", "ms", False, _median(of(("3D t",), "complete"))],
+        [group, "3D switch: complete", "ms", False, _median(of(("3D switch",), "complete"))],
         [group, "one 2D repaint (napari's)", "ms", True, 1e3 * result["paint_2d"]],
+        [group, "one 3D repaint (napari's)", "ms", True, 1e3 * result["paint_3d"]],
     ]
 
 
@@ -232,7 +239,7 @@ def measure_view(spec: dict[str, Any]) -> dict[str, Any]:
         view_cycle.serve(root) as (server, _, _),
         FaultyServer(root) as warm_server,
     ):
-        for run_id, case in enumerate(_view_cases(quick)):
+        for run_id, case in enumerate(_view_cases(quick, spec["task"] == "steps")):
             server.faults.latency = case.latency
             locate = getattr(view_cycle, "store_location", None) or view_cycle._location
             location = locate(case, view_cycle.OURS, server.url, warm_server.url, root)
@@ -249,7 +256,12 @@ def measure_view(spec: dict[str, Any]) -> dict[str, Any]:
     return {"figures": figures}
 
 
-TASKS = {"identify": identify, "engine": measure_engine, "view": measure_view}
+TASKS = {
+    "identify": identify,
+    "engine": measure_engine,
+    "view": measure_view,
+    "steps": measure_view,
+}
 
 
 def main(argv: list[str]) -> int:
