@@ -7,13 +7,24 @@ recent `EVICTED_KEPT` are remembered, and `ChunkCache.discard` forgets a removed
 
 from __future__ import annotations
 
+import gc
 import tracemalloc
 
 import numpy as np
+import pytest
 
-from napari_lazy_zarr.core import ArraySource, ChunkCache, ChunkedArray, ChunkRef, ChunkState
+from napari_lazy_zarr.core import (
+    ArraySource,
+    ChunkCache,
+    ChunkedArray,
+    ChunkKey,
+    ChunkRef,
+    ChunkState,
+)
+from napari_lazy_zarr.core.cache._events import EventLog
 from napari_lazy_zarr.core.cache._residency import EVICTED_KEPT
 from napari_lazy_zarr.core.executors import InlineExecutor, ManualExecutor
+from napari_lazy_zarr.core.states import ChunkEvent, EventReason
 
 WAIT = 30.0
 
@@ -85,3 +96,53 @@ def test_discard_forgets_parked_chunks() -> None:
         assert cache.states() == {}
         assert cache.statistics.parked == 0
         assert cache.statistics.states[ChunkState.QUEUED] == 0
+
+
+# -- the event log keeps columns, not event objects ------------------------------------
+
+
+def _live_events() -> int:
+    return sum(1 for o in gc.get_objects() if isinstance(o, ChunkEvent))
+
+
+def test_the_event_log_keeps_no_event_object_alive() -> None:
+    """Kept as objects, the log's last 10,000 events reached the collector's oldest generation
+    and brought on full collections (10.6-12.7 µs a chunk, measured); as columns, an event
+    object lives only until it is emitted, and `events()` makes equal ones again."""
+    data = np.arange(64 * 64, dtype="u2").reshape(64, 64)
+    source = ArraySource(data, chunks=(4, 4), name="logged")  # 256 chunks
+    heard: list[ChunkEvent] = []
+    with ChunkCache(1 << 20, executor=InlineExecutor()) as cache:
+        cache.state_changed.connect(heard.extend)
+        np.testing.assert_array_equal(ChunkedArray(source, cache)[:, :].result(timeout=WAIT), data)
+        cache.state_changed.disconnect(heard.extend)
+        logged = cache.events()
+        assert logged == tuple(heard)  # equal events, in order
+        assert len(logged) == 3 * 256  # NEW -> QUEUED -> LOADING -> READY per chunk
+        del logged, heard
+        gc.collect()
+        assert _live_events() == 0, "the cache keeps ChunkEvent objects alive"
+
+
+def test_the_event_log_keeps_the_latest_in_order() -> None:
+    key = ChunkKey("s", (0,), (4,))
+
+    def event(t: float) -> ChunkEvent:
+        return ChunkEvent(key, ChunkState.NEW, ChunkState.QUEUED, EventReason.REQUESTED, t)
+
+    for size in (0, 1, 3):
+        log = EventLog(size)
+        for t in range(7):
+            log.append(event(float(t)))
+            kept = [e.time for e in log.events()]
+            assert kept == [float(x) for x in range(max(0, t + 1 - size), t + 1)]
+            assert len(log) == len(kept)
+    failed = ChunkEvent(key, ChunkState.LOADING, ChunkState.FAILED, EventReason.FAILED, 1.0,
+                        OSError("disk"))  # fmt: skip
+    log = EventLog(2)
+    log.append(failed)
+    (again,) = log.events()
+    assert again == failed
+    assert again.error is failed.error
+    with pytest.raises(ValueError, match="event_log_size"):
+        EventLog(-1)

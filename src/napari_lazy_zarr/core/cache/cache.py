@@ -74,7 +74,6 @@ import numbers
 import os
 import threading
 import time
-from collections import deque
 from typing import TYPE_CHECKING, Any, Final, overload
 
 import numpy as np
@@ -83,6 +82,7 @@ from psygnal import Signal
 from napari_lazy_zarr.core.cache._counters import Counters
 from napari_lazy_zarr.core.cache._demand import Demand
 from napari_lazy_zarr.core.cache._dependencies import Dependencies
+from napari_lazy_zarr.core.cache._events import EventLog
 from napari_lazy_zarr.core.cache._outbox import Outbox, cancel_loads
 from napari_lazy_zarr.core.cache._residency import Entry, Residency
 from napari_lazy_zarr.core.cache._scheduler import Scheduler
@@ -237,7 +237,7 @@ class ChunkCache:
         self._parked = self._scheduler.parked
         self._deferred = self._dependencies.deferred
         self._dependents = self._dependencies.dependents
-        self._log: deque[ChunkEvent] = deque(maxlen=event_log_size)
+        self._log = EventLog(event_log_size)  # columns: events kept as objects cost GC time
         # Events made under the lock wait here to be emitted in the order they happened.
         self._unemitted: list[ChunkEvent] = []
         self._emit_lock = threading.RLock()
@@ -391,7 +391,7 @@ class ChunkCache:
     def events(self) -> tuple[ChunkEvent, ...]:
         """The most recent events, oldest first (bounded by `event_log_size`)."""
         with self._lock:
-            return tuple(self._log)
+            return self._log.events()
 
     def is_pinned(self, key: ChunkKey) -> bool:
         with self._lock:
