@@ -75,13 +75,12 @@ class EventLog:
 
     def events(self) -> tuple[ChunkEvent, ...]:
         """The events kept, oldest first (new objects, equal to those appended)."""
-        first = (self._next - self._count) % self._size if self._size else 0
-        order = [(first + offset) % self._size for offset in range(self._count)]
         keys, previous, currents = self._keys, self._previous, self._currents
         reasons, times, errors = self._reasons, self._times, self._errors
+        # A negative index counts from the end of the columns: where the ring wraps.
         return tuple(
             ChunkEvent(keys[i], previous[i], currents[i], reasons[i], times[i], errors[i])  # type: ignore[arg-type]
-            for i in order
+            for i in range(self._next - self._count, self._next)
         )
 
     def __len__(self) -> int:
