@@ -191,6 +191,30 @@ def test_coalesced_reads_equal_numpy(
         )
 
 
+def test_a_coalesced_read_fills_only_the_absent_chunks(
+    sharded: tuple[Path, np.ndarray[Any, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shard's stored inner chunks come back decoded, with no fill-value chunk made for
+    them: once one was made (and dropped) for every chunk read, 512 KB per 512² uint16."""
+    path, data = sharded
+    source = open_zarr_source(path, coalesce=True)
+    grid = [(r, c) for r in range(4) for c in range(3)]  # the first shard, two absent
+    fills: list[tuple[int, ...]] = []
+    real_full = np.full
+
+    def full(shape: Any, *args: Any, **kwargs: Any) -> np.ndarray[Any, Any]:
+        fills.append(tuple(shape))
+        return real_full(shape, *args, **kwargs)
+
+    monkeypatch.setattr(np, "full", full)
+    found = source.read_chunks(grid)
+    monkeypatch.undo()
+    for (r, c), got in zip(grid, found, strict=True):
+        assert not isinstance(got, BaseException)
+        np.testing.assert_array_equal(got, data[r * 10 : r * 10 + 10, c * 10 : c * 10 + 10])
+    assert fills == [(10, 10), (10, 10)]  # (0, 1) and (0, 2), not stored
+
+
 def test_a_local_directory_batches_runs_of_adjacent_chunks(
     sharded: tuple[Path, np.ndarray[Any, Any]], tmp_path: Path
 ) -> None:

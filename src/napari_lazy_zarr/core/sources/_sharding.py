@@ -292,8 +292,10 @@ class ShardReader:
             groups = [parts[i : i + size] for i in range(0, len(parts), size)]
             for group, decoded in zip(groups, run_all(decode, groups), strict=True):
                 results.update(zip((m for m, _ in group), decoded, strict=True))
+            # An absent chunk reads as the fill value (made only for those: `get`'s default
+            # would fill a whole chunk for every chunk read).
             return [
-                results.get(member, np.full(shape, fill_value, dtype=dtype))
+                results[member] if member in results else np.full(shape, fill_value, dtype=dtype)
                 for member, (_, _, shape) in enumerate(located)
             ]
         raise FileChangedError(f"{key}: the shard kept changing while it was read; retry later")
