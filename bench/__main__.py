@@ -28,6 +28,7 @@ def _benchmarks() -> dict[str, Callable[[bool], str]]:
         engine,
         http_plate,
         inspector,
+        instructions,
         napari_pan,
         pan_remote,
         playback,
@@ -56,6 +57,7 @@ def _benchmarks() -> dict[str, Callable[[bool], str]]:
         "sample": sample_startup.run,
         "s3-plate": s3_plate.run,
         "http-plate": http_plate.run,
+        "instructions": instructions.run,
     }
 
 

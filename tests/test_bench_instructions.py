@@ -1,0 +1,39 @@
+"""The instruction-count benchmark's parsing (`bench.instructions`): its doctests, which
+the suite does not collect from `bench/` otherwise, and a group per object file."""
+
+from __future__ import annotations
+
+import doctest
+
+import bench.instructions as instructions
+
+
+def test_the_doctests_pass() -> None:
+    failed, attempted = doctest.testmod(instructions)
+    assert attempted >= 5
+    assert failed == 0
+
+
+def test_annotated_lines_are_summed_per_group() -> None:
+    annotated = "\n".join(
+        [
+            "-" * 80,
+            "126,832,830 (100.0%)  PROGRAM TOTALS",
+            "49,377,563 (38.93%)  ???:LZ4_decompress_safe "
+            "[/v/imagecodecs.libs/liblz4-c465.so.1.10.0]",
+            "10,417,756 ( 8.21%)  Python/generated_cases.c.h:_PyEval_EvalFrameDefault'2 "
+            "[/p/lib/libpython3.13.so.1.0]",
+            " 1,301,883 ( 1.03%)  ./Include/object.h:_PyEval_EvalFrameDefault'2",  # no object
+            " 1,530,920 ( 1.21%)  ???:raw_array_assign_array "
+            "[/v/numpy/_core/_multiarray_umath.cpython-313-x86_64-linux-gnu.so]",
+            " 3,083,388 ( 2.43%)  tls_get_addr.S:__tls_get_addr [/usr/lib/ld-linux-x86-64.so.2]",
+            "   100 ( 0.00%)  ???:something [/usr/lib/libffi.so.8]",
+        ]
+    )
+    assert instructions.per_object(annotated) == {
+        "codecs": 49_377_563,
+        "Python": 10_417_756,
+        "NumPy": 1_530_920,
+        "libc": 3_083_388,
+        "other": 100,
+    }
