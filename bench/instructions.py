@@ -79,24 +79,36 @@ def group_of(obj: str) -> str:
     return "other"
 
 
-_LINE = re.compile(r"^\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(.*?)\s+\[(.+)\]\s*$")
+_LINE = re.compile(r"^\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(.*?)(?:\s+\[(.+)\])?\s*$")
 
 
 def per_object(annotated: str) -> dict[str, int]:
     """Instructions per `GROUPS` entry from ``callgrind_annotate --inclusive=no`` output.
 
+    A line without ``[object]`` is code inlined from a header (e.g. CPython's
+    ``Include/object.h`` inside the interpreter loop): it counts where its file
+    belongs, CPython's sources with the interpreter.
+
     >>> per_object(
     ...     "1,000 (50.00%)  ???:LZ4_decompress_safe [/a/liblz4.so.1]\\n"
     ...     "  600 (30.00%)  ceval.c:_PyEval_EvalFrameDefault [/b/libpython3.13.so.1.0]\\n"
-    ...     "  400 (20.00%)  memmove.S:__memcpy_avx_unaligned_erms [/c/libc.so.6]\\n"
+    ...     "  100 ( 5.00%)  /b/Python-3.13.0/Include/object.h:_PyEval_EvalFrameDefault\\n"
+    ...     "  300 (15.00%)  memmove.S:__memcpy_avx_unaligned_erms [/c/libc.so.6]\\n"
     ... )
-    {'codecs': 1000, 'Python': 600, 'NumPy': 0, 'libc': 400, 'other': 0}
+    {'codecs': 1000, 'Python': 700, 'NumPy': 0, 'libc': 300, 'other': 0}
     """
     totals = dict.fromkeys(GROUPS, 0)
     for line in annotated.splitlines():
         found = _LINE.match(line)
-        if found:
-            totals[group_of(found[3])] += int(found[1].replace(",", ""))
+        if not found or found[2] == "PROGRAM TOTALS":
+            continue
+        count = int(found[1].replace(",", ""))
+        if found[3] is not None:
+            totals[group_of(found[3])] += count
+        elif re.search(r"/Python-[\d.]+/|python-build", found[2]):
+            totals["Python"] += count
+        else:
+            totals["other"] += count
     return totals
 
 
@@ -139,6 +151,9 @@ def _count(method: str, label: str, quick: bool, previous: Path | None) -> dict[
         ).stdout
     check_package(result, package, f"{method} on {label}")
     result["groups"] = per_object(annotated)
+    total = re.search(r"^\s*([\d,]+) \(100\.0%\)\s+PROGRAM TOTALS", annotated, re.MULTILINE)
+    if total is None or int(total[1].replace(",", "")) != sum(result["groups"].values()):
+        raise RuntimeError(f"{method} on {label}: the groups do not add up to the total")
     return result
 
 

@@ -23,17 +23,20 @@ def test_annotated_lines_are_summed_per_group() -> None:
             "[/v/imagecodecs.libs/liblz4-c465.so.1.10.0]",
             "10,417,756 ( 8.21%)  Python/generated_cases.c.h:_PyEval_EvalFrameDefault'2 "
             "[/p/lib/libpython3.13.so.1.0]",
-            " 1,301,883 ( 1.03%)  ./Include/object.h:_PyEval_EvalFrameDefault'2",  # no object
+            # Inlined from a header: no object, counted with the interpreter by its path.
+            " 1,301,883 ( 1.03%)  /tmp/python-build.2026/Python-3.13.0/./Include/object.h:"
+            "_PyEval_EvalFrameDefault'2",
             " 1,530,920 ( 1.21%)  ???:raw_array_assign_array "
             "[/v/numpy/_core/_multiarray_umath.cpython-313-x86_64-linux-gnu.so]",
             " 3,083,388 ( 2.43%)  tls_get_addr.S:__tls_get_addr [/usr/lib/ld-linux-x86-64.so.2]",
             "   100 ( 0.00%)  ???:something [/usr/lib/libffi.so.8]",
+            "    20 ( 0.00%)  ./elsewhere/inline.h:other_function",
         ]
     )
     assert instructions.per_object(annotated) == {
         "codecs": 49_377_563,
-        "Python": 10_417_756,
+        "Python": 10_417_756 + 1_301_883,
         "NumPy": 1_530_920,
         "libc": 3_083_388,
-        "other": 100,
+        "other": 100 + 20,
     }
