@@ -536,6 +536,8 @@ class ZarrChunkSource(SourceFields):
             attempts = attempt + 1
 
         try:
+            if self._http is None:  # nothing to track: no context manager per chunk read
+                return self._retry.call(read, on_retry=count)
             with self._reading(coords):
                 return self._retry.call(read, on_retry=count)
         except LoadCancelledError:
