@@ -8,10 +8,10 @@ the blocks of chunks nobody references any more and hands them to the next
 decode of the same size, so a chunk decodes into pages already mapped.
 
 A block returns to the pool only when no array can see it: the arrays made by
-`BlockPool.lease` reach their block through a `_Lease` object, and a finalizer
-on the lease gives the block back when the lease is garbage, that is when the
-leased array and every view of it (numpy views keep their base alive) are
-gone. Nothing is recycled on a guess: pixels handed out are never overwritten.
+`BlockPool.lease` reach their block through a `_Lease` object, which gives the
+block back when it is garbage (its `__del__`), that is when the leased array
+and every view of it (numpy views keep their base alive) are gone. Nothing is
+recycled on a guess: pixels handed out are never overwritten.
 
 Examples
 --------
@@ -31,7 +31,6 @@ Examples
 from __future__ import annotations
 
 import threading
-import weakref
 from typing import Any, Final
 
 import numpy as np
@@ -43,15 +42,23 @@ POOL_BYTES: Final = 64 << 20
 
 
 class _Lease:
-    """What a leased array's memory is exported by: its finalizer returns the block."""
+    """What a leased array's memory is exported by; returns the block when it is garbage.
 
-    __slots__ = ("__weakref__", "_block")
+    `__del__`, not a `weakref.finalize`: one per chunk decoded, a finalizer cost 57
+    bytecodes and a registry entry under a lock more.
+    """
 
-    def __init__(self, block: np.ndarray[Any, Any]) -> None:
+    __slots__ = ("_block", "_pool")
+
+    def __init__(self, block: np.ndarray[Any, Any], pool: BlockPool) -> None:
         self._block = block
+        self._pool = pool
 
     def __buffer__(self, flags: int, /) -> memoryview:
         return memoryview(self._block)
+
+    def __del__(self) -> None:
+        self._pool._give_back(self._block)
 
 
 class BlockPool:
@@ -83,10 +90,7 @@ class BlockPool:
                 self._free_bytes -= nbytes
         if block is None:
             block = np.empty(nbytes, dtype=np.uint8)
-        lease = _Lease(block)
-        finalizer = weakref.finalize(lease, self._give_back, block)
-        finalizer.atexit = False  # nothing to give back at exit
-        return np.frombuffer(lease, dtype=np.uint8)
+        return np.frombuffer(_Lease(block, self), dtype=np.uint8)
 
     def _give_back(self, block: np.ndarray[Any, Any]) -> None:
         nbytes = block.nbytes
