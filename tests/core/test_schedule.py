@@ -41,18 +41,6 @@ def test_items_pop_in_the_documented_order(
             earlier = pushed[source % len(pushed)]
             queue.push_item(earlier, key=key)
             pushed.append(_with_key(earlier, key))
-        elif how == "demoted":
-            item = queue.make(
-                key,
-                load_class=load_class,
-                level=level,
-                distance=distance,
-                view="v",
-                generation=0,
-                cost=cost,
-            )
-            queue.push_demoted(item)
-            pushed.append(_demoted(item))
         else:
             item = queue.make(
                 key,
@@ -63,7 +51,11 @@ def test_items_pop_in_the_documented_order(
                 generation=0,
                 cost=cost,
             )
-            queue.push_item(item)
+            if how == "demoted":
+                queue.push_demoted(item)
+                item = _demoted(item)
+            else:
+                queue.push_item(item)
             pushed.append(item)
         if pops_between and index % pops_between == 0:
             front = queue.pop()
