@@ -276,17 +276,19 @@ def worker_result(
     env: dict[str, str],
     timeout: float,
     what: str,
+    prefix: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Run ``python -m <module> <spec as JSON>`` in a fresh process; its JSON result.
 
     The worker writes its result to `output` (read, then deleted). A non-zero
     exit, or no result, raises naming `what` with the tail of the worker's
-    standard error.
+    standard error. `prefix` runs the process under another program (e.g.
+    ``valgrind --tool=callgrind``).
     """
     import sys
 
     completed = subprocess.run(
-        [sys.executable, "-m", module, json.dumps(spec)],
+        [*prefix, sys.executable, "-m", module, json.dumps(spec)],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -41,7 +41,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench import PREVIOUS, ROOT, check_package, environment_line, package_env, previous_package
+from bench import (
+    PREVIOUS,
+    check_package,
+    environment_line,
+    package_env,
+    previous_package,
+    worker_result,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -120,29 +127,20 @@ def _count(method: str, label: str, quick: bool, previous: Path | None) -> dict[
     with tempfile.TemporaryDirectory(prefix="lazy-zarr-ir-") as folder:
         output, counts = Path(folder) / "result.json", Path(folder) / "callgrind.out"
         spec["output"] = str(output)
-        completed = subprocess.run(
-            [
+        result = worker_result(
+            "bench.instructions",
+            spec,
+            output=output,
+            env=env,
+            timeout=TIMEOUT,
+            what=f"{method} on {label}",
+            prefix=(
                 "valgrind",
                 "--tool=callgrind",
                 "--toggle-collect=functools_reduce",
                 f"--callgrind-out-file={counts}",
-                sys.executable,
-                "-m",
-                "bench.instructions",
-                "--worker",
-                json.dumps(spec),
-            ],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT,
-            check=False,
+            ),
         )
-        if completed.returncode != 0 or not output.exists():
-            tail = "\n".join(completed.stderr.strip().splitlines()[-25:])
-            raise RuntimeError(f"{method} on {label} failed ({completed.returncode}):\n{tail}")
-        result: dict[str, Any] = json.loads(output.read_text(encoding="utf-8"))
         annotated = subprocess.run(
             ["callgrind_annotate", "--inclusive=no", "--threshold=100", str(counts)],
             capture_output=True,
@@ -305,7 +303,7 @@ def run(quick: bool = False) -> str:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--worker"]:
-        _worker(json.loads(sys.argv[2]))
+    if sys.argv[1:2] and sys.argv[1].startswith("{"):  # a worker: its spec (`worker_result`)
+        _worker(json.loads(sys.argv[1]))
     else:
         print(run(quick="--quick" in sys.argv[1:]))
