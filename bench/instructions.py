@@ -45,6 +45,7 @@ from bench import (
     PREVIOUS,
     check_package,
     environment_line,
+    markdown_table,
     package_env,
     previous_package,
     worker_result,
@@ -217,46 +218,35 @@ def _k(value: float) -> str:
 
 def report(results: dict[str, dict[str, dict[str, Any]]], methods: Sequence[str]) -> str:
     """The Markdown section: instructions per chunk per method, and ours beyond raw by group."""
-    lines = [
-        "| dataset | " + " | ".join(f"{m} (per chunk)" for m in methods) + " |",
-        "| :--- |" + " ---: |" * len(methods),
-    ]
-    for label, by_method in results.items():
-        cells = []
-        for method in methods:
-            one = by_method[method]
-            cells.append(_k(sum(one["groups"].values()) / one["chunks"]))
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    beyond = [m for m in methods if m != "raw"]
-    lines += [
-        "",
-        "Beyond raw, per chunk, by where the instructions ran:",
-        "",
-        "| dataset | method | total | " + " | ".join(GROUPS) + " |",
-        "| :--- | :--- | ---: |" + " ---: |" * len(GROUPS),
-    ]
+
+    def per_chunk(one: dict[str, Any], group: str | None = None) -> float:
+        count = sum(one["groups"].values()) if group is None else one["groups"][group]
+        return float(count) / one["chunks"]
+
+    totals = markdown_table(
+        ["dataset", *(f"{m} (per chunk)" for m in methods)],
+        (
+            [label, *(_k(per_chunk(by_method[m])) for m in methods)]
+            for label, by_method in results.items()
+        ),
+    )
+    rows = []
     for label, by_method in results.items():
         raw = by_method["raw"]
-        for method in beyond:
-            one = by_method[method]
-            diffs = [
-                one["groups"][g] / one["chunks"] - raw["groups"][g] / raw["chunks"] for g in GROUPS
-            ]
-            lines.append(
-                f"| {label} | {method} | {_k(sum(diffs))} | "
-                + " | ".join(_k(d) for d in diffs)
-                + " |"
-            )
-    return "\n".join(lines)
+        for method in methods:
+            if method != "raw":
+                diffs = [per_chunk(by_method[method], g) - per_chunk(raw, g) for g in GROUPS]
+                rows.append([label, method, _k(sum(diffs)), *(_k(d) for d in diffs)])
+    beyond = markdown_table(["dataset", "method", "total", *GROUPS], rows)
+    return f"{totals}\nBeyond raw, per chunk, by where the instructions ran:\n\n{beyond}"
 
 
 def run(quick: bool = False) -> str:
     """Count every method on every dataset; the Markdown section."""
-    from bench.engine import DATASETS
+    from bench.engine import DATASETS, FULL, QUICK, ensure_store
 
     if shutil.which("valgrind") is None or shutil.which("callgrind_annotate") is None:
         raise RuntimeError("bench instructions needs valgrind (callgrind) on the PATH")
-    from bench.engine import FULL, QUICK, ensure_store
 
     for dataset in DATASETS:  # written here, not under callgrind
         ensure_store(QUICK if quick else FULL, dataset)

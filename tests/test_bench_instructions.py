@@ -40,3 +40,24 @@ def test_annotated_lines_are_summed_per_group() -> None:
         "libc": 3_083_388,
         "other": 100 + 20,
     }
+
+
+def test_the_report_gives_ours_beyond_raw_per_chunk_and_group() -> None:
+    def groups(*counts: int) -> dict[str, int]:
+        return dict(zip(instructions.GROUPS, counts, strict=True))
+
+    results = {
+        "v2 blosc-lz4": {
+            "raw": {
+                "chunks": 100,
+                "groups": groups(74_133_063, 12_446_624, 2_891_420, 5_780_327, 12_699),
+            },
+            "ours": {
+                "chunks": 100,
+                "groups": groups(74_225_175, 41_394_762, 2_938_752, 8_171_917, 163_043),
+            },
+        }
+    }
+    text = instructions.report(results, ["raw", "ours"])
+    assert "| v2 blosc-lz4 | 953k | 1,269k |" in text
+    assert "| v2 blosc-lz4 | ours | 316k | 1k | 289k | 0k | 24k | 2k |" in text
