@@ -7,10 +7,12 @@ on a condition until the test (or a cancellation) lets it go, bounded by a timeo
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 import textwrap
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -211,6 +213,30 @@ def test_close_with_an_injected_executor_leaves_it_usable() -> None:
     cache.close()
     assert manual.run_all() == 1  # the pending task finds the cache closed and stops
     assert source.started == []
+
+
+def test_close_gives_back_the_memory_of_unpinned_chunks_at_once() -> None:
+    """No cyclic collection needed: the arrays of chunks nobody pins are released by close,
+    those a live request pins stay readable."""
+    cache = ChunkCache(1 << 20, executor=InlineExecutor())
+    source = ArraySource(DATA, chunks=(4, 4), name="m")
+    loose, held = ChunkRef.of(source, (0, 0)), ChunkRef.of(source, (1, 1))
+    cache.request([loose]).release()
+    pinning = cache.request([held])
+    loose_data = cache.lookup(loose.key)
+    assert loose_data is not None
+    gone = weakref.ref(loose_data)
+    del loose_data
+    gc.disable()  # what is released must be released by close, not by a collection
+    try:
+        cache.close()
+        assert gone() is None
+    finally:
+        gc.enable()
+    assert cache.state(loose.key) is ChunkState.EVICTED
+    np.testing.assert_array_equal(cache.lookup(held.key), DATA[4:8, 4:8])
+    assert cache.statistics.resident_bytes == DATA[4:8, 4:8].nbytes
+    pinning.release()  # after close: harmless
 
 
 @pytest.mark.parametrize("close", [True, False])

@@ -507,14 +507,20 @@ class ChunkCache:
         request (`Request.landed`, `Request.done`, `ChunkedArray.result`) with
         `CacheClosedError`. Never waits for a running load: the cache's own
         workers are daemon threads, and a load finishing after `close` is
-        dropped. Resident chunks stay readable with `lookup`; new requests
-        raise `CacheClosedError`.
+        dropped. New requests raise `CacheClosedError`.
+
+        READY chunks no live request pins are evicted, their memory given back
+        at once (else it waits for a cyclic collection, and a next cache
+        cannot reuse its blocks); pinned ones stay readable with `lookup`.
         """
+        outbox = Outbox()
         with self._lock:
             if self._scheduler.closed:
                 return
             cancels = self._scheduler.close()
             waiting = self._demand.close()
+            self._residency.evict_unpinned(outbox)
+        self._flush(outbox)
         if self._owned_executor is not None:
             self._owned_executor.shutdown()
         for request in waiting:
