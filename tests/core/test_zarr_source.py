@@ -445,6 +445,8 @@ def test_every_chunk_reads_its_box_on_regular_grids(tmp_path: Path, seed: int) -
         lo, hi = chunk_bounds(source.grid, coords, shape)
         box = tuple(slice(a, b) for a, b in zip(lo, hi, strict=True))
         np.testing.assert_array_equal(source.read_chunk(coords), data[box])
+        numpy_coords = tuple(np.int64(c) for c in coords)  # as a user may pass them
+        np.testing.assert_array_equal(source.read_chunk(numpy_coords), data[box])  # type: ignore[arg-type]
 
 
 def test_shard_indexes_count_in_the_cache_budget(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import threading
 from concurrent.futures import Future
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from operator import add, floordiv, mod, mul, sub
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import numpy as np
@@ -278,6 +279,12 @@ class ZarrChunkSource(SourceFields):
             if all(isinstance(g, FixedDimension) for g in self._grid)
             else None
         )
+        # Per axis, the chunks the array's edge does not cut (`_locate`'s fast case).
+        self._full_counts = (
+            ()
+            if self._fixed_sizes is None
+            else tuple(e // n for e, n in zip(self._shape, self._fixed_sizes, strict=True))
+        )
         chunks = _chunk_shape(array)
         stored = array.shards if array.shards is not None else chunks
         self._max_stored_bytes = _max_encoded_bytes(stored, self._dtype)
@@ -292,6 +299,13 @@ class ZarrChunkSource(SourceFields):
         outer = array.shards if array.shards is not None else chunks
         self._per_outer = tuple(o // i for o, i in zip(outer, chunks, strict=True))
         self._sync_io = compat.store_supports_sync_io(self._store_path.store)
+        # A local directory's chunk files are this prefix and the key (`_fetch`).
+        store = self._store_path.store
+        self._local_prefix = (
+            os.path.join(str(store.root), self._store_path.path, "")
+            if isinstance(store, zarr.storage.LocalStore)
+            else None
+        )
         # The synchronous decode path: zarr's FusedCodecPipeline transform, bounded.
         # Codecs without a synchronous form leave None: zarr's async pipeline reads them.
         transform = compat.sync_transform(self._pipeline)
@@ -358,9 +372,20 @@ class ZarrChunkSource(SourceFields):
     def _locate(self, coords: Sequence[int]) -> tuple[tuple[int, ...], str, tuple[slice, ...]]:
         """Chunk `coords`' stored chunk (outer coordinates), its key, and its selection
         within the stored chunk (clipped at the array's edge)."""
+        sizes = self._fixed_sizes
+        if sizes is not None and self._full_counts and len(coords) == len(sizes):
+            # A regular grid (no grid calls, ~10 µs a read), all in C: coordinates,
+            # stored chunk, and for an inner chunk not cut by the array's edge its place
+            # in the stored chunk (1 to 2 µs less than the general case below).
+            coords = tuple(map(int, coords))
+            per_outer = self._per_outer
+            outer = tuple(map(floordiv, coords, per_outer))
+            key = self._metadata.encode_chunk_key(outer)
+            if max(map(sub, coords, self._full_counts)) < 0:
+                starts = tuple(map(mul, map(mod, coords, per_outer), sizes))
+                return outer, key, tuple(map(slice, starts, map(add, starts, sizes)))
         outer = tuple(int(c) // p for c, p in zip(coords, self._per_outer, strict=True))
         key = self._metadata.encode_chunk_key(outer)
-        sizes = self._fixed_sizes
         if sizes is not None:  # a regular grid: arithmetic, no grid calls (~10 µs a read)
             return (
                 outer,
@@ -585,12 +610,10 @@ class ZarrChunkSource(SourceFields):
         limit = range_size(byte_range)
         if limit is None:
             limit = self._max_stored_bytes
-        store: Any = self._store_path.store
-        path = f"{self._store_path.path}/{key}" if self._store_path.path else key
-        if isinstance(store, zarr.storage.LocalStore):
+        if self._local_prefix is not None:
             offset, length, suffix = range_arguments(byte_range)
             found = read_stamped(
-                os.path.join(str(store.root), path),
+                self._local_prefix + key,
                 limit=limit,
                 offset=offset,
                 length=length,
@@ -602,6 +625,8 @@ class ZarrChunkSource(SourceFields):
             if found is None:
                 return None
             return self._prototype.buffer.from_bytes(found[0]), found[1]
+        store: Any = self._store_path.store
+        path = f"{self._store_path.path}/{key}" if self._store_path.path else key
         raw: Buffer | None
         if isinstance(store, BoundedZipStore):
             raw = store.get_bounded(path, self._prototype, byte_range, limit=limit)
