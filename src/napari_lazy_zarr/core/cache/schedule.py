@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import TYPE_CHECKING
 
+from napari_lazy_zarr.core.slots import slot_init
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable
 
@@ -89,6 +91,7 @@ def cost_rank(cost: int) -> int:
     return max(0, int(cost) - 1).bit_length()
 
 
+@slot_init  # one per chunk queued
 @dataclass(frozen=True, slots=True, order=True)
 class QueueItem:
     """One queued load. Ordered by its first five fields; the rest ride along."""

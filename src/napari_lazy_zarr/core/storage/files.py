@@ -37,6 +37,7 @@ from napari_lazy_zarr.core.errors import (
     MetadataError,
     StoreNotFoundError,
 )
+from napari_lazy_zarr.core.slots import slot_init
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -87,6 +88,7 @@ class FileChangedError(ChunkReadError):
     retryable = True
 
 
+@slot_init  # one per file read
 @dataclass(frozen=True, slots=True)
 class FileStamp:
     """What identifies one version of a file: equal stamps, same bytes (as far as stat can tell).
