@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import replace
+from operator import add, sub
 from typing import TYPE_CHECKING, Final
 
 from napari_lazy_zarr.core.cache.schedule import (
@@ -586,7 +587,8 @@ def distance(key: ChunkKey, center: Sequence[float] | None) -> float:
     """Squared distance of `key`'s centre from `center` (0 without one)."""
     if center is None or len(center) != len(key.inclusive_min):
         return 0.0
-    return math.fsum(
-        ((lo + hi) / 2 - c) ** 2
-        for lo, hi, c in zip(key.inclusive_min, key.exclusive_max, center, strict=True)
+    # Twice the offsets, in C (one per chunk queued: a generator cost 62 bytecodes).
+    twice = tuple(
+        map(sub, map(add, key.inclusive_min, key.exclusive_max), map(add, center, center))
     )
+    return math.sumprod(twice, twice) / 4
