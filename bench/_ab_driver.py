@@ -8,10 +8,10 @@ be older than this file, so the driver uses only what `bench.engine` and
 `bench.view_cycle` have had since 12a7b36, with the same signatures:
 `Config`, `FULL`/`QUICK`, `DATASETS`, `ensure_store`, `viewport_windows`,
 `pan_path` and `DatasetBench` with its seven section methods (each returns
-``{method: [seconds, ...]}``); `data_root`, `ensure_plain`/`_pyramid`/`_volume`/
-`_warm_up`, `warm_page_cache`, `serve`, `run_worker`, `_location` (since 973d4a0
-`store_location`), `OURS`,
-`OPEN_LATENCY`, `Case` and the worker results' keys. Nothing here formats a
+``{method: [seconds, ...]}``; `fresh_open`, the eighth, since d6a326a, when
+present); `data_root`, `ensure_plain`/`_pyramid`/`_volume`/`_warm_up`,
+`warm_page_cache`, `serve`, `run_worker`, `_location` (since 973d4a0
+`store_location`), `OURS`, `OPEN_LATENCY`, `Case` and the worker results' keys. Nothing here formats a
 report: it writes ``{"figures": [[group, figure, unit, control, value], ...]}``
 as JSON to the spec's ``output`` file.
 
@@ -48,12 +48,15 @@ ENGINE_FIGURES = (
     ("per_chunk", "per chunk", "per-chunk overhead, 1 worker", "µs", False),
     ("gather", "ours, cold", "10,000-point gather: ours, cold", "ms", False),
     ("gather", "ours, warm", "10,000-point gather: ours, warm", "ms", False),
+    ("fresh", "ours", "first view of a fresh store: ours", "ms", False),
+    ("fresh", "raw", "first view of a fresh store: raw decode", "ms", True),
 )
 """The engine benchmark's figures of ours (and two controls), per dataset."""
 ENGINE_PAIRED = (
     # (section, method, reference, figure): the median of per-sample ratios
     ("cold", "ours", "raw", "cold viewport: ours / raw decode, paired"),
     ("warm", "ours", "memcpy", "warm viewport: ours / memcpy, paired"),
+    ("fresh", "ours", "raw", "first view of a fresh store: ours / raw decode, paired"),
 )
 """Ratios of ours to a control timed right beside it in the same process: what a
 slower or busier machine moves less than it moves the times themselves."""
@@ -157,14 +160,20 @@ def measure_engine(spec: dict[str, Any]) -> dict[str, Any]:
                 "per_chunk": measured.per_chunk(windows),
                 "gather": measured.gather(windows),
             }
+            if hasattr(measured, "fresh_open"):  # since d6a326a: absent from older revisions
+                sections["fresh"] = measured.fresh_open(windows)
         finally:
             measured.close()
         for section, method, figure, unit, control in ENGINE_FIGURES:
+            if section not in sections:
+                continue
             value = median_ms(sections[section][method])
             figures.append(
                 [dataset.label, figure, unit, control, value * 1e3 if unit == "µs" else value]
             )
         for section, method, reference, figure in ENGINE_PAIRED:
+            if section not in sections:
+                continue
             samples = sections[section]
             paired = [x / y for x, y in zip(samples[method], samples[reference], strict=True)]
             figures.append([dataset.label, figure, "×", False, statistics.median(paired)])
