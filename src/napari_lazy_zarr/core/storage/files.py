@@ -25,8 +25,7 @@ import os
 import re
 import stat
 import time
-from dataclasses import dataclass
-from typing import Any, BinaryIO, Final, Literal, overload
+from typing import Any, BinaryIO, Final, Literal, NamedTuple, overload
 
 import numpy as np
 
@@ -37,7 +36,6 @@ from napari_lazy_zarr.core.errors import (
     MetadataError,
     StoreNotFoundError,
 )
-from napari_lazy_zarr.core.slots import slot_init
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -88,10 +86,11 @@ class FileChangedError(ChunkReadError):
     retryable = True
 
 
-@slot_init  # one per file read
-@dataclass(frozen=True, slots=True)
-class FileStamp:
+class FileStamp(NamedTuple):
     """What identifies one version of a file: equal stamps, same bytes (as far as stat can tell).
+
+    A named tuple: one is made per file read and compared per shard read, in C (a frozen
+    dataclass's generated `__eq__` cost 51 bytecodes a chunk of a sharded array).
 
     Examples
     --------
