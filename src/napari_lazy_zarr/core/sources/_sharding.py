@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
+from operator import attrgetter, floordiv, mul, sub
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -66,6 +67,8 @@ def _one_by_one(job: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
 type Fetched = tuple[Buffer, FileStamp | None] | None
 """Bytes read for a key and the stamp of the file version they came from (None: not a file)."""
 
+_START, _STOP = attrgetter("start"), attrgetter("stop")
+
 
 class _IndexGetter:
     """What zarr's sharding codec reads a shard index through: our bounded `fetch`.
@@ -109,6 +112,7 @@ class ShardReader:
 
     def __init__(self, codec: ShardingCodec, max_inner_bytes: int) -> None:
         self._codec = codec
+        self._inner_shape = tuple(int(c) for c in codec.chunk_shape)
         self._max_inner_bytes = max_inner_bytes
         self._indexes: OrderedDict[str, tuple[Any, FileStamp | None]] = OrderedDict()
         self._index_bytes = 0  # of the kept indexes: at most SHARD_INDEX_BYTES
@@ -199,13 +203,16 @@ class ShardReader:
     ) -> tuple[tuple[int, ...], tuple[slice, ...], tuple[int, ...]]:
         """The inner chunk a shard-local `selection` lies in: its coordinates, the
         selection within it, and the selection's shape."""
-        inner = tuple(int(c) for c in self._codec.chunk_shape)
-        coords = tuple(sel.start // size for sel, size in zip(selection, inner, strict=True))
-        local = tuple(
-            slice(sel.start - c * size, sel.stop - c * size)
-            for sel, c, size in zip(selection, coords, inner, strict=True)
-        )
-        return coords, local, tuple(sel.stop - sel.start for sel in selection)
+        inner = self._inner_shape
+        if len(selection) != len(inner):
+            raise ValueError(f"a selection of {len(selection)} axes in a shard of {len(inner)}")
+        # In C (once per inner chunk read: generators cost 109 bytecodes).
+        starts = tuple(map(_START, selection))
+        stops = tuple(map(_STOP, selection))
+        coords = tuple(map(floordiv, starts, inner))
+        offsets = tuple(map(mul, coords, inner))
+        local = tuple(map(slice, map(sub, starts, offsets), map(sub, stops, offsets)))
+        return coords, local, tuple(map(sub, stops, starts))
 
     def _decode(
         self, raw: Buffer, shard_spec: Any, local: tuple[slice, ...], shape: tuple[int, ...]
