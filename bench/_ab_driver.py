@@ -11,9 +11,10 @@ be older than this file, so the driver uses only what `bench.engine` and
 ``{method: [seconds, ...]}``; `fresh_open`, the eighth, since d6a326a, when
 present); `data_root`, `ensure_plain`/`_pyramid`/`_volume`/`_warm_up`,
 `warm_page_cache`, `serve`, `run_worker`, `_location` (since 973d4a0
-`store_location`), `OURS`, `OPEN_LATENCY`, `Case` and the worker results' keys. Nothing here formats a
-report: it writes ``{"figures": [[group, figure, unit, control, value], ...]}``
-as JSON to the spec's ``output`` file.
+`store_location`), `OURS`, `OPEN_LATENCY`, `Case` and the worker results' keys.
+Nothing here formats a report: it writes
+``{"figures": [[group, figure, unit, control, value], ...]}`` as JSON to the
+spec's ``output`` file.
 
 The spec (JSON) names a ``task``: ``identify`` (where the package and bench code
 come from; also writes the data the benchmarks use once, and compiles the
