@@ -15,21 +15,22 @@ from hypothesis import strategies as st
 from napari_lazy_zarr.core.slots import slot_init
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class Plain:
-    a: int
-    b: object = field(compare=False)
-    c: str = "c"
-    d: float | None = None
+def point_class() -> type:
+    """The same dataclass each call: one keeps the dataclass's `__init__`, one gets
+    `slot_init`'s."""
+
+    @dataclass(frozen=True, slots=True, order=True)
+    class Point:
+        a: int
+        b: object = field(compare=False)
+        c: str = "c"
+        d: float | None = None
+
+    return Point
 
 
-@slot_init
-@dataclass(frozen=True, slots=True, order=True)
-class Fast:
-    a: int
-    b: object = field(compare=False)
-    c: str = "c"
-    d: float | None = None
+Plain = point_class()
+Fast = slot_init(point_class())
 
 
 def fields_of(value: object) -> tuple[object, ...]:
