@@ -1,9 +1,19 @@
 """napari glue: the arrays napari holds for a layer, and the refreshes that follow loading.
 
 Policy lives in `core.viewport.ViewController`; this module only adapts it to napari.
-`LayerLevel` is one level as napari indexes it (lazily); `numpy.asarray` asks the
-controller, which answers at once. When the controller says the view changed,
-the layer is refreshed on the main thread (throttled).
+
+**Two doors.** `LayerLevel` is one level as ``layer.data`` holds it, indexed
+lazily: every reader of layer data — a plugin, a script, napari's console or
+writers — gets the stored pixels from ``numpy.asarray``, blocking as a dask
+array would (`ChunkedArray.result`: a read over the plan bounds is
+`PlanTooLargeError`, a chunk that cannot be read `ChunkReadError`; never
+partial pixels). napari's *display* — its slice requests and its thumbnail, at the
+layer's construction, on each refresh, on napari's slicing thread — is told
+apart by the function calling ``__array__`` (`_napari_compat.display_read`)
+and answered by the layer's controller at once, with an immutable frame
+(resident chunks, coarser levels or the fill value standing in) and a refresh
+when more lands. When the controller
+says the view changed, the layer is refreshed on the main thread (throttled).
 
 In 3D napari shows a multiscale layer's coarsest level unless its public
 `locked_data_level` says otherwise. `LayerLoader` locks it to the finest level
@@ -22,6 +32,7 @@ period doubling while the storm lasts.
 from __future__ import annotations
 
 import math
+import sys
 import time
 import weakref
 from collections import Counter, OrderedDict, deque
@@ -32,6 +43,7 @@ import numpy as np
 
 from napari_lazy_zarr._napari_compat import (
     clear_thumbnail_copy,
+    display_read,
     displayed_ndim,
     set_loading_indicator,
 )
@@ -44,7 +56,7 @@ if TYPE_CHECKING:
     from napari.layers import Layer
 
     from napari_lazy_zarr.core import ChunkedArray
-    from napari_lazy_zarr.core.viewport import ChunkFailure, ViewController, ViewKind
+    from napari_lazy_zarr.core.viewport import ChunkFailure, ViewController
 
 __all__ = [
     "DEFAULT_VOLUME_VOXELS",
@@ -76,7 +88,13 @@ on most desktop GPUs; a 512³ float32 volume is 512 MiB, the texture napari uplo
 
 
 class LayerLevel:
-    """One pyramid level as napari sees it: lazy indexing, non-blocking `__array__`."""
+    """One pyramid level as ``layer.data`` holds it: lazy indexing, two doors in `__array__`.
+
+    ``numpy.asarray`` of it (or of any slice of it) returns the stored pixels,
+    waiting for the chunks as a dask array would — unless the caller is napari's
+    display slicing the layer (`_napari_compat.display_read`), which is answered
+    at once by the layer's controller (see the module).
+    """
 
     __slots__ = ("__weakref__", "array", "level", "loader")
 
@@ -95,7 +113,11 @@ class LayerLevel:
         return LayerLevel(self.loader, self.level, self.array[key])
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray[Any, Any]:
-        data = self.loader.controller.read(self.level, self.array, kind=self.loader.kind(self))
+        kind = display_read(sys._getframe(1), self, self.loader.layer)
+        if kind is not None:  # napari's display: a frame, at once
+            data = self.loader.controller.read(self.level, self.array, kind=kind)
+        else:  # anyone else: the stored pixels, or the error
+            data = self.array.result()
         return data if dtype is None else np.asarray(data, dtype=dtype)
 
     def __repr__(self) -> str:
@@ -124,11 +146,6 @@ class LayerLoader:
         self._slots: tuple[Callable[..., None], ...] | None = None
         self._locked: int | None = None  # the level we locked napari to in 3D
         self._volume_voxels = current_settings().volume_voxels
-
-    @property
-    def snapshot(self) -> bool:
-        """Whether napari gets arrays that never change under it (`ViewController.snapshot`)."""
-        return self.controller.snapshot
 
     @property
     def volume_voxels(self) -> int:
@@ -164,18 +181,6 @@ class LayerLoader:
     @property
     def layer(self) -> Layer | None:
         return None if self._layer is None else self._layer()
-
-    def kind(self, level: LayerLevel) -> ViewKind:
-        """napari's displayed level is the view; another read of the coarsest is the thumbnail."""
-        layer, last = self.layer, len(self.levels) - 1
-        if len(self.levels) == 1 or level.level != last:
-            return "view"
-        if layer is None:
-            return "thumbnail"
-        locked = getattr(layer, "locked_data_level", None)
-        ndisplay = displayed_ndim(layer)
-        shown = locked if locked is not None else last if ndisplay == 3 else layer.data_level
-        return "view" if shown == last else "thumbnail"
 
     def attach(self, layer: Layer) -> None:
         """Refresh `layer` as chunks land, show its loading state, report failures once."""
@@ -269,7 +274,7 @@ class LayerLoader:
             return
         if not self.controller.refresh_pending:
             return  # napari showed it already
-        clear_thumbnail_copy(layer)  # napari 2D keeps a copy of the coarsest level
+        clear_thumbnail_copy(layer)  # napari 2D keeps the coarsest level's frame
         from qtpy.QtCore import QTimer
 
         started = time.perf_counter()

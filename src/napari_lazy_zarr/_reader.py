@@ -318,16 +318,8 @@ def layer_data(
         if rgb:  # napari's RGB(A) layer: its scale, units ... leave out the colour axis
             keep = keep[:-1]
         name = _channel_name(spec, channel)
-        # napari's labels colouring reads a cell twice (`if val in mapping: out =
-        # mapping[data[i]]`, its numba direct colormap): a chunk landing in between raised
-        # KeyError in it, so a labels layer never gets a buffer still being filled.
         controller = ViewController(
-            sources,
-            cache,
-            axis_map=axis_map,
-            name=name,
-            prefetch=prefetch,
-            snapshot=layer_type == "labels",
+            sources, cache, axis_map=axis_map, name=name, prefetch=prefetch
         )
         loader = LayerLoader(controller)
         views = loader.levels

@@ -327,6 +327,7 @@ def test_a_view_computes_no_block_beyond_it_unless_the_source_asks(ring: int | N
     running): by default a view of a dask array computes its own blocks only."""
     from napari_lazy_zarr.core.executors import InlineExecutor
     from napari_lazy_zarr.core.viewport import ViewController
+    from tests.viewing import read_settled
 
     COMPUTED.clear()
     data = np.arange(12 * 12, dtype="i4").reshape(12, 12)
@@ -335,7 +336,7 @@ def test_a_view_computes_no_block_beyond_it_unless_the_source_asks(ring: int | N
     with source, ChunkCache(8 << 20, executor=InlineExecutor()) as cache:
         controller = ViewController([source], cache, dispatch=InlineExecutor())
         try:
-            view = controller.read(0, controller.arrays[0][4:8, 4:8])
+            view = read_settled(controller, 0, controller.arrays[0][4:8, 4:8])
             np.testing.assert_array_equal(view, 3 * data[4:8, 4:8])
         finally:
             controller.close()

@@ -53,8 +53,11 @@ ALLOWED: dict[str, frozenset[str]] = {
     # Test aids shipped with the engine: the leaves and the chunk source protocol only.
     "testing": frozenset({*LEAVES, "sources.protocol"}),
     # One layer's request cycle: the leaves, what it reads through (the reading layer and
-    # the cache), and of the sources only the protocol (`is_derived`).
-    "viewport": frozenset({*LEAVES, "reading", "cache", "sources.protocol", "viewport"}),
+    # the cache), of the sources only the protocol (`is_derived`), and the recycled memory
+    # its frames are built in (`buffers`).
+    "viewport": frozenset(
+        {*LEAVES, "reading", "cache", "sources.protocol", "buffers", "viewport"}
+    ),
     # Recycled memory for decoded chunks (the zarr source decodes into it): a leaf.
     "buffers": frozenset(),
     # What is in memory and the workers filling it: the leaves and the chunk source

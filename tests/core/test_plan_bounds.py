@@ -311,6 +311,7 @@ def test_a_coarser_plan_shows_the_coarse_levels_pixels_upsampled(
     from napari_lazy_zarr.core.sources.decimated import virtual_levels
     from napari_lazy_zarr.core.viewport import ViewController
     from napari_lazy_zarr.core.viewport import _coarser as coarser
+    from tests.viewing import read_settled
 
     monkeypatch.setattr(coarser, "VIEW_CHUNKS", 4)  # level 0's 8 x 8 chunks are over it
     data = np.arange(64 * 64, dtype=np.uint16).reshape(64, 64)
@@ -322,7 +323,7 @@ def test_a_coarser_plan_shows_the_coarse_levels_pixels_upsampled(
             view = controller.arrays[0][5:61, 3:50]
             controller.read(0, view)
             ChunkedArray(levels[1], cache).result(timeout=30)  # the coarse level resident
-            shown = controller.read(0, view)
+            shown = read_settled(controller, 0, view)
             frame = controller.latest
             assert frame is not None
             # The finest level within 4 chunks: level 1 (32², its 2 x 2 chunks of 16²).

@@ -265,6 +265,21 @@ def _napari_view(controller: ViewController, level: int, rng: np.random.Generato
     return array[tuple(index)], tuple(index)
 
 
+def _show(
+    controller: ViewController, level: int, view: Any, kind: Any = "view", dispatch: Any = None
+) -> np.ndarray[Any, Any]:
+    """What napari shows once it has answered every `view_changed`: read, and read again
+    while a read would answer a newer frame (running a manual `dispatch` in between)."""
+    data = controller.read(level, view, kind=kind)
+    for _ in range(100):
+        if dispatch is not None:
+            dispatch.run_all()
+        if not controller.refresh_pending:
+            return data
+        data = controller.read(level, view, kind=kind)
+    raise AssertionError("the view never stopped changing")
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(arrangements())
 def test_controller_reads_equal_numpy_with_stand_ins(arrangement: dict[str, Any]) -> None:
@@ -286,18 +301,18 @@ def test_controller_reads_equal_numpy_with_stand_ins(arrangement: dict[str, Any]
         executor.run_all()
         level = int(rng.integers(0, len(pyramid)))
         view, index = _napari_view(controller, level, rng)
-        data = controller.read(level, view, kind="view")
         expected = layer_pyramid[level][index]
-        assert data.shape == expected.shape
-        # Cells whose chunk is resident are exact; the others are a coarser value or FILL.
-        for cell in itertools.product(*(range(n) for n in data.shape)):
-            value = data[cell]
-            if value == expected[cell]:
-                continue
-            candidates = _coarser_values(controller, layer_pyramid, level, index, cell)
-            assert value in [*candidates, FILL]
+        for data in (controller.read(level, view, kind="view"), _show(controller, level, view)):
+            assert data.shape == expected.shape
+            # Cells whose chunk is resident are exact; the others a coarser value or FILL.
+            for cell in itertools.product(*(range(n) for n in data.shape)):
+                value = data[cell]
+                if value == expected[cell]:
+                    continue
+                candidates = _coarser_values(controller, layer_pyramid, level, index, cell)
+                assert value in [*candidates, FILL]
         executor.run_all()
-        np.testing.assert_array_equal(controller.read(level, view, kind="view"), expected)
+        np.testing.assert_array_equal(_show(controller, level, view), expected)
         assert controller.complete
     finally:
         controller.close()
@@ -348,12 +363,12 @@ def test_a_channel_layer_of_a_pyramid_reads_with_stand_ins_without_error() -> No
         controller.cache.request(refs).release()
         executor.run_all()
         view = controller.arrays[0][2:14, 0:16]
-        data = controller.read(0, view, kind="view")
+        data = _show(controller, 0, view)
         assert data.shape == (12, 16)
         expected = pyramid[2][2][np.ix_(np.arange(2, 14) // 4, np.arange(16) // 4)]
         np.testing.assert_array_equal(data, expected)
         executor.run_all()
-        np.testing.assert_array_equal(controller.read(0, view, kind="view"), pyramid[0][2, 2:14])
+        np.testing.assert_array_equal(_show(controller, 0, view), pyramid[0][2, 2:14])
         np.testing.assert_array_equal(np.asarray(controller.arrays[0]), pyramid[0][2])
     finally:
         controller.close()
@@ -394,7 +409,7 @@ def test_view_changed_is_signalled_once_until_the_view_is_read_again() -> None:
         assert len(signals) == 2
         assert controller.complete
         assert not controller.settled  # nothing applied a slice read after the last landing
-        np.testing.assert_array_equal(controller.read(0, view), data[0:8, 0:8])
+        np.testing.assert_array_equal(_show(controller, 0, view), data[0:8, 0:8])
         controller.slice_applied()
         assert controller.settled
     finally:
@@ -402,27 +417,42 @@ def test_view_changed_is_signalled_once_until_the_view_is_read_again() -> None:
         controller.cache.close()
 
 
-def test_each_landed_chunk_is_copied_once_into_the_same_buffer() -> None:
-    controller, data, executor = _one_level()
+def test_a_frame_handed_out_is_never_written_again() -> None:
+    """Real threads: every array a read returned keeps the values it had when returned
+    (checked by fingerprint after every chunk landed), is read-only, and a refresh that
+    finds nothing new answers the same frame again, without a copy."""
+    import queue
+
+    data = np.arange(32 * 32, dtype=np.int32).reshape(32, 32)
+    pyramid = [data, data[::2, ::2]]
+    cache = ChunkCache(1 << 22)  # its own worker threads
+    controller = ViewController(_level_sources(pyramid, (4, 4), "w"), cache, prefetch=False)
+    asks: queue.SimpleQueue[bool] = queue.SimpleQueue()
+    controller.view_changed.connect(lambda: asks.put(True))
+    handed: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
+    view = controller.arrays[0][:, :]
+
+    def read() -> None:
+        frame = controller.read(0, view)
+        handed.append((frame, frame.copy()))
+        controller.slice_applied()
+
     try:
-        view = controller.arrays[0][:, :]
-        first = controller.read(0, view)
-        executor.run_next()
-        second = controller.read(0, view)
-        assert second is first  # the same buffer, filled in place
-        assert controller.latest is not None
-        assert len(controller.latest.missing) == 8
-        executor.run_all()
-        third = controller.read(0, view)
-        assert third is first
-        np.testing.assert_array_equal(third, data)
-        # Another view gets a new buffer.
-        other = controller.read(0, controller.arrays[0][0:4, :])
-        assert other is not first
-        np.testing.assert_array_equal(other, data[0:4])
+        read()
+        while not controller.settled:  # napari's part: read again when asked
+            assert asks.get(timeout=30)
+            read()
+        np.testing.assert_array_equal(handed[-1][0], data)
+        assert len(handed) >= 2
+        for frame, fingerprint in handed:
+            assert not frame.flags.writeable
+            np.testing.assert_array_equal(frame, fingerprint)
+        with pytest.raises(ValueError, match="read-only"):
+            handed[-1][0][0, 0] = 7
+        assert controller.read(0, view) is handed[-1][0]  # nothing new: the same frame
     finally:
         controller.close()
-        controller.cache.close()
+        cache.close()
 
 
 def test_a_failed_chunk_shows_the_placeholder_and_is_reported_once() -> None:
@@ -444,8 +474,7 @@ def test_a_failed_chunk_shows_the_placeholder_and_is_reported_once() -> None:
     controller.failures_found.connect(reported.append)
     try:
         view = controller.arrays[0][:, :]
-        controller.read(0, view)
-        data = controller.read(0, view)
+        data = _show(controller, 0, view)
         assert (data[4:, 4:] == FILL).all()
         np.testing.assert_array_equal(data[:4], base[:4])
         assert len(reported) == 1
@@ -454,6 +483,8 @@ def test_a_failed_chunk_shows_the_placeholder_and_is_reported_once() -> None:
         assert len(controller.latest.failed) == 1
         (key,) = controller.latest.failed
         assert cache.state(key) is ChunkState.FAILED
+        controller.slice_applied()
+        assert controller.settled  # the placeholder of a failure is final
     finally:
         controller.close()
         cache.close()
@@ -496,38 +527,98 @@ def test_requests_are_issued_off_the_reading_thread() -> None:
         cache.close()
 
 
-def test_chunks_are_copied_as_they_land_and_never_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A landing chunk is copied once, by the thread that landed it, into the buffer the viewer
-    already holds; reading the view again copies nothing (a volume is not re-copied)."""
+def test_frames_after_the_first_are_built_off_the_reading_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first read of a view copies what is resident; chunks landing later are copied
+    into the next frame by the dispatch thread, and reading it copies nothing on the
+    reading thread (a refresh of a 16 MB view is no 16 MB copy on napari's thread)."""
+    import threading
+
+    data = (np.arange(12 * 12) % 97).astype(np.int32).reshape(12, 12) + 1
+    loads = ManualExecutor()
+    cache = ChunkCache(1 << 20, executor=loads)
+    controller = ViewController(
+        _level_sources([data], (4, 4), "off"), cache, prefetch=False
+    )  # its own dispatch thread
+    reading = threading.current_thread()
+    copiers: list[threading.Thread] = []
     from napari_lazy_zarr.core.reading.plans import StridedPlan
 
-    copies: list[Any] = []
-    original = StridedPlan.copy_chunk
+    copy_chunk = StridedPlan.copy_chunk
 
-    def counting(self: StridedPlan, out: Any, key: Any, data: Any) -> None:
-        copies.append(key)
-        original(self, out, key, data)
+    def recording(self: StridedPlan, *args: Any) -> None:
+        copiers.append(threading.current_thread())
+        copy_chunk(self, *args)
 
-    monkeypatch.setattr(StridedPlan, "copy_chunk", counting)
-    controller, data, executor = _one_level()
+    changed, issued = threading.Event(), threading.Event()
+    controller.view_changed.connect(changed.set)
+    controller.view_read.connect(lambda _: issued.set())
+    monkeypatch.setattr(StridedPlan, "copy_chunk", recording)
+    view = controller.arrays[0][:, :]
     try:
-        view = controller.arrays[0][:, :]
-        shown = controller.read(0, view)
-        assert (shown == FILL).all()
-        executor.run_all()
-        np.testing.assert_array_equal(shown, data)  # filled in place, no read needed
-        assert len(copies) == 9 == len(set(copies))
-        again = controller.read(0, view)
-        assert again is shown
-        assert len(copies) == 9
+        cache.request([ChunkRef.of(controller.sources[0], (0, 0))]).release()
+        loads.run_all()
+        first = controller.read(0, view)
+        assert copiers == [reading]  # the one resident chunk, on the reading thread
+        assert (first[4:] == FILL).all()
+        copiers.clear()
+        assert issued.wait(timeout=10)  # the view's chunks are requested
+        loads.run_all()  # the other eight land
+        assert changed.wait(timeout=10)
+        second = controller.read(0, view)
+        np.testing.assert_array_equal(second, data)
+        assert copiers
+        assert reading not in copiers
+        assert second is not first
+        assert (first[4:] == FILL).all()  # the first frame was not written
     finally:
         controller.close()
-        controller.cache.close()
+        cache.close()
+
+
+def test_a_read_never_waits_for_a_frame_being_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the dispatch thread builds the next frame (a copy under way), a read answers at
+    once with the frame it has: there is no lock between napari's thread and a copy."""
+    import threading
+
+    from napari_lazy_zarr.core.reading.plans import StridedPlan
+
+    data = (np.arange(12 * 12) % 97).astype(np.int32).reshape(12, 12) + 1
+    loads = ManualExecutor()
+    cache = ChunkCache(1 << 20, executor=loads)
+    controller = ViewController(_level_sources([data], (4, 4), "busy"), cache, prefetch=False)
+    view = controller.arrays[0][:, :]
+    building, release = threading.Event(), threading.Event()
+    copy_chunk = StridedPlan.copy_chunk
+    reader = threading.current_thread()
+
+    def slow(self: StridedPlan, *args: Any) -> None:
+        if threading.current_thread() is not reader:
+            building.set()
+            assert release.wait(timeout=30)
+        copy_chunk(self, *args)
+
+    issued = threading.Event()
+    controller.view_read.connect(lambda _: issued.set())
+    try:
+        first = controller.read(0, view)
+        assert issued.wait(timeout=10)  # the view's chunks are requested
+        monkeypatch.setattr(StridedPlan, "copy_chunk", slow)
+        loads.run_all()  # the dispatch thread starts the next frame and stops in a copy
+        assert building.wait(timeout=10)
+        again = controller.read(0, view)  # would wait if a read could wait for a copy
+        assert again is first
+        release.set()
+    finally:
+        release.set()
+        controller.close()
+        cache.close()
 
 
 def test_a_refresh_that_finds_nothing_new_is_not_planned_again() -> None:
     """A read of a view already requested, with nothing landed or evicted since, does not ask
-    the cache again (its live request pins and queues the same work); a landing, or the
+    the cache again (its live request pins and queues the same work); a new frame, or the
     eviction of what the view prefetched, does."""
     data = np.arange(144, dtype=np.int32).reshape(12, 12)
     source = ArraySource(data, chunks=(4, 4), name="r", fill_value=FILL)
@@ -550,21 +641,23 @@ def test_a_refresh_that_finds_nothing_new_is_not_planned_again() -> None:
             controller.read(0, view)
         assert asked() == 4
         assert len(answered) == 4  # every read is still answered (the inspector follows them)
-        executor.run_next()  # a chunk of the view lands
-        controller.read(0, view)
+        executor.run_next()  # a chunk of the view lands: its next frame is built
+        controller.read(0, view)  # reads it: asked again
         assert asked() == 8
         controller.read(0, view)
         assert asked() == 8
         executor.run_all()
-        np.testing.assert_array_equal(controller.read(0, view), data[0:8, 0:8])
-        assert asked() == 12
+        np.testing.assert_array_equal(_show(controller, 0, view), data[0:8, 0:8])
+        asked_now = asked()
+        controller.read(0, view)
+        assert asked() == asked_now  # complete, nothing new
         loads = cache.counters().loads
         assert cache.evict_unpinned() == 5  # the prefetched ring
         controller.read(0, view)
-        assert asked() == 16  # asked again: the ring is queued again
+        assert asked() == asked_now + 4  # asked again: the ring is queued again
         executor.run_all()
         assert cache.counters().loads == loads + 5
-        np.testing.assert_array_equal(controller.read(0, view), data[0:8, 0:8])
+        np.testing.assert_array_equal(_show(controller, 0, view), data[0:8, 0:8])
     finally:
         controller.close()
         cache.close()
@@ -577,11 +670,9 @@ def test_a_landing_in_the_view_a_read_replaces_asks_for_no_read_after_it(
     (the switch to 3D: 2D chunks still landing). The read answers the new view; once it
     is applied no refresh is pending (`refresh_pending`), so the glue does not have napari
     read, upload and paint the same volume again."""
-    from napari_lazy_zarr.core.viewport._shown import ViewPlans
+    from napari_lazy_zarr.core.viewport.view_plans import ViewPlans
 
     controller, _, executor = _one_level()
-    signals: list[None] = []
-    controller.view_changed.connect(lambda: signals.append(None))
     original = ViewPlans.plan
     during: list[bool] = []
 
@@ -596,7 +687,6 @@ def test_a_landing_in_the_view_a_read_replaces_asks_for_no_read_after_it(
         monkeypatch.setattr(ViewPlans, "plan", landing_meanwhile)
         controller.read(0, controller.arrays[0][4:12, 4:12])
         assert during  # the old view's chunks landed during the read
-        assert signals  # ... and the change was signalled
         controller.slice_applied()  # napari applies the new view's slice
         assert not controller.refresh_pending
     finally:
@@ -612,6 +702,9 @@ def test_a_view_landing_before_the_thumbnail_read_keeps_a_refresh_pending() -> N
     fine, coarse = controller.arrays
     try:
         controller.read(0, fine[0:8, 0:8], kind="view")
+        controller.read(1, coarse[:, :], kind="thumbnail")
+        controller.slice_applied()
+        controller.read(0, fine[0:8, 0:8], kind="view")  # a refresh (stand-ins composed)
         executor.run_next()  # one of the view's chunks lands before the thumbnail's read
         controller.read(1, coarse[:, :], kind="thumbnail")
         controller.slice_applied()
@@ -640,16 +733,17 @@ def test_wait_until_settled_wakes_when_the_viewer_shows_the_last_landing() -> No
 
     data = np.arange(32 * 32, dtype=np.int32).reshape(32, 32)
     cache = ChunkCache(1 << 20)  # its own worker threads
-    controller = ViewController(  # its own dispatch and compose threads
+    controller = ViewController(  # its own dispatch thread
         [Gated(data, chunks=(8, 8), name="w", fill_value=FILL)], cache, prefetch=False
     )
     asks: queue.SimpleQueue[bool] = queue.SimpleQueue()
     controller.view_changed.connect(lambda: asks.put(True))
     view = controller.arrays[0][:, :]
+    shown: list[np.ndarray[Any, Any]] = []
 
     def viewer() -> None:  # napari's part: read again when asked, then show the slice
         while asks.get(timeout=30):
-            controller.read(0, view)
+            shown.append(controller.read(0, view))
             controller.slice_applied()
 
     thread = threading.Thread(target=viewer, daemon=True)
@@ -662,7 +756,8 @@ def test_wait_until_settled_wakes_when_the_viewer_shows_the_last_landing() -> No
         gate.set()
         assert controller.wait_until_settled(timeout=30)
         assert controller.complete
-        np.testing.assert_array_equal(first, data)  # the live buffer napari holds
+        assert (first == FILL).all()  # what napari held first never changed
+        np.testing.assert_array_equal(shown[-1], data)  # the last frame it read is whole
     finally:
         gate.set()
         asks.put(False)
@@ -795,7 +890,7 @@ def test_a_step_holds_the_last_complete_frame_until_a_backdrop_is_resident() -> 
         frame = controller.arrays[0]
         controller.read(0, frame[0])
         executor.run_all()
-        shown = controller.read(0, frame[0])
+        shown = _show(controller, 0, frame[0])
         np.testing.assert_array_equal(shown, pyramid[0][0])
         controller.cache.evict_unpinned()  # nothing of t=1 resident, not even prefetched
         held = controller.read(0, frame[1])
@@ -804,11 +899,11 @@ def test_a_step_holds_the_last_complete_frame_until_a_backdrop_is_resident() -> 
         # The coarse backdrop of t=1 lands first (a coarser level loads before a finer one).
         controller.cache.request([ChunkRef.of(controller.sources[1], (1, 0, 0))]).release()
         executor.run_next()
-        backdrop = controller.read(0, frame[1])
+        backdrop = _show(controller, 0, frame[1])
         assert not _held(controller)
         np.testing.assert_array_equal(backdrop, np.repeat(np.repeat(pyramid[1][1], 2, 0), 2, 1))
         executor.run_all()
-        np.testing.assert_array_equal(controller.read(0, frame[1]), pyramid[0][1])
+        np.testing.assert_array_equal(_show(controller, 0, frame[1]), pyramid[0][1])
         # A pan is not a step: it shows its placeholder cells at once, never an old frame.
         controller.read(0, frame[2, 0:4])
         assert not _held(controller)
@@ -847,42 +942,31 @@ def test_a_walk_loads_ahead_in_its_direction_within_its_share_of_the_cache() -> 
         assert classes(1, 8) == {None}
         executor.run_all()
         # Stepping on: the frame ahead is presentable at once (its backdrop is resident).
-        shown = controller.read(0, frame[4])
+        shown = _show(controller, 0, frame[4])
         assert not _held(controller)
         assert (shown != FILL).all()
         # Stepping back reuses what is resident: the frames seen are complete.
-        np.testing.assert_array_equal(controller.read(0, frame[6]), pyramid[0][6])
+        np.testing.assert_array_equal(_show(controller, 0, frame[6]), pyramid[0][6])
     finally:
         controller.close()
         controller.cache.close()
 
 
-def test_the_next_frames_of_a_walk_are_assembled_before_napari_reads_them(
+def test_the_next_frames_of_a_walk_are_built_before_napari_reads_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The frames just ahead of a walk, and their thumbnails, are planned and their chunks
-    copied in as they land, off the reading thread: napari's reads of the next frame copy
-    nothing into what they return (the buffers were assembled) and show NumPy's values; a
-    step elsewhere still gets a buffer of its own, and a still view prepares nothing."""
-    from napari_lazy_zarr.core.reading.plans import StridedPlan
+    """The frames just ahead of a walk, and their thumbnails, are planned and built once
+    their chunks have landed, off the reading thread: napari's reads of the next frame copy
+    nothing and show NumPy's values; a step elsewhere still gets a frame of its own, and a
+    still view prepares nothing."""
     from napari_lazy_zarr.core.viewport.planes import PREPARED_PLANES
 
-    copied_into: list[np.ndarray[Any, Any]] = []
-    original = StridedPlan.copy_chunk
-
-    def recording(self: StridedPlan, out: Any, key: Any, data: Any) -> None:
-        copied_into.append(out)
-        original(self, out, key, data)
-
-    def copies(into: np.ndarray[Any, Any]) -> int:
-        return sum(np.shares_memory(out, into) for out in copied_into)
-
-    def staged() -> dict[tuple[int, int], Any]:  # by (level, t)
-        return {(s.request.level, s.request.box[0][0]): s for s in controller._planes.staged}
-
-    monkeypatch.setattr(StridedPlan, "copy_chunk", recording)
     controller, pyramid, executor = _movie(frames=12)
     levels = controller.arrays
+
+    def staged() -> dict[tuple[int, int], Any]:  # by (level, t): the built frames
+        return {(r.level, r.box[0][0]): f for r, _, f in controller._planes.staged}
+
     try:
         for t in (2, 3, 4):  # a walk forwards, as napari plays: the view and its thumbnail
             controller.read(0, levels[0][t])
@@ -891,19 +975,19 @@ def test_the_next_frames_of_a_walk_are_assembled_before_napari_reads_them(
         assert controller.motion is not None
         ahead = range(5, 5 + PREPARED_PLANES)
         assert sorted(staged()) == sorted((level, t) for level in (0, 1) for t in ahead)
+        copied_into = _copy_recorder(monkeypatch)
         for t in (5, 6):
             for level in (0, 1):
                 prepared = staged()[level, t]
-                assert not prepared.missing  # assembled as its chunks landed
-                copied_into.clear()
+                assert prepared is not None
+                assert not prepared.missing  # built once its chunks landed
                 shown = controller.read(level, levels[level][t])
-                assert copies(shown) == 0  # the read copied nothing into it
-                assert np.shares_memory(shown, prepared.buffer)
+                assert shown is prepared.data  # no copy on the reading thread
                 np.testing.assert_array_equal(shown, pyramid[level][t])
             executor.run_all()
         copied_into.clear()
-        jumped = controller.read(0, levels[0][0])  # not ahead: a buffer of its own
-        assert copies(jumped) == 4
+        jumped = controller.read(0, levels[0][0])  # not ahead: a frame of its own
+        assert sum(np.shares_memory(out, jumped) for out in copied_into) == 4
         np.testing.assert_array_equal(jumped, pyramid[0][0])
         executor.run_all()
         assert controller.motion is None
@@ -914,23 +998,13 @@ def test_the_next_frames_of_a_walk_are_assembled_before_napari_reads_them(
         controller.cache.close()
 
 
-def test_a_walk_over_part_of_a_frame_assembles_its_whole_thumbnail_ahead(
+def test_a_walk_over_part_of_a_frame_builds_its_whole_thumbnail_ahead(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """napari's 2D thumbnail is the coarsest level's whole plane, however little of the frame
-    the view shows: ahead of a walk it is loaded and assembled whole too, so napari's read of
+    the view shows: ahead of a walk it is loaded and built whole too, so napari's read of
     the next thumbnail copies nothing and needs no second slice (measured: 4 chunks copied on
     its main thread each z step; a third slice each t step, when the thumbnail landed)."""
-    from napari_lazy_zarr.core.reading.plans import StridedPlan
-
-    copied_into: list[np.ndarray[Any, Any]] = []
-    original = StridedPlan.copy_chunk
-
-    def recording(self: StridedPlan, out: Any, key: Any, data: Any) -> None:
-        copied_into.append(out)
-        original(self, out, key, data)
-
-    monkeypatch.setattr(StridedPlan, "copy_chunk", recording)
     data = (np.arange(12 * 16 * 16) % 997).astype(np.int32).reshape(12, 16, 16) + 1
     pyramid = [data, data[:, ::2, ::2]]
     executor = ManualExecutor()
@@ -944,7 +1018,7 @@ def test_a_walk_over_part_of_a_frame_assembles_its_whole_thumbnail_ahead(
             controller.read(1, thumbnail[t])
             executor.run_all()
         assert controller.motion is not None
-        copied_into.clear()
+        copied_into = _copy_recorder(monkeypatch)
         controller.read(0, view[5, 0:8, 0:12])
         shown = controller.read(1, thumbnail[5])
         assert not any(np.shares_memory(out, shown) for out in copied_into)
@@ -978,7 +1052,7 @@ def test_the_look_ahead_takes_the_whole_thumbnail_only_when_it_costs_no_more_tha
     assert coarse(((4, 5), (0, 4), (0, 4))) == {(5, 0, 0)}  # the view's part of it only
 
 
-def test_a_prepared_volume_is_assembled_before_it_is_read() -> None:
+def test_a_prepared_volume_is_built_before_it_is_read() -> None:
     data = (np.arange(8 * 16 * 16) % 997).astype(np.int32).reshape(8, 16, 16)
     pyramid = [data, data[::2, ::2, ::2]]
     cache = ChunkCache(1 << 22, executor=InlineExecutor())
@@ -990,73 +1064,63 @@ def test_a_prepared_volume_is_assembled_before_it_is_read() -> None:
     ready: list[int] = []
     controller.volume_ready.connect(ready.append)
     try:
-        coarse = controller.read(1, controller.arrays[1][:, :, :], kind="view")
+        coarse = _show(controller, 1, controller.arrays[1][:, :, :])
         np.testing.assert_array_equal(coarse, pyramid[1])
         assert not controller.volume_complete(0)
         assert controller.volume_box(0) == ((0, 8), (0, 16), (0, 16))
         controller.prepare_volumes([0])
         assert ready == [0]
         assert controller.volume_complete(0)
-        with controller._lock:
-            staged = controller._volumes.staged[0][0].buffer
+        staged = controller._volumes.staged[0][3]
+        assert staged is not None
         fine = controller.read(0, controller.arrays[0][:, :, :])
-        assert np.shares_memory(fine, staged)  # no copy on the reading thread
+        assert fine is staged.data  # no copy on the reading thread
         np.testing.assert_array_equal(fine, pyramid[0])
         controller.prepare_volumes([])  # releases the volume's chunks
-        assert not cache.is_pinned(ChunkRef.of(sources[0], (0, 0, 0)).key) or True
+        key = ChunkRef.of(sources[0], (0, 0, 0)).key
+        assert cache.is_pinned(key)  # still: the view napari shows pins them
     finally:
         controller.close()
         cache.close()
 
 
-def test_a_step_in_3d_is_assembled_off_the_reading_thread_while_the_last_volume_is_held(
+def test_a_step_in_3d_is_built_off_the_reading_thread_while_the_last_volume_is_held(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from napari_lazy_zarr.core.reading.plans import StridedPlan
-
     data = (np.arange(3 * 8 * 8 * 8) % 991).astype(np.int32).reshape(3, 8, 8, 8) + 1
     cache = ChunkCache(1 << 22, executor=InlineExecutor())
     source = ArraySource(data, chunks=(1, 4, 4, 4), name="t", fill_value=FILL)
     dispatch = ManualExecutor()
     controller = ViewController([source], cache, prefetch=False, dispatch=dispatch)
-    copied = 0
-    copy_chunk = StridedPlan.copy_chunk
-
-    def counting(self: StridedPlan, *args: Any) -> None:
-        nonlocal copied
-        copied += 1
-        copy_chunk(self, *args)
-
-    monkeypatch.setattr(StridedPlan, "copy_chunk", counting)
     volume = controller.arrays[0]
     try:
         controller.read(0, volume[0])
-        dispatch.run_all()  # requested and loaded (inline): landed in the shown buffer
-        np.testing.assert_array_equal(controller.read(0, volume[0]), data[0])
+        dispatch.run_all()  # requested and loaded (inline), then built
+        np.testing.assert_array_equal(_show(controller, 0, volume[0], dispatch=dispatch), data[0])
         refs = [ChunkRef.of(source, (1, z, y, x)) for z in (0, 1) for y in (0, 1) for x in (0, 1)]
         cache.request(refs).release()  # t=1 all resident, as a look-ahead leaves it
-        copied = 0
+        copied = _copy_counter(monkeypatch)
         held = controller.read(0, volume[1])  # napari's read of the step
-        assert copied == 0  # no chunk copied on the reading thread
+        assert copied[0] == 0  # no chunk copied on the reading thread
         assert _held(controller)
         np.testing.assert_array_equal(held, data[0])  # the last whole volume, not the fill
         changed: list[bool] = []
         controller.view_changed.connect(lambda: changed.append(True))
-        dispatch.run_all()  # the dispatch thread assembles it, then asks for a read
-        assert copied == 8
+        dispatch.run_all()  # the dispatch thread builds it, then asks for a read
+        assert copied[0] == 8
         assert changed == [True]
-        copied = 0
+        copied[0] = 0
         np.testing.assert_array_equal(controller.read(0, volume[1]), data[1])
-        assert copied == 0
+        assert copied[0] == 0
         assert not _held(controller)
-        # Stepped on twice before the dispatch thread ran: only the latest is assembled.
+        # Stepped on twice before the dispatch thread ran: only the latest is built.
         for t in (0, 2):
             cache.request([ChunkRef.of(source, (t, *ref.coords[1:])) for ref in refs]).release()
         controller.read(0, volume[0])
         controller.read(0, volume[2])
-        assert copied == 0
+        assert copied[0] == 0
         dispatch.run_all()
-        assert copied == 8
+        assert copied[0] == 8
         np.testing.assert_array_equal(controller.read(0, volume[2]), data[2])
     finally:
         controller.close()
@@ -1074,7 +1138,7 @@ def _level_sources(
 
 
 def _copy_counter(monkeypatch: pytest.MonkeyPatch, method: str = "copy_chunk") -> list[int]:
-    """Counts `StridedPlan.copy_chunk` calls (the copies a read does), or another
+    """Counts `StridedPlan.copy_chunk` calls (the copies frames are built with), or another
     `method`'s (``fill_missing``: the placeholders it writes), in its one cell."""
     from napari_lazy_zarr.core.reading.plans import StridedPlan
 
@@ -1089,19 +1153,33 @@ def _copy_counter(monkeypatch: pytest.MonkeyPatch, method: str = "copy_chunk") -
     return calls
 
 
-def test_a_3d_thumbnail_step_is_held_and_assembled_off_the_reading_thread(
+def _copy_recorder(monkeypatch: pytest.MonkeyPatch) -> list[np.ndarray[Any, Any]]:
+    """The buffers `StridedPlan.copy_chunk` copies into, in order."""
+    from napari_lazy_zarr.core.reading.plans import StridedPlan
+
+    into: list[np.ndarray[Any, Any]] = []
+    original = StridedPlan.copy_chunk
+
+    def recording(self: StridedPlan, out: Any, key: Any, data: Any) -> None:
+        into.append(out)
+        original(self, out, key, data)
+
+    monkeypatch.setattr(StridedPlan, "copy_chunk", recording)
+    return into
+
+
+def test_a_3d_thumbnail_step_is_held_and_built_off_the_reading_thread(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """In 3D napari reads the coarsest level's whole volume as the thumbnail on every t step
     (measured: 16 chunks, 19-33 ms of copies per step on its main thread): it is held and
-    assembled on the dispatch thread, as the view is."""
+    built on the dispatch thread, as the view is."""
     data = (np.arange(3 * 8 * 8 * 8) % 991).astype(np.int32).reshape(3, 8, 8, 8) + 1
     pyramid = [data, data[:, ::2, ::2, ::2]]
     cache = ChunkCache(1 << 22, executor=InlineExecutor())
     sources = _level_sources(pyramid, (1, 2, 2, 2), "v")
     dispatch = ManualExecutor()
     controller = ViewController(sources, cache, prefetch=False, dispatch=dispatch)
-    copied = _copy_counter(monkeypatch)
     view, thumbnail = controller.arrays
     try:
         for _ in range(2):  # requested and loaded (inline), then read whole
@@ -1110,12 +1188,12 @@ def test_a_3d_thumbnail_step_is_held_and_assembled_off_the_reading_thread(
             dispatch.run_all()
         np.testing.assert_array_equal(controller.read(1, thumbnail[0]), pyramid[1][0])
         _resident(cache, sources, 1)
-        copied[0] = 0
+        copied = _copy_counter(monkeypatch)
         controller.read(0, view[1], kind="view")
         held = controller.read(1, thumbnail[1], kind="thumbnail")  # napari's read of the step
         assert copied[0] == 0  # neither volume copied on the reading thread
         np.testing.assert_array_equal(held, pyramid[1][0])  # the last whole one, not the fill
-        dispatch.run_all()  # the dispatch thread assembles both
+        dispatch.run_all()  # the dispatch thread builds both
         assert copied[0] == 8**3 // 2**3 + 4**3 // 2**3
         copied[0] = 0
         np.testing.assert_array_equal(controller.read(1, thumbnail[1]), pyramid[1][1])
@@ -1159,10 +1237,10 @@ def _stepped_in_3d(
     return controller, dispatch, pyramid, copied
 
 
-def test_a_3d_step_asks_for_one_read_once_its_view_and_thumbnail_are_assembled(
+def test_a_3d_step_asks_for_one_read_once_its_view_and_thumbnail_are_built(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Both volumes of a 3D t step are assembled on the dispatch thread, the view first;
+    """Both volumes of a 3D t step are built on the dispatch thread, the view first;
     napari is asked to read once, when both can be shown. Asked after the view, it read the
     held thumbnail, and the thumbnail's own refresh came 0.6 s later, paced behind the
     upload and paint of the view's volume (measured, a t step complete in 1.0 s, not 0.5)."""
@@ -1194,7 +1272,7 @@ def test_volumes_napari_already_reads_are_not_prepared_again(
 ) -> None:
     """After a 3D t step the napari glue prepares the volumes of the new planes
     (`prepare_volumes`): the view's level and the coarsest, which napari reads as the view
-    and the thumbnail, are assembled as those and not copied a second time (measured: the
+    and the thumbnail, are built as those and not copied a second time (measured: the
     view's 128 MB copied again, 406 ms of a core while napari painted)."""
     controller, dispatch, pyramid, copied = _stepped_in_3d(monkeypatch, "twice")
     view, thumbnail = controller.arrays
@@ -1229,7 +1307,7 @@ def test_a_held_3d_thumbnail_asks_for_a_read_only_once_it_can_be_shown() -> None
     controller.view_changed.connect(lambda: changed.append(None))
     view, thumbnail = controller.arrays
     try:
-        for _ in range(2):  # requested and loaded, then read whole
+        for _ in range(3):  # requested and loaded, then read whole
             controller.read(0, view[0], kind="view")
             controller.read(1, thumbnail[0], kind="thumbnail")
             executor.run_all()
@@ -1253,28 +1331,18 @@ def test_a_held_3d_thumbnail_asks_for_a_read_only_once_it_can_be_shown() -> None
         cache.close()
 
 
-def test_a_3d_step_onto_a_volume_prepared_but_not_loaded_leaves_its_fill_to_the_dispatch(
+def test_a_3d_step_onto_a_volume_prepared_but_not_loaded_holds_the_last_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A volume `prepare_volumes` started at the new plane, its chunks still loading, is
-    not filled with placeholders on the reading thread either (measured: 79 ms of napari's
-    main thread for a 3D thumbnail): the last whole frame is held meanwhile."""
-    from napari_lazy_zarr.core.viewport._shown import Shown
-
+    neither copied nor filled with placeholders on the reading thread (measured: 79 ms of
+    napari's main thread for a 3D thumbnail): the last whole frame is held meanwhile."""
     data = (np.arange(3 * 8 * 8 * 8) % 991).astype(np.int32).reshape(3, 8, 8, 8) + 1
     pyramid = [data, data[:, ::2, ::2, ::2]]
     loads, dispatch = ManualExecutor(), ManualExecutor()
     cache = ChunkCache(1 << 22, executor=loads)
     sources = _level_sources(pyramid, (1, 2, 2, 2), "p")
     controller = ViewController(sources, cache, prefetch=False, dispatch=dispatch)
-    assembled = [0]  # `Shown.assemble`: the copies and the placeholder fill of a read
-    assemble = Shown.assemble
-
-    def counting(self: Shown, cache: ChunkCache) -> bool:
-        assembled[0] += 1
-        return assemble(self, cache)
-
-    monkeypatch.setattr(Shown, "assemble", counting)
     view, thumbnail = controller.arrays
     try:
         for _ in range(3):  # requested, loaded, then read whole
@@ -1282,13 +1350,15 @@ def test_a_3d_step_onto_a_volume_prepared_but_not_loaded_leaves_its_fill_to_the_
             controller.read(1, thumbnail[0], kind="thumbnail")
             dispatch.run_all()
             loads.run_all()
+        dispatch.run_all()
         np.testing.assert_array_equal(controller.read(1, thumbnail[0]), pyramid[1][0])
         controller.read(0, view[1], kind="view")  # the step: the view is held
         controller.prepare_volumes([1])  # as the napari glue does after a 3D read
         dispatch.run_all()  # the view's chunks and the volume at t=1 requested, none loaded
-        assembled[0] = 0
-        held = controller.read(1, thumbnail[1], kind="thumbnail")  # finds the prepared volume
-        assert assembled[0] == 0  # not filled with placeholders on the reading thread
+        copied = _copy_counter(monkeypatch)
+        filled = _copy_counter(monkeypatch, "fill_missing")
+        held = controller.read(1, thumbnail[1], kind="thumbnail")
+        assert (copied[0], filled[0]) == (0, 0)  # nothing written on the reading thread
         np.testing.assert_array_equal(held, pyramid[1][0])
         for _ in range(3):
             loads.run_all()
@@ -1304,7 +1374,7 @@ def test_the_level_napari_leaves_in_3d_is_its_thumbnail_without_a_copy(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Locked to a finer 3D level, napari reads the level it showed until now as the
-    thumbnail: that buffer is taken over, not assembled again on its main thread (measured:
+    thumbnail: that frame is taken over, not built again on its main thread (measured:
     16 chunks, 93 ms of copies at each refinement)."""
     data = (np.arange(8 * 8 * 8) % 991).astype(np.int32).reshape(8, 8, 8) + 1
     pyramid = [data, data[::2, ::2, ::2]]
@@ -1315,28 +1385,28 @@ def test_the_level_napari_leaves_in_3d_is_its_thumbnail_without_a_copy(
     fine, coarse = controller.arrays
     try:
         controller.read(1, coarse[:], kind="view")  # napari's 3D start: the coarsest level
-        np.testing.assert_array_equal(controller.read(1, coarse[:], kind="view"), pyramid[1])
+        shown = _show(controller, 1, coarse[:])
+        np.testing.assert_array_equal(shown, pyramid[1])
         controller.read(0, fine[:], kind="view")  # napari's slice once locked to the finer level:
         copied[0] = 0
         thumbnail = controller.read(1, coarse[:], kind="thumbnail")  # then its thumbnail
         assert copied[0] == 0
-        np.testing.assert_array_equal(thumbnail, pyramid[1])
-        np.testing.assert_array_equal(controller.read(0, fine[:], kind="view"), pyramid[0])
+        assert thumbnail is shown
+        np.testing.assert_array_equal(_show(controller, 0, fine[:]), pyramid[0])
     finally:
         controller.close()
         cache.close()
 
 
 @pytest.mark.parametrize("fill", [0, FILL])
-def test_a_first_volume_read_costs_napari_no_copy_when_the_fill_value_is_zero(
+def test_a_first_volume_read_answers_the_placeholder_and_builds_off_the_reading_thread(
     monkeypatch: pytest.MonkeyPatch, fill: int
 ) -> None:
     """napari's first read of a volume (the switch to 3D: no frame to hold), half of its
-    chunks resident. With a zero fill value its buffer comes zeroed: the read answers the
-    placeholder, writing nothing (measured: 16-78 ms of napari's thread for 6 resident
-    chunks and 29 ms of placeholders for 10 others), the resident chunks are copied in on
-    the dispatch thread, and napari is asked to read again. With another fill value the
-    read copies and fills as before. The pixels are always NumPy's or the placeholder."""
+    chunks resident: the read answers the placeholder, copying nothing (measured: 16-78 ms
+    of napari's thread for 6 resident chunks), the resident chunks are copied into a frame
+    on the dispatch thread, and napari is asked to read again. The pixels are always
+    NumPy's or the placeholder."""
     data = (np.arange(8 * 8 * 8) % 991).astype(np.int32).reshape(1, 8, 8, 8) + 1
     loads, dispatch = ManualExecutor(), ManualExecutor()
     cache = ChunkCache(1 << 22, executor=loads)
@@ -1345,7 +1415,6 @@ def test_a_first_volume_read_costs_napari_no_copy_when_the_fill_value_is_zero(
     changed: list[None] = []
     controller.view_changed.connect(lambda: changed.append(None))
     copied = _copy_counter(monkeypatch)
-    filled = _copy_counter(monkeypatch, "fill_missing")
     resident = [(0, 0, *c) for c in np.ndindex(2, 2)]  # the upper half in z
     partial = np.full_like(data[0], fill)
     partial[:4] = data[0, :4]
@@ -1354,39 +1423,36 @@ def test_a_first_volume_read_costs_napari_no_copy_when_the_fill_value_is_zero(
         cache.request([ChunkRef.of(source, c) for c in resident]).release()
         loads.run_all()
         got = controller.read(0, volume, kind="view")
-        if fill == 0:
-            assert (copied[0], filled[0]) == (0, 0)
-            np.testing.assert_array_equal(got, np.zeros_like(data[0]))
-            dispatch.run_all()  # the assembly, then the request
-            assert copied[0] == 4
-            assert len(changed) == 1
-            got = controller.read(0, volume, kind="view")
-            assert copied[0] == 4  # none again on napari's thread
-        else:
-            assert (copied[0], filled[0]) == (4, 4)
+        assert copied[0] == 0
+        np.testing.assert_array_equal(got, np.full_like(data[0], fill))
+        dispatch.run_all()  # the request, then the frame (half of the volume is in)
+        assert copied[0] == 4
+        assert len(changed) == 1
+        got = controller.read(0, volume, kind="view")
+        assert copied[0] == 4  # none again on napari's thread
         np.testing.assert_array_equal(got, partial)
         dispatch.run_all()
         loads.run_all()
-        np.testing.assert_array_equal(controller.read(0, volume), data[0])
+        np.testing.assert_array_equal(_show(controller, 0, volume, dispatch=dispatch), data[0])
     finally:
         controller.close()
         cache.close()
 
 
-@pytest.mark.parametrize("budget", [None, 0.0])
+@pytest.mark.parametrize("inline_bytes", [None, 0])
 def test_a_first_volume_read_with_every_chunk_resident_answers_it_whole(
-    monkeypatch: pytest.MonkeyPatch, budget: float | None
+    monkeypatch: pytest.MonkeyPatch, inline_bytes: int | None
 ) -> None:
     """The switch to 3D once the 2D views loaded the whole coarsest level: napari's first
-    read copies the resident chunks in itself and answers the volume whole, and is not
-    asked to read again (under software rendering each paint of a 1024-deep volume holds
-    its thread seconds, and the workers loading the finer level wait for it). With no time
-    to copy in (`_RESIDENT_SECONDS`), the read answers the placeholder and the dispatch
-    thread assembles, as for a volume still loading."""
-    from napari_lazy_zarr.core.viewport import _shown
+    read copies the resident chunks itself and answers the volume whole, and is not asked
+    to read again (under software rendering each paint of a 1024-deep volume holds its
+    thread seconds, and the workers loading the finer level wait for it). Over
+    `INLINE_VOLUME_BYTES`, the read answers the placeholder and the dispatch thread builds
+    it, as for a volume still loading."""
+    from napari_lazy_zarr.core.viewport import controller as controller_module
 
-    if budget is not None:
-        monkeypatch.setattr(_shown, "_RESIDENT_SECONDS", budget)
+    if inline_bytes is not None:
+        monkeypatch.setattr(controller_module, "INLINE_VOLUME_BYTES", inline_bytes)
     data = (np.arange(8 * 8 * 8) % 991).astype(np.int32).reshape(1, 8, 8, 8) + 1
     loads, dispatch = ManualExecutor(), ManualExecutor()
     cache = ChunkCache(1 << 22, executor=loads)
@@ -1400,7 +1466,7 @@ def test_a_first_volume_read_with_every_chunk_resident_answers_it_whole(
         cache.request([ChunkRef.of(source, c) for c in np.ndindex(1, 2, 2, 2)]).release()
         loads.run_all()
         got = controller.read(0, volume, kind="view")
-        if budget is None:
+        if inline_bytes is None:
             assert copied[0] == 8
             np.testing.assert_array_equal(got, data[0])
             dispatch.run_all()
@@ -1419,8 +1485,8 @@ def test_a_first_volume_read_with_every_chunk_resident_answers_it_whole(
 def test_a_first_volume_read_with_nothing_resident_asks_for_no_read_of_the_same_placeholders() -> (
     None
 ):
-    """The same with no chunk resident: the assembly finds nothing to copy, and napari is
-    not asked to read (in 3D: upload and paint) the same placeholders again."""
+    """The same with no chunk resident: the dispatch thread finds nothing to copy, and napari
+    is not asked to read (in 3D: upload and paint) the same placeholders again."""
     data = (np.arange(8 * 8 * 8) % 991).astype(np.int32).reshape(1, 8, 8, 8) + 1
     loads, dispatch = ManualExecutor(), ManualExecutor()
     cache = ChunkCache(1 << 22, executor=loads)
@@ -1434,6 +1500,7 @@ def test_a_first_volume_read_with_nothing_resident_asks_for_no_read_of_the_same_
         dispatch.run_all()
         assert not changed
         loads.run_all()
+        dispatch.run_all()
         assert changed
         np.testing.assert_array_equal(controller.read(0, volume), data[0])
     finally:
@@ -1441,103 +1508,34 @@ def test_a_first_volume_read_with_nothing_resident_asks_for_no_read_of_the_same_
         cache.close()
 
 
-@pytest.mark.parametrize("waiter", ["read", "volume_complete"])
-@pytest.mark.parametrize("assembly", ["assemble_apart", "take_apart"])
-def test_a_read_waits_for_one_chunk_of_an_assembly_off_its_thread_not_all(
-    monkeypatch: pytest.MonkeyPatch, assembly: str, waiter: str
-) -> None:
-    """An assembly off napari's thread (`Shown.assemble_apart` of a view, `take_apart` of a
-    prepared volume) takes the view's lock chunk after chunk; napari's read waiting
-    meanwhile (`Shown.reading`) goes next, after the one chunk being copied, and so does
-    the napari glue's question whether a volume is complete (`PreparedVolumes.complete`).
-    Python's lock is not fair: measured, a read of a 3D thumbnail waited 41 ms for all 16
-    chunks, the question 261 ms for a t step's volume."""
-    import threading
-
-    from napari_lazy_zarr.core.reading.plans import StridedPlan
-    from napari_lazy_zarr.core.viewport._shown import Shown, ViewPlans, box_view
-    from napari_lazy_zarr.core.viewport.volumes import PreparedVolumes
-
+def test_a_volume_is_copied_again_only_as_half_of_what_it_lacks_lands() -> None:
+    """A volume's next frame copies the whole volume (hundreds of megabytes): it is built
+    when half of what the last frame lacked has landed, or all of it — a volume of 16
+    chunks landing one by one is copied 5 times, not 16."""
     data = (np.arange(8 * 8 * 8) % 991).astype(np.int32).reshape(8, 8, 8) + 1
-    cache = ChunkCache(1 << 22, executor=InlineExecutor())
-    source = ArraySource(data, chunks=(2, 4, 4), name="turn")
+    loads = ManualExecutor()
+    cache = ChunkCache(1 << 22, executor=loads)
+    source = ArraySource(data, chunks=(2, 4, 4), name="halves", fill_value=FILL)
     controller = ViewController([source], cache, prefetch=False, dispatch=InlineExecutor())
-    made = box_view(controller.arrays, controller.axis_map, 0, ((0, 8),) * 3, (0, 1, 2))
-    assert made is not None
-    request, view = made
-    shown = Shown.blank(request, ViewPlans([source]).plan(request, view), [source])
-    cache.request([ChunkRef.of(source, c) for c in np.ndindex(4, 2, 2)]).release()
-    first, waiting, seen = threading.Event(), threading.Event(), []
-    copies = [0]
-    copy_chunk = StridedPlan.copy_chunk
-
-    def copying(self: StridedPlan, *args: Any) -> None:  # under the view's lock
-        copies[0] += 1
-        if copies[0] == 1:
-            first.set()
-            assert waiting.wait(10)  # the read is waiting for the lock
-        copy_chunk(self, *args)
-
-    class Announcing:  # the view's lock, saying when the reading thread waits for it
-        def __init__(self) -> None:
-            self.lock = threading.Lock()
-
-        def __enter__(self) -> None:
-            if threading.current_thread() is reader:
-                waiting.set()
-            self.lock.acquire()
-            if threading.current_thread() is reader:
-                seen.append(copies[0])
-
-        def __exit__(self, *_: object) -> None:
-            self.lock.release()
-
-    volumes = PreparedVolumes(
-        cache,
-        [source],
-        controller.arrays,
-        controller.axis_map,
-        owner="turn",
-        plan=ViewPlans([source]).plan,
-        ready=lambda level: None,
-    )
-
-    def read() -> None:
-        if waiter == "read":
-            with shown.reading():
-                pass
-        else:
-            volumes.complete(0, request.box, [shown])
-
-    monkeypatch.setattr(StridedPlan, "copy_chunk", copying)
-    shown.lock = Announcing()  # type: ignore[assignment]
-    reader = threading.Thread(target=read)
-    if assembly == "assemble_apart":
-        assembler = threading.Thread(target=shown.assemble_apart, args=(cache, lambda: True))
-    else:
-        assembler = threading.Thread(target=shown.take_apart, args=(cache,))
+    frames: list[np.ndarray[Any, Any]] = []
+    volume = controller.arrays[0][:, :, :]
+    controller.view_changed.connect(lambda: frames.append(controller.read(0, volume)))
     try:
-        assembler.start()
-        assert first.wait(10)
-        reader.start()
-        reader.join(10)
-        assembler.join(10)
-        assert seen == [1]  # one chunk copied before the read, not 16
-        assert copies[0] == 16
-        np.testing.assert_array_equal(shown.buffer, data)
+        controller.read(0, volume)
+        while loads.run_next():
+            pass
+        assert len(frames) == 5  # after 8, 12, 14, 15 and 16 of 16 chunks
+        np.testing.assert_array_equal(frames[-1], data)
     finally:
         controller.close()
         cache.close()
 
 
-# -- stand-ins off the reading thread, prefetch policy ----------------------------------------
-
-
-def test_stand_ins_are_composed_off_the_reading_thread_into_the_shown_buffer(
+def test_stand_ins_are_composed_off_the_reading_thread_into_the_next_frame(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """napari's slice call only copies: the upsampled coarser level is drawn into the buffer
-    it already holds by the controller's compose thread, then `view_changed` asks for a read."""
+    """napari's slice call only copies: the upsampled coarser level is drawn into the next
+    frame by the controller's dispatch thread, then `view_changed` asks for a read."""
     import threading
 
     from napari_lazy_zarr.core.viewport import fallback as view_module
@@ -1558,21 +1556,22 @@ def test_stand_ins_are_composed_off_the_reading_thread_into_the_shown_buffer(
         ArraySource(level, chunks=(4, 4), name=f"s{i}", fill_value=FILL)
         for i, level in enumerate(pyramid)
     ]
-    controller = ViewController(sources, cache, prefetch=False)  # its own threads
+    controller = ViewController(sources, cache, prefetch=False)  # its own thread
     changed = threading.Event()
     controller.view_changed.connect(changed.set)
     try:
         coarse = [ChunkRef.of(sources[1], c) for c in itertools.product(range(2), range(2))]
         cache.request(coarse).release()
         executor.run_all()
-        shown = controller.read(0, controller.arrays[0][:, :])
+        first = controller.read(0, controller.arrays[0][:, :])
+        assert (first == FILL).all()
         assert changed.wait(timeout=10)  # the stand-ins were drawn
         assert composers
         assert threading.current_thread().name not in composers
         upsampled = np.repeat(np.repeat(pyramid[1], 2, 0), 2, 1)
-        np.testing.assert_array_equal(shown, upsampled)  # in the buffer napari holds
         again = controller.read(0, controller.arrays[0][:, :])
-        assert again is shown
+        np.testing.assert_array_equal(again, upsampled)
+        assert (first == FILL).all()  # the first frame is as it was handed out
         assert controller.latest is not None
         assert len(controller.latest.provisional) == 16
     finally:
@@ -1596,7 +1595,7 @@ def test_a_held_step_asks_for_a_read_only_once_its_plane_can_be_shown() -> None:
     try:
         controller.read(0, frame[0])
         executor.run_all()
-        controller.read(0, frame[0])  # complete: the frame a step holds
+        _show(controller, 0, frame[0])  # complete: the frame a step holds
         cache.evict_unpinned()
         changed.clear()
         np.testing.assert_array_equal(controller.read(0, frame[1]), data[0])
@@ -1628,12 +1627,12 @@ def test_a_step_to_a_plane_with_a_resident_backdrop_is_shown_once_composed() -> 
         frame = controller.arrays[0]
         controller.read(0, frame[0])
         executor.run_all()
-        controller.read(0, frame[0])  # complete: the frame a step holds
+        _show(controller, 0, frame[0])  # complete: the frame a step holds
         controller.cache.evict_unpinned()
         controller.cache.request([ChunkRef.of(controller.sources[1], (1, 0, 0))]).release()
         executor.run_all()
         changed.clear()
-        first = controller.read(0, frame[1])  # inline dispatch: composed during the read
+        first = controller.read(0, frame[1])  # inline dispatch: composed after the read
         assert _held(controller)
         np.testing.assert_array_equal(first, pyramid[0][0])
         assert changed  # ... and the viewer is asked to read again
@@ -1675,7 +1674,7 @@ def test_a_plane_sliced_to_one_cell_is_a_plane_as_napari_reads_it() -> None:
         frame = controller.arrays[0]
         controller.read(0, frame[0:1])
         executor.run_all()
-        np.testing.assert_array_equal(controller.read(0, frame[0:1]), pyramid[0][0:1])
+        np.testing.assert_array_equal(_show(controller, 0, frame[0:1]), pyramid[0][0:1])
         controller.cache.evict_unpinned()
         held = controller.read(0, frame[1:2])
         assert _held(controller)

@@ -296,3 +296,23 @@ def test_a_sparkline_polygon_holds_exactly_its_points() -> None:
         polygon = polygon_of(xs, ys)
         got = np.array([(polygon.at(i).x(), polygon.at(i).y()) for i in range(polygon.size())])
         np.testing.assert_array_equal(got.reshape(n, 2), np.column_stack([xs, ys]))
+
+
+def test_a_chunk_outside_the_view_is_never_described_as_needed_by_it() -> None:
+    """The map shows the view napari read; the cache hears of it a moment later (the
+    dispatch thread). A chunk the map shows outside the view is not "needed by the view"
+    in the same tooltip, whatever the cache has heard (issue 46: a test failed under load)."""
+    from napari_lazy_zarr.widgets._explain import describe_chunk
+
+    source = ArraySource(np.zeros((8, 8)), chunks=(4, 4), name="left")
+    with ChunkCache(1 << 20, executor=ManualExecutor()) as cache:
+        request = cache.request([ChunkRef.of(source, (0, 0))])
+        key = ChunkRef.of(source, (0, 0)).key
+        status, counters = cache.status(key), cache.counters()
+        inside = describe_chunk("c", "[0:4]", status, counters, Shown.FILL, None, (), 0.0)
+        outside = describe_chunk("c", "[0:4]", status, counters, Shown.OUTSIDE, None, (), 0.0)
+        request.release()
+    assert "needed by the view" in inside
+    assert "not in the view" in outside
+    assert "needed by the view" not in outside
+    assert "queued for a view you left" in outside

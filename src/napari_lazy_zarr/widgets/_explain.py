@@ -183,7 +183,12 @@ def describe_chunk(
     """The hover text of one chunk: what is shown, its state, why, and its latest moves."""
     lines = [f"{name}  {extent}", shown_text(shown, stand_in)]
     lines.append(f"state: {status.state.name}")
-    lines.append(f"why: {reason(status, stats)[1]}")
+    why = reason(status, stats)[1]
+    if shown is Shown.OUTSIDE and why.endswith("needed by the view"):
+        # The view the map shows has moved on; its request reaches the cache a moment
+        # later (the dispatch thread), and only then is this chunk parked.
+        why = "queued for a view you left: parked when it reaches the front"
+    lines.append(f"why: {why}")
     if history:
         lines.append("latest moves:")
         lines += [

@@ -107,9 +107,14 @@ class ReadPlan:
         self._source = source
         self._shape = shape
 
+    @property
+    def buffer_shape(self) -> tuple[int, ...]:
+        """The shape of the buffer every chunk of the plan is copied into (`new_buffer`)."""
+        return self._shape
+
     def new_buffer(self, *, zeros: bool = False) -> np.ndarray[Any, Any]:
         """An uninitialized (or zeroed) buffer every chunk of the plan is copied into."""
-        return (np.zeros if zeros else np.empty)(self._shape, dtype=self._source.dtype)
+        return (np.zeros if zeros else np.empty)(self.buffer_shape, dtype=self._source.dtype)
 
     def finish(self, out: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         """The view's array, once every chunk was copied into `out` (or filled)."""
@@ -514,8 +519,9 @@ class PointPlan(ReadPlan):
             pieces.append((ChunkRef.of(source, coords), tuple(selector), order[lo:hi]))
         return cls(source, shape, pieces)
 
-    def new_buffer(self, *, zeros: bool = False) -> np.ndarray[Any, Any]:
-        return (np.zeros if zeros else np.empty)(math.prod(self._shape), dtype=self._source.dtype)
+    @property
+    def buffer_shape(self) -> tuple[int, ...]:
+        return (math.prod(self._shape),)
 
     def finish(self, out: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         return out.reshape(self._shape)

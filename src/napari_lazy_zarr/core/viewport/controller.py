@@ -1,41 +1,43 @@
 """The view controller: one layer's whole request cycle, Qt-free.
 
 A viewer asks a layer for a region of one pyramid level many times a second.
-`ViewController` answers each ask at once and keeps the answer converging:
+`ViewController` answers each ask at once with an immutable frame and keeps
+building newer frames as chunks land, in the shape of ndv's request model
+(immutable request -> frame; stale work dropped by generation):
 
 ```
-read(level, view)                     any thread (napari's main or slicing thread)
+read(level, view)                      the viewer's thread (napari's main or slicing thread)
   -> ViewRequest(level, box over the STORE axes, displayed axes, generation)   immutable
-  -> plan (cached per view) -> show the view -> copy READY chunks into its buffer
-  -> ViewFrame(array in the layer's axes, missing, provisional)   its data: a live buffer
-  -> hand the frame to the controller's dispatch thread, return the array
-dispatch thread: cache.request(needed, prefetch=prefetch_chunks(...))  (cache events fire here)
-                 (not again for a view already requested that nothing has changed since)
-compose thread:  coarser-level stand-ins (`coarser_fill`, pure) written into the same buffer
-worker threads:  chunk events -> landed chunks copied into the shown buffer -> view_changed,
-                 at most once until the view is read again
+  -> the latest frame of that view, if it has one (no copy), else a first frame
+     (`assembly.first_frame`: resident chunks copied, placeholders elsewhere)
+  -> answer the frame's data (read-only; a held frame of the previous plane on a z/t step
+     whose plane has nothing to show yet)
+  -> hand the request to the dispatch thread
+dispatch thread (one per controller, the frames' one builder after the first):
+     cache.request(needed, prefetch=..., ahead=...)        (cache events fire here)
+     the next frame of each view that napari has read:  `assembly.next_frame`
+        (a copy of the previous frame + the chunks that landed + stand-ins from coarser
+        levels) -> published -> `view_changed`, at most once until the next read
+     the frames of the planes ahead of a walk and of the volumes 3D will show
+worker threads: decode into the cache; their events only wake the dispatch thread
 ```
 
 The modules beside this one are pure: `axes` (the axis map, boxes, level
-indices), `frames` (the request and frame types), `fallback` (stand-ins) and
-`prefetch` (the ring, walks, levels). This one holds the state.
+indices), `frames` (the request and frame types), `assembly` (building frames),
+`fallback` (stand-ins) and `prefetch` (the ring, walks, levels).
 
-The reading thread (napari's main thread) only copies resident chunks and
-fills placeholders: stand-ins upsampled from coarser levels are composed on the
-controller's compose thread, when the view is first read and again when a
-coarser chunk lands, and written into the buffer the viewer already holds,
-followed by `view_changed` (measured: composing them inside napari's slice call
-took up to 174 ms of the main thread per playback step).
+**One writer per buffer.** A frame's pixels are written only while it is
+built, by the thread building it, before anyone else can see it; then they are
+read-only. A newer frame of the same view starts from a copy of the previous
+one. So what napari holds never changes under it, and a frame's memory is
+reused only once nothing references it (`assembly.FRAME_MEMORY`).
 
-A repeated read of the same view copies only the chunks that landed since the
-previous read into the same buffer: each chunk is copied once into what the
-viewer displays, however many times the view is refreshed (a 512³ volume is
-not copied again for every chunk that lands).
-
-**One landing path.** After a read, chunks land only through the cache's
-events (`_landed`, on the thread that landed them). The read registers its view
-as shown *before* it looks for resident chunks, so a chunk is either READY when
-the read looks (and copied by it) or lands later and finds the shown view.
+**A frame per read, not per landing.** The dispatch thread builds the next
+frame of a view only once napari has read the previous one: however fast
+chunks land, a view costs at most one frame copy per refresh napari makes.
+A volume (three displayed axes) is rebuilt as its chunks land only when half
+of what it still lacked has landed, or all of it: its copies are
+hundreds of megabytes.
 
 **One axis map.** A layer may show fewer axes than its store holds (an
 OME-Zarr image with a channel axis becomes one layer per channel). `AxisMap`
@@ -43,10 +45,14 @@ is the one place that relates the layer's axes to the store's; requests,
 fallbacks and prefetch sets are always boxes over the *store's* axes.
 
 Thread contract: `read` may run on any thread and never waits on storage nor
-emits cache events. Cache requests are issued from the dispatch executor
-(one thread per controller by default; injectable so tests run it inline).
-`view_changed` and `failures_found` are emitted from worker or dispatch
-threads; connect them with `thread="main"` (psygnal) to touch a GUI.
+emits cache events. `view_changed`, `failures_found`, `view_read` and
+`volume_ready` are emitted from worker or dispatch threads; connect them with
+`thread="main"` (psygnal) to touch a GUI. One lock guards the controller's
+state (`_lock`, also the condition `wait_until_settled` sleeps on); it is
+held while asking the cache what it holds (`ChunkCache.lookup_many` takes the
+cache's lock: the order is always controller, then cache; the cache never calls
+out with its lock held), never while building a frame, requesting chunks or
+emitting a signal.
 
 Failures are followed for every chunk of the layer's levels, not only those
 on screen (`core.viewport.FailureLog`): the reports wait in `failures` until
@@ -59,7 +65,7 @@ import functools
 import itertools
 import math
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from psygnal import Signal
 
@@ -68,8 +74,13 @@ from napari_lazy_zarr.core.executors import SerialDispatch
 from napari_lazy_zarr.core.reading.array import ChunkedArray
 from napari_lazy_zarr.core.sources.protocol import is_derived
 from napari_lazy_zarr.core.states import ChunkState
-from napari_lazy_zarr.core.viewport._refresh import Refreshes
-from napari_lazy_zarr.core.viewport._shown import Shown, ViewPlans
+from napari_lazy_zarr.core.viewport._coarser import CoarserPlan
+from napari_lazy_zarr.core.viewport.assembly import (
+    first_frame,
+    held_frame,
+    next_frame,
+    placeholder_frame,
+)
 from napari_lazy_zarr.core.viewport.axes import AxisMap, Box, view_box
 from napari_lazy_zarr.core.viewport.failures import FailureLog
 from napari_lazy_zarr.core.viewport.frames import (
@@ -82,28 +93,95 @@ from napari_lazy_zarr.core.viewport.planes import PreparedPlanes
 from napari_lazy_zarr.core.viewport.prefetch import (
     MotionTracker,
     PlaneMotion,
+    overview_shown,
     prefetch_ring,
     view_prefetch,
 )
+from napari_lazy_zarr.core.viewport.view_plans import ViewPlans
 from napari_lazy_zarr.core.viewport.volumes import PreparedVolumes, volume_box
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Sequence
+    from collections.abc import Sequence
 
     import numpy as np
 
     from napari_lazy_zarr.core.cache import ChunkCache
     from napari_lazy_zarr.core.executors import Executor
     from napari_lazy_zarr.core.keys import ChunkKey, ChunkRef
+    from napari_lazy_zarr.core.reading.plans import ReadPlan
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
     from napari_lazy_zarr.core.states import ChunkEvent
     from napari_lazy_zarr.core.viewport.failures import ChunkFailure
 
-__all__ = ["ViewController"]
+__all__ = ["INLINE_VOLUME_BYTES", "ViewController"]
+
+INLINE_VOLUME_BYTES: Final = 16 << 20
+"""The largest first frame of a volume a read builds on its own thread, when every chunk
+is resident (the switch to 3D after the 2D views loaded the coarsest level: measured,
+16 MB of copies, 6-9 ms); a larger or incomplete one is built on the dispatch thread
+while the read answers the placeholder (or holds the last plane's volume)."""
+
+
+class _Slot:
+    """One view kind as the controller shows it (guarded by the controller's lock).
+
+    `frame` is the newest frame built for `request`'s view (None while the
+    dispatch thread builds the first one); `answer` what the latest read was
+    answered with, `answered` the frame it was built from (`held`: the pixels
+    of another plane stood in for it, `answered` may then be None).
+    """
+
+    __slots__ = (
+        "answer",
+        "answered",
+        "composed",
+        "composes",
+        "deferred",
+        "frame",
+        "held",
+        "issued",
+        "plan",
+        "recompose",
+        "request",
+        "requested",
+    )
+
+    def __init__(self, request: ViewRequest, plan: ReadPlan, composes: bool) -> None:
+        self.request = request
+        self.plan = plan
+        self.composes = composes  # stand-ins from coarser levels are drawn into its frames
+        self.frame: ViewFrame | None = None
+        self.answer: ViewFrame | None = None
+        self.answered: ViewFrame | None = None
+        self.held = False
+        self.composed = False  # a frame with stand-ins was built since the view was new
+        self.recompose = False  # a coarser chunk landed since the last stand-ins
+        # What the latest cache request for it was made on (`ViewController._issue`).
+        self.issued: tuple[object, ...] | None = None
+        # A virtual thumbnail: the chunks the latest request asked for (None: all), and
+        # those left out of it (`overview_shown`), not waited for.
+        self.requested: frozenset[ChunkKey] | None = None
+        self.deferred: frozenset[ChunkKey] = frozenset()
+
+    def waiting(self, frame: ViewFrame) -> frozenset[ChunkKey]:
+        """The chunks `frame` lacks that are still to land (not FAILED, not deferred)."""
+        waiting = frame.waiting
+        return waiting - self.deferred if self.deferred else waiting
+
+    def presentable(self, frame: ViewFrame | None) -> bool:
+        """Whether a read may show `frame` rather than hold another plane's."""
+        return frame is not None and (frame.backdrop or not self.waiting(frame))
+
+    def newer(self) -> bool:
+        """Whether a read now would answer something other than the latest answer."""
+        frame = self.frame
+        if frame is None or frame is self.answered:
+            return False
+        return not self.held or self.presentable(frame)
 
 
 class ViewController:
-    """One layer's request cycle: non-blocking reads, stand-ins, loading, change signals.
+    """One layer's request cycle: non-blocking reads of immutable frames, loading, signals.
 
     Parameters
     ----------
@@ -122,23 +200,21 @@ class ViewController:
     blocking
         Make every read wait for its chunks (a debugging mode: it blocks the caller).
     dispatch
-        Where cache requests are issued from and stand-ins composed (default: a thread
-        of the controller's own for each); `InlineExecutor()`: in the reading thread.
+        Where cache requests are issued from and frames built after the first
+        (default: a thread of the controller's own); `InlineExecutor()`: in the
+        reading thread, `ManualExecutor()`: when a test says.
     hold
         On a z/t step, answer the last presentable frame while the new plane lacks a
         complete backdrop (its chunks or a coarser level's): playback shows no placeholder.
     lookahead_share
         The share of the cache's capacity that loading ahead of a walk through z or t
         (playback) may take; the rest keeps the planes already seen.
-    snapshot
-        Answer a view still loading with a copy, not the live buffer chunks land in
-        (labels: napari's colouring reads each cell twice; `Shown.answer`).
 
     Signals
     -------
     view_changed()
-        Something a shown view lacked has landed: read it again. Emitted at most
-        once until the next read, from worker or dispatch threads.
+        A newer frame of a shown view is built: read it again. Emitted at most
+        once until the next read, from the dispatch thread.
     failures_found(tuple[ChunkFailure, ...])
         Chunks of the layer's levels failed — on screen, prefetched or read
         ahead; each failure once, and again after a retry that fails again.
@@ -148,8 +224,8 @@ class ViewController:
     view_read(ViewFrame)
         A read was answered (emitted from the dispatch thread, after its request).
     volume_ready(int)
-        A volume asked for by `prepare_volumes` is resident and assembled: a
-        viewer may switch to that level now without waiting (worker thread).
+        A volume asked for by `prepare_volumes` is resident and its frame built:
+        a viewer may switch to that level now without waiting (dispatch thread).
 
     Examples
     --------
@@ -162,6 +238,8 @@ class ViewController:
     ... )
     >>> view = controller.arrays[0][2:6, 2:6]
     >>> first = controller.read(0, view)  # inline executors: loaded during the read
+    >>> first.flags.writeable  # a frame is never written once handed out
+    False
     >>> bool(controller.complete), np.array_equal(controller.read(0, view), data[2:6, 2:6])
     (True, True)
     >>> controller.close()
@@ -184,7 +262,6 @@ class ViewController:
         dispatch: Executor | None = None,
         hold: bool = True,
         lookahead_share: float = 0.5,
-        snapshot: bool = False,
     ) -> None:
         if not levels:
             raise ValueError("a layer needs at least one level")
@@ -202,17 +279,20 @@ class ViewController:
         self.blocking = blocking
         self.hold = hold
         self.lookahead_share = lookahead_share
-        self.snapshot = snapshot
         self.motion: PlaneMotion | None = None
         """The walk through z or t the latest reads make (None when the view is still)."""
         self._tracker = MotionTracker()
-        self._presentable: dict[ViewKind, ViewFrame] = {}  # by kind: the last whole frame
         index = self.axis_map.store_index()
         # The layer's levels: each store level seen through the axis map.
         self.arrays = [ChunkedArray(source, cache)[index] for source in self.sources]
         self._id = next(_controller_ids)
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # `wait_until_settled` sleeps here
         self._plans = ViewPlans(self.sources)
+        self._owned: SerialDispatch | None = None
+        if dispatch is None:
+            dispatch = self._owned = SerialDispatch(f"lazy-zarr-view-{name}")
+        self._dispatch: Executor = dispatch
         self._volumes = PreparedVolumes(
             cache,
             self.sources,
@@ -220,25 +300,21 @@ class ViewController:
             self.axis_map,
             owner=self._id,
             plan=self._plans.plan,
+            done=self._volume_landed,
             ready=self._volume_ready,
-            lock=self._lock,
         )
         self._planes = PreparedPlanes(
-            cache, self.sources, self.arrays, self.axis_map, plan=self._plans.plan, lock=self._lock
+            cache, self.sources, self.arrays, self.axis_map, plan=self._plans.plan
         )
-        # Stand-ins are composed on a thread of their own: a large one must not delay
-        # the next view's requests. An injected `dispatch` runs both.
-        self._owned: list[SerialDispatch] = []
-        if dispatch is None:
-            self._owned = [
-                SerialDispatch(f"lazy-zarr-{role}-{name}") for role in ("view", "compose")
-            ]
-        self._dispatch: Executor = dispatch if dispatch is not None else self._owned[0]
-        self._composer: Executor = dispatch if dispatch is not None else self._owned[1]
         self._generation = 0
-        self._shown: dict[ViewKind, Shown] = {}
-        self._retired: Shown | None = None  # what the latest read let go of, for the next
-        self._refreshes = Refreshes(lambda: self.complete)
+        self._reads = 0
+        self._slots: dict[ViewKind, _Slot] = {}
+        self._presentable: dict[ViewKind, ViewFrame] = {}  # by kind: the last shown whole
+        self._retired: ViewFrame | None = None  # the frame of the view a read let go of
+        self._signalled = False  # view_changed emitted, no read since
+        self._asked = False  # view_changed emitted, no slice of the newest frames applied since
+        self._skipped = False  # the viewer said it will not read (a hidden layer)
+        self._woken = False  # an update of the frames is queued on the dispatch thread
         self._closed = False
         self.latest: ViewFrame | None = None
         """The latest answered read of the displayed view (not the thumbnail)."""
@@ -262,35 +338,69 @@ class ViewController:
 
     @property
     def complete(self) -> bool:
-        """Whether the latest reads lacked nothing, or everything they lacked has landed."""
+        """Whether nothing the latest reads lacked is still loading (all of it landed,
+        or failed)."""
         with self._lock:
-            shown_views = list(self._shown.values())
-        return not any(shown.waiting for shown in shown_views)
+            return self._complete()
 
     @property
     def settled(self) -> bool:
-        """Complete, and a slice read after the last landing was applied: the screen is final."""
-        return self._refreshes.settled
+        """Complete, and the viewer applied a slice whose frames lack nothing that landed:
+        the screen is final."""
+        with self._lock:
+            return self._settled()
 
     @property
     def reads(self) -> int:
         """How many reads the controller answered."""
-        return self._refreshes.reads
+        with self._lock:
+            return self._reads
 
     @property
     def refresh_pending(self) -> bool:
-        """`view_changed` was emitted and no slice read after it has been applied yet."""
-        return self._refreshes.pending
+        """A read now would answer a newer frame than the viewer was answered with."""
+        with self._lock:
+            return any(slot.newer() for slot in self._slots.values())
 
     def wait_until_settled(self, timeout: float | None = None) -> bool:
         """Block until `settled` (True), or `timeout` seconds pass, or `close` (False if not).
 
         Event-driven, as napari's `_LayerSlicer.wait_until_idle`: the waiter sleeps on a
-        condition woken by every read, landing, change signal and applied slice. Settling
+        condition woken by every read, landing, new frame and applied slice. Settling
         needs the viewer to read and apply a slice after the last landing (`slice_applied`):
         on a GUI's main thread keep its event loop running instead (`wait_until_complete`).
         """
-        return self._refreshes.wait_until_settled(timeout)
+        with self._changed:
+            self._changed.wait_for(lambda: self._closed or self._settled(), timeout)
+            return self._settled()
+
+    def _complete(self) -> bool:  # `_lock` held
+        waiting: set[ChunkKey] = set()
+        for slot in self._slots.values():
+            if slot.frame is None:
+                return False  # its first frame is being built
+            waiting.update(slot.waiting(slot.frame))
+        if not waiting:
+            return True
+        ready, failed = self.cache.lookup_many(waiting)
+        return len(ready) + len(failed) == len(waiting)
+
+    def _settled(self) -> bool:  # `_lock` held
+        if self._skipped:
+            return self._complete()
+        if self._asked:
+            return False  # asked to read newer frames: not shown until a slice is applied
+        keys: set[ChunkKey] = set()
+        for slot in self._slots.values():
+            answered = slot.answered
+            if answered is None or slot.held:
+                return False
+            keys.update(answered.missing - slot.deferred if slot.deferred else answered.missing)
+        if not keys:
+            return True
+        # Final: everything the frames answered lack has FAILED (shown as the placeholder).
+        _, failed = self.cache.lookup_many(keys)
+        return len(failed) == len(keys)
 
     # -- reading (any thread) -------------------------------------------------
 
@@ -301,167 +411,175 @@ class ViewController:
 
         `kind` says which of napari's reads this is; by default a read of the
         coarsest level of a pyramid is the thumbnail, every other the view.
+        The array returned is read-only and never changes.
         """
         # The request cycle, in order:
         # 1. Open a new generation: every older answer of the view is stale from here on.
         # 2. Turn the view into a `ViewRequest` over the store's axes (a view that is not a
         #    box: read without stand-ins or prefetch); follow its walk (`MotionTracker`).
-        # 3. `_answer`, on this thread: register the view as shown and count the read, then
-        #    copy the READY chunks not yet in its buffer and give the others placeholders
-        #    (only copies); answer a `ViewFrame` over that live buffer, or a held frame.
-        # 4. Hand the frame to the dispatch thread (`_issue`): unless nothing changed since
-        #    the view's last request, ask the cache for its chunks, ring and look-ahead;
-        #    the cache's events then fire there and on the workers, never here.
-        # 5. Later, off this thread: workers copy each chunk that lands into the shown
-        #    buffer (`_landed`, the one landing path), the compose thread draws stand-ins
-        #    from coarser levels (`_compose`), and `view_changed` asks for a read (step 1).
-        with self._lock:
-            self._generation += 1
-            generation = self._generation
+        # 3. `_answer`, on this thread: the view's latest frame, a frame prepared for it,
+        #    or a first frame (only copies); a held frame while a stepped plane has
+        #    nothing to show.
+        # 4. Hand the request to the dispatch thread (`_issue`): ask the cache for its
+        #    chunks, ring and look-ahead, then build what is due (`_update`).
         if kind is None:
             kind = (
                 "thumbnail" if len(self.sources) > 1 and level == len(self.sources) - 1 else "view"
             )
         found = None if self.blocking else view_box(view)
-        if found is None:  # blocking, or not a viewport: no stand-ins, no prefetch
-            self._refreshes.read(kind)
+        if found is None:  # blocking, or not a viewport: no frames, stand-ins or prefetch
+            with self._changed:
+                self._reads += 1
+                self._signalled = False
+                self._changed.notify_all()
             if self.blocking:
                 return view.result()
-            partial = view.read_nonblocking(requester=(self._id, kind), level=level)
-            return partial.data.copy() if self.snapshot else partial.data
+            data = view.read_nonblocking(requester=(self._id, kind), level=level).data
+            data.flags.writeable = False  # a fresh array, never written again
+            return data
         box, displayed = found
-        request = ViewRequest(level, box, displayed, generation, kind)
+        with self._lock:
+            self._generation += 1
+            request = ViewRequest(level, box, displayed, self._generation, kind)
         if kind == "view":
             held = {axis for axis, _ in self.axis_map.fixed}
             planes = {a: box[a][0] for a in request.planes if a not in held}
             self.motion = self._tracker.observe(planes)
-        result = self._answer(request, view)
-        self._dispatch.submit(lambda: self._issue(result))
-        return result.data
+        answer = self._answer(request, view)
+        self._dispatch.submit(functools.partial(self._issue, request))
+        return answer.data
 
     def _answer(self, request: ViewRequest, view: ChunkedArray) -> ViewFrame:
-        """Assemble the view from what is resident (reusing the last buffer of the same view).
-
-        Only copies: the resident chunks not yet in the buffer, placeholders for the
-        others. Stand-ins are composed later, off this thread (`_compose`); a new volume,
-        view or thumbnail, a held frame stands in for (a z/t step in 3D: 100 MB of resident
-        chunks are half a second of copies) is assembled off it (`Shown.assemble_apart`).
-        """
+        """The frame a read of `request` is answered with (see `read`)."""
         kind = request.kind
-        volume = len(request.spatial) >= 3
         with self._lock:
-            shown, retired, self._retired = self._shown.get(kind), self._retired, None
+            slot = self._slots.get(kind)
             presentable = self._presentable.get(kind) if self.hold else None
-        if shown is None or not request.same_view(shown.request):
-            shown = _reusable(request, self._volumes, self._planes, retired)
-            if shown is None:
-                shown = Shown.blank(request, self._plans.plan(request, view), self.sources)
+            if slot is not None and request.same_view(slot.request):
+                slot.request = request  # the same cells: its frames answer it
+            else:
+                slot = None
+            retired = self._retired
+        if slot is None:
+            slot = self._new_slot(request, view, retired)
         stepped = presentable is not None and is_plane_step(presentable.request, request)
-        with shown.reading():
-            shown.request = request
-            # Shown before it looks for landed chunks: a chunk landing from here on finds
-            # it in `_landed` (and waits for this lock), one landed before is READY now.
-            with self._lock:
-                replaced, self._shown[kind] = self._shown.get(kind), shown
-                self._retired = None if replaced is shown else replaced  # cleared above
-            self._refreshes.read(kind)  # once shown (`Refreshes.read`)
-            later = shown.defers(stepped, self.cache)
-            start, shown.assembling = later and not shown.assembling, later
-            unfilled = shown.unfilled
-            if not later:
-                shown.assemble(self.cache)
-            compose = not later and unfilled and shown.composes(len(self.sources))
-            ready = shown.presentable  # (`assembling` is `later`)
-            held = presentable.data if presentable is not None and not ready and stepped else None
-            shown.held = held is not None
-            result = ViewFrame(
-                request,
-                shown.answer(self.snapshot) if held is None else held,
-                tuple(ref.key for ref in shown.plan.refs),
-                frozenset(shown.missing),
-                frozenset(shown.provisional),
-                frozenset(shown.failed),
-                held=held is not None,
-            )
-        with self._lock:
+        with self._changed:
+            frame = slot.frame
+            if stepped and presentable is not None and not slot.presentable(frame):
+                answer = _held(slot, frame, presentable)
+            else:
+                if frame is None:  # (built later unless stepped: the hold was switched off)
+                    frame = slot.frame = placeholder_frame(request, slot.plan, self.sources)
+                answer = frame
+            slot.answer, slot.answered, slot.held = answer, frame, answer.held
+            replaced = self._slots.get(kind)
+            if replaced is not slot:
+                self._slots[kind] = slot
+                self._retired = None if replaced is None else replaced.frame
+            if slot.presentable(frame) and (len(request.spatial) >= 3 or kind == "view"):
+                assert frame is not None
+                self._presentable[kind] = frame
             if kind == "view" or len(self.sources) == 1:
-                self.latest = result
-            if ready and (volume or kind == "view"):  # a 3D thumbnail is a volume too
-                self._presentable[kind] = result
-        self._refreshes.notify()  # a view shown complete may settle it
-        if compose:
-            self._compose_later(shown)
-        if start:
-            self._dispatch.submit(functools.partial(self._assemble, shown))
-        return result
+                self.latest = answer
+            self._reads += 1
+            self._signalled = self._skipped = False
+            self._changed.notify_all()
+        return answer
 
-    def _assemble(self, shown: Shown) -> None:  # dispatch thread; napari reads it then
-        landings = shown.landings  # a volume shown with nothing copied in: nothing new
-        whole = shown.assemble_apart(
-            self.cache, lambda: self._shown.get(shown.request.kind) is shown
+    def _new_slot(
+        self, request: ViewRequest, view: ChunkedArray, retired: ViewFrame | None
+    ) -> _Slot:
+        """A view not shown before: its plan, and a first frame unless one is prepared (a
+        volume or a plane ahead of a walk), or the view napari just let go of is it (it
+        reads the old 3D level as the thumbnail right after locking a finer one)."""
+        plan = self._plans.plan(request, view)
+        volume = len(request.spatial) >= 3
+        composes = (
+            not volume
+            and not isinstance(plan, CoarserPlan)  # already a coarser level's cells
+            and request.level < len(self.sources) - 1
         )
+        slot = _Slot(request, plan, composes)
+        frame = self._volumes.find(request) or self._planes.take(request)
+        if frame is None and retired is not None and request.same_view(retired.request):
+            frame = retired
+        if frame is None and volume:
+            frame = self._volume_first(request, plan)
+        elif frame is None:
+            frame = first_frame(request, plan, self.cache, self.sources)
+        slot.frame = frame
+        return slot
+
+    def _volume_first(self, request: ViewRequest, plan: ReadPlan) -> ViewFrame | None:
+        """A volume's first frame, if the read makes it: None on a z/t step (the read
+        holds the last plane's volume); built here only when every chunk is resident and it
+        is small (`INLINE_VOLUME_BYTES`); else the placeholder. The dispatch thread builds
+        the others."""
         with self._lock:
-            views = list(self._shown.values())
-        if whole and (shown.held or shown.landings != landings) and not _behind(shown, views):
-            self._signal_change((shown,))
+            presentable = self._presentable.get(request.kind) if self.hold else None
+        if presentable is not None and is_plane_step(presentable.request, request):
+            return None
+        keys = [ref.key for ref in plan.refs]
+        ready, failed = self.cache.lookup_many(keys)
+        nbytes = math.prod(plan.buffer_shape) * self.sources[request.level].dtype.itemsize
+        if len(ready) + len(failed) == len(keys) and nbytes <= INLINE_VOLUME_BYTES:
+            return first_frame(request, plan, self.cache, self.sources)
+        return placeholder_frame(request, plan, self.sources)
 
-    # -- stand-ins (compose thread) -------------------------------------------
+    # -- issuing and building (dispatch thread) -------------------------------
 
-    def _compose_later(self, shown: Shown) -> None:
-        """Queue `shown`'s stand-ins on the compose thread (at most one queued per view)."""
-        with shown.lock:
-            if shown.composing:
-                return
-            shown.composing = True
-        self._composer.submit(functools.partial(self._compose, shown))
-
-    def _compose(self, shown: Shown) -> None:
-        """Give the cells of chunks still loading coarser levels' values, in place
-        (`Shown.compose`); signal `view_changed` when anything was drawn."""
-        with shown.lock:
-            shown.composing = False
-            request = shown.request
-            waiting = shown.missing - shown.failed
-        with self._lock:
-            current = any(shown is other for other in self._shown.values())
-        if self._closed or not current or not waiting:
-            return  # the viewer has moved on, or everything landed
-        if shown.compose(request, waiting, self.sources, self.cache.lookup):
-            self._signal_change((shown,))
-
-    # -- issuing (dispatch thread) --------------------------------------------
-
-    def _issue(self, result: ViewFrame) -> None:
-        """Request the view's chunks (events fire here, not in the reader's thread)."""
+    def _issue(self, request: ViewRequest) -> None:
+        """Request the view's chunks, then build what is due (`_update`)."""
         if self._closed:
             return
-        request = result.request
+        kind = request.kind
         with self._lock:
-            shown, thumbnail = self._shown.get(request.kind), self._shown.get("thumbnail")
-        if shown is None or shown.request.generation != request.generation:
+            slot, thumbnail = self._slots.get(kind), self._slots.get("thumbnail")
+        if slot is None or slot.request.generation != request.generation:
             return  # a newer read of this view already answered (and will issue)
         # A refresh that finds nothing new is not planned again: the live request already
         # pins the same chunks and queues the same work. Anything that would change it
         # (a landing, an eviction of prefetched chunks, the walk, the prefetch switch)
         # makes a new one.
         counters = self.cache.counters()
-        with shown.lock:
-            basis = (shown.landings, counters.evictions, self.motion, self.prefetch)
-            renew, shown.issued = shown.issued != basis, basis
-        if renew and not self._request(request, shown):
+        with self._lock:
+            basis = (slot.frame, counters.evictions, self.motion, self.prefetch)
+            renew, slot.issued = slot.issued != basis, basis
+            answer = slot.answer
+        if renew and not self._request(slot):
             return  # the cache was closed under us (viewer closing)
-        if request.kind == "view" and thumbnail and thumbnail.follows(result, self.sources):
-            self._request(thumbnail.request, thumbnail)  # a virtual thumbnail shows others
-        self.view_read.emit(result)
-        if result.failed:  # FAILED before this controller followed the cache (a shared one)
-            self._report(self.failures.adopt(result.failed))
+        if kind == "view" and thumbnail is not None and self._follow(thumbnail):
+            self._request(thumbnail)  # a virtual thumbnail shows others
+        if answer is not None:
+            self.view_read.emit(answer)
+            if answer.failed:  # FAILED before this controller followed the cache
+                self._report(self.failures.adopt(answer.failed))
+        self._update()
 
-    def _request(self, request: ViewRequest, shown: Shown) -> bool:
-        """Ask the cache for `shown`'s chunks and what to load ahead; False if it closed."""
+    def _follow(self, thumbnail: _Slot) -> bool:
+        """A virtual thumbnail's chunks under the displayed view (`overview_shown`), the
+        others deferred (not waited for); whether that changed what it waits for."""
+        if thumbnail.requested is None and not is_derived(self.sources[thumbnail.request.level]):
+            return False
+        latest = self.latest
+        shown = None if latest is None else latest.request
+        refs = overview_shown(thumbnail.request, thumbnail.plan.refs, shown, self.sources)
+        keys = frozenset(ref.key for ref in refs)
+        with self._changed:
+            changed, thumbnail.requested = keys != thumbnail.requested, keys
+            thumbnail.deferred = frozenset(ref.key for ref in thumbnail.plan.refs) - keys
+            self._changed.notify_all()  # fewer chunks to wait for may complete the layer
+        return changed
+
+    def _request(self, slot: _Slot) -> bool:
+        """Ask the cache for `slot`'s chunks and what to load ahead; False if it closed."""
+        request = slot.request
         source = self.sources[request.level]
         prefetch: list[ChunkRef] = []
         ahead: list[ChunkRef] = []
-        if self.prefetch and request.kind == "view" and shown.prefetches:
+        if self.prefetch and request.kind == "view" and not isinstance(slot.plan, CoarserPlan):
+            # (A view served coarser is over its bounds: a ring at its own level would be
+            # as unbounded as the view.)
             prefetch, ahead = view_prefetch(
                 request,
                 self.sources,
@@ -472,12 +590,14 @@ class ViewController:
                 concurrency=self.cache.concurrency,
                 budget_bytes=int(self.cache.total_bytes_limit * self.lookahead_share),
             )
-        load_class, refs = LoadClass.NEEDED, shown.plan.refs
+        load_class, refs = LoadClass.NEEDED, slot.plan.refs
         if request.kind == "thumbnail" and is_derived(source):
             # A virtual coarsest level costs every stored chunk under it: overview work,
             # only as far as the view shows it, never starving the view's chunks.
-            load_class, (refs, _) = LoadClass.OVERVIEW, shown.follow(self.latest, self.sources)
-            self._refreshes.notify()  # fewer chunks to wait for may complete the layer
+            self._follow(slot)
+            requested = slot.requested or frozenset()
+            load_class = LoadClass.OVERVIEW
+            refs = [ref for ref in slot.plan.refs if ref.key in requested]
         center = tuple((lo + hi) / 2 for lo, hi in request.box)
         try:
             self.cache.request(
@@ -491,11 +611,91 @@ class ViewController:
             )
         except RuntimeError:  # the cache was closed under us (viewer closing)
             return False
-        if request.kind == "view":  # the next frames of a walk, assembled as they land
+        if request.kind == "view":  # the next frames of a walk, built as they land
             with self._lock:
-                thumbnail = self._shown.get("thumbnail")
-            self._planes.follow(request, thumbnail, self.motion if ahead else None, ahead)
+                thumbnail = self._slots.get("thumbnail")
+            self._planes.follow(
+                request,
+                None if thumbnail is None else thumbnail.request,
+                self.motion if ahead else None,
+                ahead,
+            )
         return True
+
+    def _wake(self) -> None:
+        """Have the dispatch thread update the frames (at most one update queued)."""
+        with self._lock:
+            if self._woken or self._closed:
+                return
+            self._woken = True
+        self._dispatch.submit(self._update)
+
+    def _update(self) -> None:
+        """Build the frames that are due: the next frame of each view napari has read,
+        the first frame of a volume a read left to this thread, the frames of the planes
+        ahead of a walk; signal `view_changed` if a read would now answer something new."""
+        with self._lock:
+            self._woken = False
+            slots = list(self._slots.items())
+        built = False
+        for kind, slot in slots:
+            built |= self._build(kind, slot)
+        self._planes.build()
+        if built:
+            self._signal()
+
+    def _build(self, kind: ViewKind, slot: _Slot) -> bool:
+        """Publish `slot`'s next frame if one is due; whether one was."""
+        with self._lock:
+            if self._closed or self._slots.get(kind) is not slot:
+                return False
+            base = slot.frame
+            if base is not slot.answered and slot.newer():
+                return False  # napari has not read the latest frame yet: no frame is lost
+            compose = slot.composes and (slot.recompose or not slot.composed)
+            slot.recompose = False
+        request = slot.request
+        frame: ViewFrame | None
+        if base is None:  # a volume a read left to this thread
+            frame = first_frame(request, slot.plan, self.cache, self.sources)
+        elif len(request.spatial) >= 3 and not self._volume_due(slot, base):
+            return False
+        else:
+            frame = next_frame(base, slot.plan, self.cache, self.sources, compose=compose)
+        if frame is None:
+            return False
+        with self._changed:
+            if self._closed or self._slots.get(kind) is not slot or slot.frame is not base:
+                return False  # replaced meanwhile: stale
+            slot.frame = frame
+            slot.composed |= compose
+            self._changed.notify_all()
+        return True
+
+    def _volume_due(self, slot: _Slot, base: ViewFrame) -> bool:
+        """Whether a volume's next frame is worth its copy: all it lacked has landed, or
+        half of it (so a volume of n chunks is copied about log2(n) times, not n)."""
+        waiting = slot.waiting(base)
+        if not waiting:
+            return bool(base.missing)  # a FAILED chunk retried and landed
+        ready, failed = self.cache.lookup_many(waiting)
+        landed = len(ready) + len(failed)
+        return landed == len(waiting) or 2 * landed >= len(waiting)
+
+    def _signal(self) -> None:
+        """Emit `view_changed` if a read would answer something new and none was asked
+        for since the last read. Not while another view still holds a plane it cannot show
+        yet: napari reads both views in each slice, and in 3D uploads and paints the whole
+        volume again (measured: a 3D thumbnail's own refresh 0.6 s after the view's
+        doubled the time a t step took)."""
+        with self._lock:
+            slots = list(self._slots.values())
+            if self._signalled or not any(slot.newer() for slot in slots):
+                return
+            if any(slot.held and not slot.presentable(slot.frame) for slot in slots):
+                return
+            self._signalled = self._asked = True
+        self.view_changed.emit()
 
     # -- volumes (3D at a finer level) ----------------------------------------
 
@@ -507,18 +707,22 @@ class ViewController:
         return volume_box(latest.request, [source.shape for source in self.sources], level)
 
     def volume_complete(self, level: int) -> bool:
-        """Whether the volume of `level` at the latest view's planes is resident and assembled."""
+        """Whether the volume of `level` at the latest view's planes has a whole frame."""
+        box = self.volume_box(level)
         with self._lock:
-            shown = list(self._shown.values())
-        return self._volumes.complete(level, self.volume_box(level), shown)
+            frames = [slot.frame for slot in self._slots.values()]
+        for frame in frames:
+            if frame is not None and frame.request.level == level and frame.request.box == box:
+                return not frame.missing
+        return self._volumes.complete(level, box)
 
     def prepare_volumes(self, levels: Sequence[int]) -> None:
-        """Load and assemble the volumes of `levels` in the background (any thread).
+        """Load the volumes of `levels` in the background and build their frames (any thread).
 
         Each is the latest view's planes at that level, whole on the displayed
-        axes (`volume_box`): what napari reads for a level locked in 3D. Chunks
-        land into the volume's buffer on worker threads; `volume_ready(level)`
-        follows when it is complete, and a read of it then costs no copy.
+        axes (`volume_box`): what napari reads for a level locked in 3D. Once its
+        chunks have all landed its frame is built on the dispatch thread, and
+        `volume_ready(level)` follows: a read of it then costs no copy.
         Replaces the previous call's volumes (their chunks are released);
         ``prepare_volumes(())`` stops preparing any.
         """
@@ -528,8 +732,12 @@ class ViewController:
     def _prepare(self, levels: tuple[int, ...]) -> None:
         if not self._closed and (latest := self.latest) is not None:
             with self._lock:
-                shown = list(self._shown.values())
+                shown = [slot.request for slot in self._slots.values()]
             self._volumes.prepare(levels, latest.request, shown)
+
+    def _volume_landed(self, level: int) -> None:  # a worker thread
+        if not self._closed:
+            self._dispatch.submit(lambda: self._volumes.build(level))
 
     def _volume_ready(self, level: int) -> None:
         if not self._closed:
@@ -542,99 +750,76 @@ class ViewController:
         # it) would otherwise name it before the stored chunk whose failure failed it.
         failures = self.failures.observe(events)
         landed = {e.key for e in events if e.current in (ChunkState.READY, ChunkState.FAILED)}
-        if landed:
-            self._landed(landed)
+        if landed and self._concerns(landed):
+            self._wake()
         self._report(failures)
+
+    def _concerns(self, landed: set[ChunkKey]) -> bool:
+        """Whether `landed` chunks change a frame shown or prepared (a worker thread); wakes
+        the waiters either way, as `complete` may have changed."""
+        coarser_sources = {key.source for key in landed}
+        due = False
+        with self._changed:
+            self._changed.notify_all()
+            for slot in self._slots.values():
+                frame = slot.frame
+                if frame is None:
+                    continue
+                if not landed.isdisjoint(frame.missing):
+                    due = True
+                if slot.composes and frame.waiting:
+                    level = slot.request.level
+                    coarser = {source.identity for source in self.sources[level + 1 :]}
+                    if not coarser.isdisjoint(coarser_sources):
+                        slot.recompose = due = True
+        return due or self._planes.wants(landed)
 
     def _report(self, failures: tuple[ChunkFailure, ...]) -> None:
         if failures and not self._closed:
             self.failures_found.emit(failures)
 
-    def _landed(self, landed: Collection[ChunkKey]) -> None:
-        """Copy landed chunks into the shown views; signal the change (any thread)."""
-        with self._lock:
-            shown_views = list(self._shown.items())
-        self._volumes.landed(landed, [shown for _, shown in shown_views])
-        self._planes.landed(landed)
-        changed: list[Shown] = []
-        for _, shown in shown_views:
-            with shown.lock:
-                if shown.take_landed(self.cache, landed):
-                    changed.append(shown)
-                # A coarser level's chunk improves the stand-ins of a view still loading.
-                recompose = (
-                    not shown.unfilled
-                    and shown.composes(len(self.sources))
-                    and any(key.source in shown.coarser for key in landed)
-                )
-            if recompose:
-                self._compose_later(shown)
-        if changed:
-            self._signal_change(changed)
-
-    def _signal_change(self, changed: Collection[Shown]) -> None:
-        """Emit `view_changed` unless emitted and not read since, or nothing new (`_news`)."""
-        kinds = {shown.request.kind for shown in changed}
-        if _news(self._shown.get("view"), changed) and self._refreshes.changed(kinds):
-            self.view_changed.emit()
-
     # -- the viewer's side ----------------------------------------------------
 
     def slice_applied(self) -> None:
-        """The viewer now shows a slice: if it was read after the last change, it is final."""
-        self._refreshes.slice_applied()
+        """The viewer now shows a slice of the frames it was last answered with: if none is
+        newer, what `view_changed` asked for is shown."""
+        with self._changed:
+            if not any(slot.newer() for slot in self._slots.values()):
+                self._asked = False
+            self._changed.notify_all()
 
     def refresh_skipped(self) -> None:
         """The viewer will not read again (layer hidden): stop waiting for it."""
-        self._refreshes.refresh_skipped()
+        with self._changed:
+            self._skipped = True
+            self._signalled = self._asked = False
+            self._changed.notify_all()
 
     def close(self) -> None:
         """Stop following the cache and release the views' pinned chunks (idempotent)."""
-        with self._lock:
+        with self._changed:
             if self._closed:
                 return
             self._closed = True
-        self._refreshes.close()
+            self._changed.notify_all()
         self.cache.state_changed.disconnect(self._on_events)
-        for owned in self._owned:
-            owned.close()
+        if self._owned is not None:
+            self._owned.close()
         self._volumes.close()
         self._planes.close()
         for kind in ("view", "thumbnail"):
             self.cache.release_view((self._id, kind))
 
 
-def _reusable(
-    request: ViewRequest, volumes: PreparedVolumes, planes: PreparedPlanes, retired: Shown | None
-) -> Shown | None:
-    """A buffer already showing `request`'s cells, assembled off the reading thread: a
-    volume `prepare_volumes` loads, a frame ahead of a walk (`PreparedPlanes`), or the
-    view napari just let go of (it reads the old 3D level as the thumbnail right after
-    locking a finer one: measured, 16 chunks, 93 ms of copies on its main thread)."""
-    found = volumes.find(request) or planes.take(request)
-    if found is None and retired is not None and request.same_view(retired.request):
-        return retired
-    return found
-
-
-def _behind(shown: Shown, views: Collection[Shown]) -> bool:
-    """Whether another of the shown `views` is still to be assembled after `shown`: held,
-    queued behind it on the dispatch thread (the 3D thumbnail of a t step, after the view).
-    That one asks for the read once both are whole: napari reads both views in each slice,
-    and in 3D uploads and paints the whole volume again (measured: the thumbnail's own
-    refresh came 0.6 s after the view's, paced behind its paint, and doubled the time a t
-    step took to complete)."""
-    return any(view is not shown and view.assembling and view.held for view in views)
-
-
-def _news(view: Shown | None, changed: Collection[Shown]) -> bool:
-    """Whether a read now would answer something new after the `changed` views changed:
-    not while the displayed `view` is still held, nor when each changed one is
-    (`Shown.still_held`). napari would slice, and in 3D upload and paint, the same held
-    frame again (measured: 3 slices a 2D t step, 3-4 a 3D one, where 2 show it whole)."""
-    if view is not None and view.still_held():
-        return False
-    return not all(shown.still_held() for shown in changed)
+def _held(slot: _Slot, frame: ViewFrame | None, shown: ViewFrame) -> ViewFrame:
+    """The answer of a read that holds `shown` (the last presentable frame of another
+    plane) while `slot`'s plane has nothing to show yet."""
+    if frame is not None:
+        return held_frame(frame, shown)
+    keys = tuple(ref.key for ref in slot.plan.refs)
+    return ViewFrame(
+        slot.request, shown.data, keys, frozenset(keys), frozenset(), frozenset(), held=True
+    )
 
 
 def _load_latency(cache: ChunkCache) -> float:

@@ -1,9 +1,8 @@
 """What crosses threads in a read: the request a viewer makes and the frame it gets back.
 
-`ViewRequest` is an immutable value. `ViewFrame` is the answer `read` returns
-at once: its bookkeeping fields are a snapshot taken at the read, its `data`
-the live buffer that worker and compose threads keep filling afterwards (its
-docstring says who writes it, when, and what a reader may rely on).
+Both are immutable values, as ndv's request and response objects: `ViewRequest`
+is what a viewer asked for, `ViewFrame` the answer, whose pixels are never
+written once it exists (a newer frame replaces it).
 """
 
 from __future__ import annotations
@@ -88,58 +87,48 @@ class ViewRequest:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # a frame is itself: compared by identity
 class ViewFrame:
-    """What a read returned, at once: a snapshot of the bookkeeping over a live buffer.
+    """What a read returned: an immutable frame of one view and its bookkeeping.
 
-    **`data` is live.** It is the buffer the controller keeps filling for the
-    view after `read` has returned, and the same array is returned again by
-    the next read of the same view (a landed chunk is copied once, into what
-    the viewer already holds). Who writes into it, always holding the view's
-    own lock:
+    **Never written after it is made.** Its `data` (and the `buffer` it was
+    finished from) are read-only arrays that one owner built before handing
+    them out — the thread answering the read, or the controller's dispatch
+    thread — from the chunks resident at that moment (`core.viewport.assembly`).
+    Chunks that land later go into the *next* frame of the view (built from
+    this one, a copy), never into this one, so a viewer, a script or a thread
+    holding `data` sees the same values for as long as it holds it. The
+    memory of a frame nobody references any more serves a later frame.
 
-    - worker threads, as chunks land (the cache's events): each chunk's cells
-      are copied once when it is READY, or given the placeholder when it FAILED;
-    - the controller's compose thread: stand-ins (coarser levels' values,
-      upsampled) into the cells of chunks still loading, when the view is first
-      read and again when a coarser chunk lands; never over a landed chunk;
-    - the reading thread, on a later read of the same view: chunks that are
-      READY and not yet copied (the placeholders are written at the first read).
-
-    What a reader may rely on: a cell holds the placeholder, a stand-in or its
-    stored value, and once it holds its stored value it keeps it (a FAILED
-    chunk's cells move from the placeholder to their values only after a
-    retry). Writes are announced: `ViewController.view_changed` follows them,
-    so a read of `data` made after that signal sees them whole; a read racing
-    a write may see part of a chunk copied. Writing stops when the controller
-    shows another view of the same kind (or closes), once a copy already under
-    way has finished; copy `data` to keep a frame that no longer changes. A
-    `held` frame's `data` is the buffer of the previous plane's frame, no
-    longer written by the time it is held.
-
-    Every other field is a snapshot taken at the read and goes stale as
-    chunks land: `ViewController.complete`, or the next read, says what is
-    true now.
+    Every field is what was true when the frame was built: `ViewController`
+    says what is true now (`complete`, the next read).
 
     Attributes
     ----------
     request
         The read it answers.
     data
-        The view's values in the layer's axes (live, see above): final where
-        chunks were resident, a coarser level's values (upsampled) or the
+        The view's values in the layer's axes (read-only): final where chunks
+        were resident, a coarser level's values (upsampled) or the
         placeholder elsewhere.
     keys
         Every chunk the view touches.
     missing
-        Chunks that were not resident at the read (queued, loading, or FAILED).
+        Chunks that were not resident when it was built (queued, loading, or FAILED).
     provisional
-        Missing chunks whose cells showed a coarser level's values at the read.
+        Missing chunks whose cells show a coarser level's values.
     failed
         Missing chunks that had FAILED (they show the placeholder until retried).
     held
         `data` is the last presentable frame of another plane, held while this
         plane lacks a complete backdrop (a z/t step during playback).
+    backdrop
+        Every cell of a missing chunk that is not FAILED shows a coarser
+        level's value (a stand-in the viewer may show instead of a held frame).
+    buffer
+        The array the frame's cells were assembled in (read-only), in the plan's
+        layout; `data` is it, or its upsampling for a view served coarser. The
+        next frame of the view starts from a copy of it.
     """
 
     request: ViewRequest
@@ -149,11 +138,24 @@ class ViewFrame:
     provisional: frozenset[ChunkKey]
     failed: frozenset[ChunkKey]
     held: bool = False
+    backdrop: bool = False
+    buffer: np.ndarray[Any, Any] | None = field(default=None, repr=False)
 
     @property
     def complete(self) -> bool:
         """True when nothing was missing: `data` is exactly the stored values."""
         return not self.missing
+
+    @property
+    def waiting(self) -> frozenset[ChunkKey]:
+        """The missing chunks that had not FAILED: those still to land in a later frame."""
+        return self.missing - self.failed
+
+    @property
+    def presentable(self) -> bool:
+        """Whether a viewer may show it rather than hold another plane's frame: nothing
+        it lacks is still loading, or a coarser level stands in for all of it."""
+        return self.backdrop or not self.waiting
 
 
 def is_plane_step(before: ViewRequest, after: ViewRequest) -> bool:

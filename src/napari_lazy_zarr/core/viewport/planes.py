@@ -1,17 +1,15 @@
-"""The next frames of a walk through z or t, assembled off the viewer's thread.
+"""The next frames of a walk through z or t, built off the viewer's thread.
 
 While napari plays (or a user steps) through z or t, the controller loads the
 planes ahead (`prefetch.lookahead_chunks`, `LoadClass.AHEAD`). For the nearest
 of them, `PreparedPlanes` also plans the view napari will read there (the same
-box, one plane on) and copies its chunks into that view's buffer as they land,
-on worker threads. napari's read of the next frame then finds its buffer
-assembled (`ViewController._answer`): no plan and no copy on napari's thread,
-where each chunk copied cost a release and a re-acquisition of the GIL against
-32 loaders.
+box, one plane on) and, once every chunk of it is resident, builds its frame
+on the controller's dispatch thread (`assembly.first_frame`). napari's read of
+the next frame then finds it built: no plan and no copy on napari's thread.
 
 Only 2D views are prepared (a volume is `PreparedVolumes`' work), and only
 planes whose every chunk the look-ahead asks for: the memory it holds is at
-most `PREPARED_PLANES` buffers of the view's own size.
+most `PREPARED_PLANES` frames of the view's own size.
 """
 
 from __future__ import annotations
@@ -20,7 +18,8 @@ import threading
 from typing import TYPE_CHECKING, Final
 
 from napari_lazy_zarr.core.sources.protocol import is_derived
-from napari_lazy_zarr.core.viewport._shown import Shown, box_view
+from napari_lazy_zarr.core.viewport.assembly import first_frame
+from napari_lazy_zarr.core.viewport.view_plans import box_view
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
@@ -31,7 +30,7 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.reading.plans import ReadPlan
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
     from napari_lazy_zarr.core.viewport.axes import AxisMap, Box
-    from napari_lazy_zarr.core.viewport.frames import ViewRequest
+    from napari_lazy_zarr.core.viewport.frames import ViewFrame, ViewRequest
     from napari_lazy_zarr.core.viewport.prefetch import PlaneMotion
 
 __all__ = ["PREPARED_PLANES", "PreparedPlanes", "planes_ahead"]
@@ -62,12 +61,12 @@ def planes_ahead(position: int, direction: int, extent: int, count: int) -> list
 
 
 class PreparedPlanes:
-    """The views one controller assembles on the planes ahead of a walk.
+    """The frames one controller prepares on the planes ahead of a walk.
 
-    Thread-safe: `prepare` runs on the controller's dispatch thread, `landed`
-    on worker threads, `take` on the reading thread; `lock` guards `staged`
-    and is never held while calling out (each view's own lock guards its
-    buffer).
+    Thread-safe: `follow`/`prepare` and `build` run on the controller's dispatch
+    thread, `take` on the reading thread, `wants` on worker threads; `lock`
+    guards `staged` and is never held while calling out. A staged frame, once
+    built, is never written: it is complete when built.
     """
 
     def __init__(
@@ -78,29 +77,28 @@ class PreparedPlanes:
         axis_map: AxisMap,
         *,
         plan: Callable[[ViewRequest, ChunkedArray], ReadPlan],
-        lock: threading.Lock | None = None,
     ) -> None:
         self._cache = cache
         self._sources = sources
         self._arrays = arrays
         self._axis_map = axis_map
         self._plan = plan
-        self._lock = lock if lock is not None else threading.Lock()
-        self.staged: list[Shown] = []
-        """The views being assembled, nearest plane first (guarded by the lock)."""
+        self._lock = threading.Lock()
+        self.staged: list[tuple[ViewRequest, ReadPlan, ViewFrame | None]] = []
+        """The planes prepared, nearest first: request, plan, and its frame once built."""
 
     def follow(
         self,
         view: ViewRequest,
-        thumbnail: Shown | None,
+        thumbnail: ViewRequest | None,
         motion: PlaneMotion | None,
         ahead: Sequence[ChunkRef],
     ) -> None:
         """`prepare` the frames ahead of the `view` napari was answered with, and of its
         `thumbnail` unless a virtual level's (what that reads follows the view)."""
         requests = [view]
-        if thumbnail is not None and not is_derived(self._sources[thumbnail.request.level]):
-            requests.append(thumbnail.request)
+        if thumbnail is not None and not is_derived(self._sources[thumbnail.level]):
+            requests.append(thumbnail)
         self.prepare(requests, motion, {ref.key for ref in ahead})
 
     def prepare(
@@ -109,11 +107,11 @@ class PreparedPlanes:
         motion: PlaneMotion | None,
         ahead: Collection[ChunkKey],
     ) -> None:
-        """Assemble each of `requests` (the view first, then its thumbnail) on the planes
+        """Stage each of `requests` (the view first, then its thumbnail) on the planes
         next along `motion` from the view's, and on the view's plane if it shows another;
-        drop the others (dispatch thread).
+        drop the others (dispatch thread). Their frames are built by `build`.
 
-        A plane is assembled only if the look-ahead asked for every chunk of it
+        A plane is staged only if the look-ahead asked for every chunk of it
         (`ahead`); a request at a level that decimates the walked axis is left out
         (which of its planes napari reads next is napari's rounding). Without
         `motion`, nothing is.
@@ -137,17 +135,13 @@ class PreparedPlanes:
                         wanted.append((request, moved))
         keys = {(request.level, box, request.displayed) for request, box in wanted}
         with self._lock:
-            self.staged = [
-                shown
-                for shown in self.staged
-                if (shown.request.level, shown.request.box, shown.request.displayed) in keys
-            ]
-            have = {(s.request.level, s.request.box, s.request.displayed) for s in self.staged}
+            self.staged = [entry for entry in self.staged if _identity(entry[0]) in keys]
+            have = {_identity(request) for request, _, _ in self.staged}
         for request, box in wanted:
             if (request.level, box, request.displayed) not in have:
-                self._assemble(request, box, ahead)
+                self._stage(request, box, ahead)
 
-    def _assemble(self, request: ViewRequest, box: Box, ahead: Collection[ChunkKey]) -> None:
+    def _stage(self, request: ViewRequest, box: Box, ahead: Collection[ChunkKey]) -> None:
         made = box_view(
             self._arrays, self._axis_map, request.level, box, request.displayed, request.kind
         )
@@ -156,33 +150,47 @@ class PreparedPlanes:
         frame, view = made
         plan = self._plan(frame, view)
         if not all(ref.key in ahead for ref in plan.refs):
-            return  # not what the look-ahead loads: nothing would land in it
-        shown = Shown.blank(frame, plan, self._sources)
-        with shown.lock:
-            # Staged before it looks for landed chunks: one landing from here on finds it in
-            # `landed` (and waits for this lock), one landed before is READY now.
-            with self._lock:
-                self.staged.append(shown)
-            shown.take_landed(self._cache)
-
-    def take(self, request: ViewRequest) -> Shown | None:
-        """The view assembled for exactly `request`'s cells, no longer staged (it is shown)."""
+            return  # not what the look-ahead loads: it would never be built
         with self._lock:
-            for shown in self.staged:
-                if request.same_view(shown.request):
-                    self.staged.remove(shown)
-                    return shown
+            self.staged.append((frame, plan, None))
+
+    def wants(self, landed: Collection[ChunkKey]) -> bool:
+        """Whether a staged frame still to be built touches one of the `landed` chunks."""
+        with self._lock:
+            staged = [plan for _, plan, frame in self.staged if frame is None]
+        return any(ref.key in landed for plan in staged for ref in plan.refs)
+
+    def build(self) -> None:
+        """Build the frames of the staged planes whose every chunk is resident now
+        (dispatch thread); the others wait for their chunks."""
+        with self._lock:
+            pending = [(request, plan) for request, plan, frame in self.staged if frame is None]
+        for request, plan in pending:
+            keys = [ref.key for ref in plan.refs]
+            ready, _ = self._cache.lookup_many(keys)
+            if len(ready) < len(keys):
+                continue
+            frame = first_frame(request, plan, self._cache, self._sources)
+            if frame.missing:  # evicted meanwhile: built again when it lands
+                continue
+            with self._lock:
+                self.staged = [(r, p, frame if r is request else f) for r, p, f in self.staged]
+
+    def take(self, request: ViewRequest) -> ViewFrame | None:
+        """The frame built for exactly `request`'s cells, no longer staged (it is shown)."""
+        with self._lock:
+            for entry in self.staged:
+                staged, _, frame = entry
+                if frame is not None and request.same_view(staged):
+                    self.staged.remove(entry)
+                    return frame
         return None
 
-    def landed(self, landed: Collection[ChunkKey]) -> None:
-        """Copy landed chunks into the views being assembled (worker threads)."""
-        with self._lock:
-            staged = list(self.staged)
-        for shown in staged:
-            with shown.lock:
-                shown.take_landed(self._cache, landed)
-
     def close(self) -> None:
-        """Drop every view being assembled."""
+        """Drop every staged frame."""
         with self._lock:
             self.staged = []
+
+
+def _identity(request: ViewRequest) -> tuple[object, ...]:
+    return (request.level, request.box, request.displayed)

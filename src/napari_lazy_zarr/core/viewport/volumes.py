@@ -7,11 +7,12 @@ budgets, and `volume_steps` the levels loaded on the way there, coarse to fine,
 each markedly cheaper than the next (a level that costs almost as much as the
 finer one would only delay it).
 
-`PreparedVolumes` holds, per pyramid level, a volume being loaded and assembled
-(the latest view's planes at that level, whole on its displayed axes:
-`volume_box`) and its live cache request. Chunks are copied in on worker
-threads as they land; `ViewController.prepare_volumes` is its public face, and
-a read of a complete volume costs no copy.
+`PreparedVolumes` holds, per pyramid level, a volume being loaded (the latest
+view's planes at that level, whole on its displayed axes: `volume_box`) and its
+live cache request; once every chunk has landed its frame is built, once, on
+the controller's dispatch thread (`assembly.first_frame`).
+`ViewController.prepare_volumes` is its public face, and a read of a built
+volume costs no copy.
 """
 
 from __future__ import annotations
@@ -21,18 +22,18 @@ import math
 import threading
 from typing import TYPE_CHECKING
 
-from napari_lazy_zarr.core.viewport._shown import Shown, box_view
+from napari_lazy_zarr.core.viewport.assembly import first_frame
+from napari_lazy_zarr.core.viewport.view_plans import box_view
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Hashable, Sequence
 
     from napari_lazy_zarr.core.cache import ChunkCache, Request
-    from napari_lazy_zarr.core.keys import ChunkKey
     from napari_lazy_zarr.core.reading.array import ChunkedArray
     from napari_lazy_zarr.core.reading.plans import ReadPlan
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
     from napari_lazy_zarr.core.viewport.axes import AxisMap, Box
-    from napari_lazy_zarr.core.viewport.frames import ViewRequest
+    from napari_lazy_zarr.core.viewport.frames import ViewFrame, ViewRequest
 
 __all__ = [
     "PreparedVolumes",
@@ -217,13 +218,13 @@ def volume_box(
 
 
 class PreparedVolumes:
-    """The volumes one controller loads and assembles in the background, by level.
+    """The volumes one controller loads in the background, by level, and their frames.
 
-    Thread-safe: `prepare` runs on the controller's dispatch thread, `landed`
-    on worker threads, the queries on any; `lock` (the controller's, by
-    default one of its own) guards `staged`, and is never held while calling
-    out. `ready(level)` is called (on a worker thread) when a volume is
-    resident and assembled.
+    Thread-safe: `prepare` and `build` run on the controller's dispatch thread,
+    the queries on any; `lock` guards `staged` and is never held while calling
+    out. `done(level)` is called (on a worker thread) when a volume's chunks
+    have all landed, for the controller to have it built; `build` then calls
+    `ready(level)`.
     """
 
     def __init__(
@@ -235,8 +236,8 @@ class PreparedVolumes:
         *,
         owner: Hashable,
         plan: Callable[[ViewRequest, ChunkedArray], ReadPlan],
+        done: Callable[[int], None],
         ready: Callable[[int], None],
-        lock: threading.Lock | None = None,
     ) -> None:
         self._cache = cache
         self._sources = sources
@@ -244,65 +245,65 @@ class PreparedVolumes:
         self._axis_map = axis_map
         self._owner = owner
         self._plan = plan
+        self._done = done
         self._ready = ready
-        self._lock = lock if lock is not None else threading.Lock()
-        self.staged: dict[int, tuple[Shown, Request]] = {}
-        """By level: the volume being assembled and its live request (guarded by the lock)."""
+        self._lock = threading.Lock()
+        self.staged: dict[int, tuple[ViewRequest, ReadPlan, Request, ViewFrame | None]] = {}
+        """By level: the volume's request and plan, its live cache request, its frame once
+        built (guarded by the lock)."""
 
-    def views(self) -> list[Shown]:
-        """The volumes being assembled (or assembled)."""
+    def find(self, request: ViewRequest) -> ViewFrame | None:
+        """The built frame showing exactly `request`'s cells, if one is prepared."""
         with self._lock:
-            return [shown for shown, _ in self.staged.values()]
+            staged = list(self.staged.values())
+        for volume, _, _, frame in staged:
+            if frame is not None and request.same_view(volume):
+                return frame
+        return None
 
-    def find(self, request: ViewRequest) -> Shown | None:
-        """The volume showing exactly `request`'s cells, if one is prepared."""
-        return next((s for s in self.views() if request.same_view(s.request)), None)
-
-    def complete(self, level: int, box: Box | None, shown: Collection[Shown]) -> bool:
-        """Whether the volume `box` of `level` is assembled, here or as one of the `shown`
-        views (napari's thread: it waits for one chunk of an assembly at most, as a read
-        does, `Shown.reading`; measured, the plain lock kept it 261 ms behind a volume's)."""
-        for candidate in [*shown, *self.views()]:
-            request = candidate.request  # immutable, replaced whole: compared without a lock
-            if request.level == level and request.box == box:
-                with candidate.reading():  # only the volume asked about is waited for
-                    return not candidate.missing
-        return False
+    def complete(self, level: int, box: Box | None) -> bool:
+        """Whether the volume `box` of `level` is prepared and built whole."""
+        with self._lock:
+            staged = self.staged.get(level)
+        return (
+            staged is not None
+            and staged[0].box == box
+            and staged[3] is not None
+            and not staged[3].missing
+        )
 
     def prepare(
-        self, levels: Sequence[int], latest: ViewRequest, views: Collection[Shown] = ()
+        self, levels: Sequence[int], latest: ViewRequest, shown: Collection[ViewRequest] = ()
     ) -> None:
         """Load the volumes of `levels` at `latest`'s planes; drop the others (dispatch thread).
 
-        A volume napari already reads as one of the `views` shown (the view of the
-        locked level, the 3D thumbnail of the coarsest) is not prepared again: it is
-        assembled as that view (measured: a second copy of the 128 MB view of a t step,
-        406 ms of a core while napari painted).
+        A volume napari already reads as one of the `shown` views (the view of the
+        locked level, the 3D thumbnail of the coarsest) is not prepared again: its
+        frames are the controller's (measured: a second copy of the 128 MB view of
+        a t step, 406 ms of a core while napari painted).
         """
         shapes = [source.shape for source in self._sources]
-        read = {(view.request.level, view.request.box) for view in views}
+        read = {(request.level, request.box) for request in shown}
         wanted = {level: volume_box(latest, shapes, level) for level in levels}
         wanted = {level: box for level, box in wanted.items() if (level, box) not in read}
         with self._lock:
             kept = {
                 level: staged
                 for level, staged in self.staged.items()
-                if wanted.get(level) == staged[0].request.box
+                if wanted.get(level) == staged[0].box
             }
             dropped = [staged for level, staged in self.staged.items() if level not in kept]
-            for level in [level for level in self.staged if level not in kept]:
-                del self.staged[level]
-        for _, live in dropped:
+            self.staged = dict(kept)
+        for _, _, live, _ in dropped:
             live.release()
         for level, box in wanted.items():
             if level in kept:
-                continue  # already loading (or ready and announced)
+                continue  # already loading (or built and announced)
             made = box_view(self._arrays, self._axis_map, level, box, latest.displayed)
             if made is None:
                 continue
             volume, view = made
             plan = self._plan(volume, view)
-            shown = Shown.blank(volume, plan, self._sources)
             try:
                 live = self._cache.request(
                     plan.refs, view=(self._owner, "volume", level), level=level
@@ -310,29 +311,32 @@ class PreparedVolumes:
             except RuntimeError:  # the cache was closed under us
                 return
             with self._lock:
-                self.staged[level] = (shown, live)
-            live.done.add_done_callback(functools.partial(self._done, level))
+                self.staged[level] = (volume, plan, live, None)
+            live.done.add_done_callback(functools.partial(self._landed, level))
 
-    def _done(self, level: int, _: object) -> None:
-        """Copy what landed into a prepared volume; say so when it is complete."""
+    def _landed(self, level: int, _: object) -> None:
+        self._done(level)
+
+    def build(self, level: int) -> None:
+        """Build the frame of `level`'s volume, its chunks having landed (dispatch thread);
+        `ready(level)` when it is whole."""
         with self._lock:
             staged = self.staged.get(level)
-        if staged is None:
+        if staged is None or staged[3] is not None:
             return
-        if staged[0].take_apart(self._cache):
+        volume, plan, live, _ = staged
+        frame = first_frame(volume, plan, self._cache, self._sources)
+        with self._lock:
+            if self.staged.get(level) is not staged:
+                return  # dropped meanwhile
+            self.staged[level] = (volume, plan, live, frame)
+        if not frame.missing:
             self._ready(level)
-
-    def landed(self, landed: Collection[ChunkKey], shown: Collection[Shown]) -> None:
-        """Copy landed chunks into the volumes not `shown` as a view (worker threads)."""
-        for volume in self.views():  # assembled off napari's thread, before napari reads it
-            if all(volume is not view for view in shown):
-                with volume.lock:
-                    volume.take_landed(self._cache, landed)
 
     def close(self) -> None:
         """Release every volume's request (their chunks are unpinned)."""
         with self._lock:
             staged = list(self.staged.values())
             self.staged.clear()
-        for _, request in staged:
-            request.release()
+        for _, _, live, _ in staged:
+            live.release()
