@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
-from napari_lazy_zarr.core.viewport import ViewController
+    from napari_lazy_zarr.core.viewport import ViewController
 
 
 def read_settled(

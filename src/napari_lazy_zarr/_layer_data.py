@@ -201,6 +201,9 @@ class LayerLoader:
         self.controller.failures_found.connect(self._slots[1], thread="main")
         self.controller.volume_ready.connect(self._slots[2], thread="main")
         layer.events.set_data.connect(self._on_slice_applied)
+        # napari sliced the layer (at its construction and on insertion) before it was
+        # attached, and applied those slices: they are what it shows.
+        self.controller.slice_applied()
         self._throttle()  # napari sliced before we were attached: show what landed since
         self._reporter.throttle()  # ... and report what failed since (kept until taken)
 

@@ -304,21 +304,21 @@ def test_a_view_over_its_bounds_is_served_from_a_coarser_level(tmp_path: Path) -
         array.cache.close()
 
 
-def test_a_coarser_plan_shows_the_coarse_levels_pixels_upsampled(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_coarser_plan_shows_the_coarse_levels_pixels_upsampled() -> None:
     from napari_lazy_zarr.core.executors import InlineExecutor
+    from napari_lazy_zarr.core.reading import ViewBounds
     from napari_lazy_zarr.core.sources.decimated import virtual_levels
     from napari_lazy_zarr.core.viewport import ViewController
-    from napari_lazy_zarr.core.viewport import _coarser as coarser
     from tests.viewing import read_settled
 
-    monkeypatch.setattr(coarser, "VIEW_CHUNKS", 4)  # level 0's 8 x 8 chunks are over it
     data = np.arange(64 * 64, dtype=np.uint16).reshape(64, 64)
     base = ArraySource(data, chunks=(8, 8), name="u")
     levels = virtual_levels(base, smallest=16, chunk_size=16)  # 64², 32², 16²
     with ChunkCache(1 << 24, executor=InlineExecutor()) as cache:
-        controller = ViewController(levels, cache, prefetch=False)
+        # Level 0's 8 x 8 chunks are over a bound of 4.
+        controller = ViewController(
+            levels, cache, prefetch=False, bounds=ViewBounds(view_chunks=4)
+        )
         try:
             view = controller.arrays[0][5:61, 3:50]
             controller.read(0, view)

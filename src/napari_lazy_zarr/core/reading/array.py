@@ -15,6 +15,7 @@ from zarr_indexing import FixedDimension, LazyArray
 from napari_lazy_zarr.core.errors import CacheClosedError, ChunkReadError
 from napari_lazy_zarr.core.executors import DaemonExecutor
 from napari_lazy_zarr.core.keys import ChunkRef, grid_shape
+from napari_lazy_zarr.core.reading.bounds import DEFAULT_BOUNDS
 from napari_lazy_zarr.core.reading.cache_reader import lazy_for
 from napari_lazy_zarr.core.reading.plans import MAX_VIEW_CHUNKS, Fallback, ReadPlan, plan_read
 
@@ -29,8 +30,9 @@ if TYPE_CHECKING:
 
 __all__ = ["MIN_VIEW_BYTES", "ChunkedArray", "PartialRead"]
 
-MIN_VIEW_BYTES: Final = 256 << 20
-"""The output bytes a read may return are bounded by the cache's limit, but never below this."""
+MIN_VIEW_BYTES: Final = DEFAULT_BOUNDS.min_bytes
+"""The output bytes a read may return are bounded by the cache's limit, but never below this
+(`ViewBounds.min_bytes`)."""
 
 PLANS_KEPT: Final = 16
 """Plans of basic selections an array and the views derived from it keep, most recent first."""
@@ -58,7 +60,7 @@ class _PlanMemo:
         transform = lazy.transform
         max_bytes = self._max_bytes
         if max_bytes is None:  # the memory the user gave the cache (read when planned)
-            max_bytes = max(cache.total_bytes_limit, MIN_VIEW_BYTES)
+            max_bytes = DEFAULT_BOUNDS.read_bytes(cache.total_bytes_limit)
         bounds = {"max_chunks": self._max_chunks, "max_bytes": max_bytes}
         if transform.index_array_structure != "none":
             return plan_read(lazy, source, cache, **bounds)

@@ -55,6 +55,7 @@ from zarr_indexing import (
 
 from napari_lazy_zarr.core.errors import PlanTooLargeError
 from napari_lazy_zarr.core.keys import ChunkKey, ChunkRef
+from napari_lazy_zarr.core.reading.bounds import DEFAULT_BOUNDS
 from napari_lazy_zarr.core.reading.cache_reader import CacheReader
 
 if TYPE_CHECKING:
@@ -78,8 +79,9 @@ __all__ = [
     "plan_read",
 ]
 
-MAX_VIEW_CHUNKS: Final = 65_536
-"""Chunks one read may touch by default (`plan_read`); a view over it is refused."""
+MAX_VIEW_CHUNKS: Final = DEFAULT_BOUNDS.max_chunks
+"""Chunks one read may touch by default (`plan_read`); a view over it is refused
+(`ViewBounds.max_chunks`)."""
 
 _EXACT_POINTS: Final = 4096
 """Up to this many samples (or spanned chunks) of a strided non-regular axis are counted

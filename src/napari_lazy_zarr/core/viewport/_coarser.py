@@ -5,8 +5,9 @@ napari picks the level it reads by the canvas, not by what the level costs: a
 chunks, and a virtual level sampling such a store costs one stored chunk per
 pixel. `view_plan` counts what the requested level's view would cost by grid
 arithmetic (`count_chunks`, and the stored chunks under one chunk of a derived
-level, `chunk_cost`) and, over `VIEW_CHUNKS` chunks or `VIEW_STORED_CHUNKS`
-stored reads, plans the same region at the finest coarser level within both,
+level, `chunk_cost`) and, over `ViewBounds.view_chunks` chunks or
+`ViewBounds.view_stored_chunks` stored reads, plans the same region at the finest
+coarser level within both,
 else the coarsest: a `CoarserPlan`, whose buffer is the coarse region and whose
 frame is that region upsampled (nearest neighbour) to the requested view.
 Planning stays a few milliseconds of napari's main thread whatever the grid.
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from napari_lazy_zarr.core.errors import PlanTooLargeError
+from napari_lazy_zarr.core.reading.bounds import DEFAULT_BOUNDS
 from napari_lazy_zarr.core.reading.cache_reader import lazy_for
 from napari_lazy_zarr.core.reading.plans import ReadPlan, count_chunks, plan_read
 from napari_lazy_zarr.core.sources.protocol import is_derived
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
 
     from napari_lazy_zarr.core.keys import ChunkKey
     from napari_lazy_zarr.core.reading.array import ChunkedArray
+    from napari_lazy_zarr.core.reading.bounds import ViewBounds
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
     from napari_lazy_zarr.core.viewport.axes import Box
 
@@ -40,16 +43,17 @@ __all__ = [
     "CoarserPlan",
     "view_cost",
     "view_plan",
+    "within",
 ]
 
-VIEW_CHUNKS: Final = 8192
-"""Chunks one napari view may plan at its level (planning costs 5-10 µs each here)."""
+VIEW_CHUNKS: Final = DEFAULT_BOUNDS.view_chunks
+"""Chunks one napari view may plan at its level by default (`ViewBounds.view_chunks`)."""
 
-VIEW_STORED_CHUNKS: Final = 65_536
-"""Stored chunks one napari view may cost (a derived level's chunks counted by their inputs)."""
+VIEW_STORED_CHUNKS: Final = DEFAULT_BOUNDS.view_stored_chunks
+"""Stored chunks one napari view may cost by default (`ViewBounds.view_stored_chunks`)."""
 
-VIEW_BYTES: Final = 256 << 20
-"""The largest frame a view served from a coarser level is upsampled into."""
+VIEW_BYTES: Final = DEFAULT_BOUNDS.view_bytes
+"""The largest frame of a view served coarser, by default (`ViewBounds.view_bytes`)."""
 
 
 def view_cost(source: ChunkSource, box: Box) -> tuple[int, int]:
@@ -65,18 +69,28 @@ def view_cost(source: ChunkSource, box: Box) -> tuple[int, int]:
     return chunks, chunks
 
 
+def within(bounds: ViewBounds, chunks: int, stored: int) -> bool:
+    """Whether a view of `chunks` chunks costing `stored` stored chunks is within `bounds`."""
+    return chunks <= bounds.view_chunks and stored <= bounds.view_stored_chunks
+
+
 def view_plan(
-    level: int, box: Box, view: ChunkedArray, sources: Sequence[ChunkSource]
+    level: int,
+    box: Box,
+    view: ChunkedArray,
+    sources: Sequence[ChunkSource],
+    bounds: ViewBounds = DEFAULT_BOUNDS,
 ) -> ReadPlan:
-    """`view` (the box `box` of `sources[level]`) planned, or served coarser if over bounds."""
+    """`view` (the box `box` of `sources[level]`) planned (the array's own plan, kept by
+    its plan memo), or served coarser if over `bounds`."""
     chunks, stored = view_cost(sources[level], box)
-    if chunks <= VIEW_CHUNKS and stored <= VIEW_STORED_CHUNKS:
+    if within(bounds, chunks, stored):
         return view.plan()
     nbytes = math.prod(view.shape) * sources[level].dtype.itemsize
-    if nbytes > VIEW_BYTES:  # no level can answer: the frame itself is too large to hold
+    if nbytes > bounds.view_bytes:  # no level can answer: the frame itself is too large
         raise PlanTooLargeError(
             f"{sources[level].identity}: a view of level {level} of shape {view.shape} is "
-            f"{nbytes:,} bytes, over the {VIEW_BYTES:,} a frame may hold; show a smaller "
+            f"{nbytes:,} bytes, over the {bounds.view_bytes:,} a frame may hold; show a smaller "
             "region, or let napari choose the level (do not lock a fine one)"
         )
     fine_shape = sources[level].shape
@@ -84,7 +98,7 @@ def view_plan(
     for coarse in range(level + 1, len(sources)):
         region = _coarse_region(box, fine_shape, sources[coarse].shape)
         chunks, stored = view_cost(sources[coarse], region)
-        if chunks <= VIEW_CHUNKS and stored <= VIEW_STORED_CHUNKS:
+        if within(bounds, chunks, stored):
             chosen = coarse
             break
     if chosen == level:  # the coarsest level itself is over: planned as it is (bounded)

@@ -72,6 +72,7 @@ from psygnal import Signal
 from napari_lazy_zarr.core.cache import LoadClass
 from napari_lazy_zarr.core.executors import SerialDispatch
 from napari_lazy_zarr.core.reading.array import ChunkedArray
+from napari_lazy_zarr.core.reading.bounds import DEFAULT_BOUNDS
 from napari_lazy_zarr.core.sources.protocol import is_derived
 from napari_lazy_zarr.core.states import ChunkState
 from napari_lazy_zarr.core.viewport._coarser import CoarserPlan
@@ -108,6 +109,7 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.cache import ChunkCache
     from napari_lazy_zarr.core.executors import Executor
     from napari_lazy_zarr.core.keys import ChunkKey, ChunkRef
+    from napari_lazy_zarr.core.reading.bounds import ViewBounds
     from napari_lazy_zarr.core.reading.plans import ReadPlan
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
     from napari_lazy_zarr.core.states import ChunkEvent
@@ -134,6 +136,7 @@ class _Slot:
     __slots__ = (
         "answer",
         "answered",
+        "applied",
         "composed",
         "composes",
         "deferred",
@@ -154,6 +157,7 @@ class _Slot:
         self.answer: ViewFrame | None = None
         self.answered: ViewFrame | None = None
         self.held = False
+        self.applied: ViewFrame | None = None  # the answer the viewer showed last
         self.composed = False  # a frame with stand-ins was built since the view was new
         self.recompose = False  # a coarser chunk landed since the last stand-ins
         # What the latest cache request for it was made on (`ViewController._issue`).
@@ -209,6 +213,9 @@ class ViewController:
     lookahead_share
         The share of the cache's capacity that loading ahead of a walk through z or t
         (playback) may take; the rest keeps the planes already seen.
+    bounds
+        How much one view may cost (`ViewBounds`): a view over them is served from a
+        coarser level.
 
     Signals
     -------
@@ -262,6 +269,7 @@ class ViewController:
         dispatch: Executor | None = None,
         hold: bool = True,
         lookahead_share: float = 0.5,
+        bounds: ViewBounds = DEFAULT_BOUNDS,
     ) -> None:
         if not levels:
             raise ValueError("a layer needs at least one level")
@@ -288,7 +296,7 @@ class ViewController:
         self._id = next(_controller_ids)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # `wait_until_settled` sleeps here
-        self._plans = ViewPlans(self.sources)
+        self._plans = ViewPlans(self.sources, bounds)
         self._owned: SerialDispatch | None = None
         if dispatch is None:
             dispatch = self._owned = SerialDispatch(f"lazy-zarr-view-{name}")
@@ -312,7 +320,6 @@ class ViewController:
         self._presentable: dict[ViewKind, ViewFrame] = {}  # by kind: the last shown whole
         self._retired: ViewFrame | None = None  # the frame of the view a read let go of
         self._signalled = False  # view_changed emitted, no read since
-        self._asked = False  # view_changed emitted, no slice of the newest frames applied since
         self._skipped = False  # the viewer said it will not read (a hidden layer)
         self._woken = False  # an update of the frames is queued on the dispatch thread
         self._closed = False
@@ -388,17 +395,15 @@ class ViewController:
     def _settled(self) -> bool:  # `_lock` held
         if self._skipped:
             return self._complete()
-        if self._asked:
-            return False  # asked to read newer frames: not shown until a slice is applied
         keys: set[ChunkKey] = set()
         for slot in self._slots.values():
             answered = slot.answered
-            if answered is None or slot.held:
-                return False
+            if answered is None or slot.held or slot.applied is not slot.answer or slot.newer():
+                return False  # the viewer does not show this view's newest frame yet
             keys.update(answered.missing - slot.deferred if slot.deferred else answered.missing)
         if not keys:
             return True
-        # Final: everything the frames answered lack has FAILED (shown as the placeholder).
+        # Final: everything the frames shown lack has FAILED (shown as the placeholder).
         _, failed = self.cache.lookup_many(keys)
         return len(failed) == len(keys)
 
@@ -694,7 +699,7 @@ class ViewController:
                 return
             if any(slot.held and not slot.presentable(slot.frame) for slot in slots):
                 return
-            self._signalled = self._asked = True
+            self._signalled = True
         self.view_changed.emit()
 
     # -- volumes (3D at a finer level) ----------------------------------------
@@ -781,18 +786,17 @@ class ViewController:
     # -- the viewer's side ----------------------------------------------------
 
     def slice_applied(self) -> None:
-        """The viewer now shows a slice of the frames it was last answered with: if none is
-        newer, what `view_changed` asked for is shown."""
+        """The viewer now shows a slice of the frames it was last answered with."""
         with self._changed:
-            if not any(slot.newer() for slot in self._slots.values()):
-                self._asked = False
+            for slot in self._slots.values():
+                slot.applied = slot.answer
             self._changed.notify_all()
 
     def refresh_skipped(self) -> None:
         """The viewer will not read again (layer hidden): stop waiting for it."""
         with self._changed:
             self._skipped = True
-            self._signalled = self._asked = False
+            self._signalled = False
             self._changed.notify_all()
 
     def close(self) -> None:

@@ -1,7 +1,8 @@
 """The plans of the views a controller shows, and the view of a box as napari reads it.
 
-`ViewPlans` keeps the plans of the views a controller showed lately, served
-coarser when over bounds (`_coarser.view_plan`); `box_view` makes the view
+`ViewPlans` plans the views a controller shows, served coarser when over their
+bounds (`_coarser.view_plan`), keeping only those (a view's own plan is its
+array's, kept once in that array's memo); `box_view` makes the view
 napari would read for a box, for the frames a controller prepares ahead of
 napari (`volumes`, `planes`).
 """
@@ -11,14 +12,18 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from napari_lazy_zarr.core.viewport._coarser import view_plan
+from napari_lazy_zarr.core.reading.bounds import DEFAULT_BOUNDS
+from napari_lazy_zarr.core.viewport._coarser import CoarserPlan, view_plan
 from napari_lazy_zarr.core.viewport.axes import view_box
 from napari_lazy_zarr.core.viewport.frames import ViewRequest
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
 
+    from zarr_indexing import IndexTransform
+
     from napari_lazy_zarr.core.reading.array import ChunkedArray
+    from napari_lazy_zarr.core.reading.bounds import ViewBounds
     from napari_lazy_zarr.core.reading.plans import ReadPlan
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
     from napari_lazy_zarr.core.viewport.axes import AxisMap, Box
@@ -48,28 +53,35 @@ def box_view(
 
 
 class ViewPlans:
-    """The read plans of the views a controller showed lately (thread-safe).
+    """The plans of the views a controller shows (thread-safe).
 
-    Keyed by level, box and displayed axes, the `kept` latest: views revisited
-    while panning back are not planned again.
+    A view within `bounds` is planned by its array (`ChunkedArray.plan`, whose
+    memo the layer's arrays share, keyed by index transform): that plan is not
+    kept twice. A view over them is served from a coarser level (`view_plan`),
+    and those plans are kept here, the `kept` latest, by level and index
+    transform, so views revisited while panning back are not planned again.
     """
 
-    def __init__(self, sources: Sequence[ChunkSource], kept: int = 8) -> None:
+    def __init__(
+        self, sources: Sequence[ChunkSource], bounds: ViewBounds = DEFAULT_BOUNDS, kept: int = 8
+    ) -> None:
         self._sources = list(sources)
+        self.bounds = bounds
         self._kept = kept
         self._lock = threading.Lock()
-        self._plans: dict[tuple[int, Box, tuple[int, ...]], ReadPlan] = {}
+        self._served: dict[tuple[int, IndexTransform], ReadPlan] = {}
 
     def plan(self, request: ViewRequest, view: ChunkedArray) -> ReadPlan:
         """The plan of `view`, which shows exactly `request`'s cells."""
-        key = (request.level, request.box, request.displayed)
+        key = (request.level, view.transform)
         with self._lock:
-            plan = self._plans.get(key)
-        if plan is None:
-            # A view over its bounds is served from a coarser level (`view_plan`).
-            plan = view_plan(request.level, request.box, view, self._sources)
+            plan = self._served.get(key)
+        if plan is not None:
+            return plan
+        plan = view_plan(request.level, request.box, view, self._sources, self.bounds)
+        if isinstance(plan, CoarserPlan):
             with self._lock:
-                self._plans[key] = plan
-                while len(self._plans) > self._kept:
-                    del self._plans[next(iter(self._plans))]
+                self._served[key] = plan
+                while len(self._served) > self._kept:
+                    del self._served[next(iter(self._served))]
         return plan
