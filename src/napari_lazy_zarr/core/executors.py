@@ -310,11 +310,16 @@ class DaemonExecutor:
 
         Returns the tasks dropped.
         """
+        dropped = self._stop()
+        worker_pool().trim()
+        return dropped
+
+    def _stop(self) -> list[Callable[[], Any]]:
+        """Take no more tasks; the queued ones, dropped."""
         with self._lock:
             self._shutdown = True
             dropped = list(self._tasks)
             self._tasks.clear()
-        worker_pool().trim()
         return dropped
 
     def wait_idle(self, timeout: float | None = None) -> bool:
@@ -417,8 +422,12 @@ class SerialDispatch(DaemonExecutor):
         super().__init__(1, name=name, idle_seconds=idle)
 
     def close(self, timeout: float = 1.0) -> None:
-        """Drop queued work and wait for the running task (at most `timeout` seconds)."""
-        self.shutdown()
+        """Drop queued work and wait for the running task (at most `timeout` seconds).
+
+        The pool's parked threads stay (closing a layer's dispatch need not end the
+        threads other layers' work reuses): its own parks `idle` seconds, then ends.
+        """
+        self._stop()
         if getattr(_serving, "executor", None) is not self:  # not from its own task
             self.wait_idle(timeout)
 

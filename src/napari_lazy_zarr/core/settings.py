@@ -444,6 +444,7 @@ class _Fields(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _read_text(cls, values: Any) -> Any:
+        """Each value read as its field's type if it is text (`_from_text`)."""
         if not isinstance(values, dict):
             return values
         fields = cls.model_fields
