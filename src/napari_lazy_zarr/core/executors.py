@@ -145,8 +145,9 @@ class WorkerPool:
                 self._handoffs.append((fn, name, idle_seconds))
                 self._ready.notify()
                 return
+            trims = self._trims
         thread = threading.Thread(
-            target=self._serve, args=((fn, name, idle_seconds),), name=name, daemon=True
+            target=self._serve, args=((fn, name, idle_seconds), trims), name=name, daemon=True
         )
         try:
             thread.start()
@@ -163,12 +164,14 @@ class WorkerPool:
             self._trims += 1
             self._ready.notify_all()
 
-    def _serve(self, job: tuple[Callable[[], Any], str, float] | None) -> None:
+    def _serve(self, job: tuple[Callable[[], Any], str, float] | None, trims: int) -> None:
+        """Run `job`, then the ones handed over, until idle too long or trimmed: a trim
+        after `trims` (as the thread started) ends it, even one while a handed-over job
+        waited for it to wake."""
         while job is not None:
             fn, name, idle_seconds = job
             job = None
             threading.current_thread().name = name
-            trims = self._trims
             try:
                 fn()
             except BaseException:  # a task's bug (or a stray interrupt) must not kill the pool
