@@ -6,14 +6,11 @@ directory). The sample is opened the way *File ▸ Open Sample ▸ Lazy Zarr* do
 it, through napari's public route: ``viewer.open_sample("napari-lazy-zarr",
 "pyramid")``, called from the event loop. Variants:
 
-- *first open*: an empty cache directory. The sample is served from its
-  generator (a `FunctionSource` per level, computed by the chunk cache's
-  workers) while its pyramid is written in a background thread.
+- *sample*: served from its generator (a `FunctionSource` per level, computed
+  by the chunk cache's workers); nothing is written.
 - *…, warm*: napari has shown (and removed) an image layer before the clock
   starts, so napari's one-time costs of a first image layer (importing SciPy,
   building the layer controls) are not counted: what is left is the sample's.
-- *later open*: the complete pyramid is in the cache directory (written once
-  under ``bench/.data/``); the sample reads the store.
 - *in-memory image*: napari alone, the peer: ``viewer.add_image`` of the
   sample's level 3 as a NumPy array (computed before the clock starts).
 - *empty viewer*: the same event loop and heartbeat, no layer: the floor.
@@ -24,9 +21,8 @@ step (the open itself, napari's slicing, refreshes, painting: anything the
 window waits on); the open call's duration and, within it, the plugin's npe2
 sample command's; the time from the open to the
 first slice napari applies (its `set_data` event) whose data holds computed
-pixels rather than the fill value (`ViewController.latest`), and how many of
-the pyramid's chunks the background write had written by the end. Then one
-canvas screenshot confirms that the cells are on screen.
+pixels rather than the fill value (`ViewController.latest`). Then one canvas
+screenshot confirms that the cells are on screen.
 
 Run with ``xvfb-run -a -s "-screen 0 1920x1080x24" ./dev run python -m bench.sample_startup``
 (``--quick``: a 4096² sample, one run per variant).
@@ -44,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench import DATA_DIR, environment_line, interleaved, markdown_table, worker_result
+from bench import environment_line, interleaved, markdown_table, worker_result
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -64,9 +60,8 @@ class Config:
 FULL = Config(size=32768, runs=3, seconds=10.0)
 QUICK = Config(size=4096, runs=1, seconds=5.0)
 VARIANTS = (
-    "first open",
-    "first open, warm",
-    "later open, warm",
+    "sample",
+    "sample, warm",
     "in-memory image",
     "in-memory image, warm",
     "empty viewer",
@@ -87,7 +82,7 @@ def _worker(spec: dict[str, Any]) -> dict[str, Any]:
     plugin_import = time.perf_counter() - begin
     from napari_lazy_zarr._layer_data import loader_of
     from napari_lazy_zarr.cli import _fit_canvas
-    from napari_lazy_zarr.core.sample import running_write, synthetic_cells
+    from napari_lazy_zarr.core.sample import synthetic_cells
 
     sample_data.SAMPLE_SIZE = spec["size"]  # what the npe2 command opens (32768 by default)
     app = get_qapp()
@@ -176,17 +171,12 @@ def _worker(spec: dict[str, Any]) -> dict[str, Any]:
     result["longest_step_s"] = max(gaps)
     result["p99_step_s"] = sorted(gaps)[int(0.99 * (len(gaps) - 1))]
     result["beats"] = len(gaps)
-    path = sample_data.sample_location(spec["size"])
-    write = running_write(path)
-    result["written"] = None if write is None else [write.written, write.total]
     if variant != "empty viewer":
         shot = np.asarray(viewer.screenshot(canvas_only=True, flash=False))[..., :3]
         cells = synthetic_cells(0, 0, (2048, 2048))
         result["screen_green_max"] = int(shot[..., 1].max())
         result["screen_bright_share"] = float((shot[..., 1] > 40).mean())
         result["blob_share"] = float((cells > cells.min()).mean())
-    if write is not None:
-        write.stop(timeout=30)
     viewer.close()
     return result
 
@@ -198,20 +188,7 @@ def _worker_main(argv: Sequence[str]) -> int:
     return 0
 
 
-def ensure_store(config: Config) -> Path:
-    """The user cache directory (XDG_CACHE_HOME) holding the complete sample, written once."""
-    from napari_lazy_zarr._sample_data import sample_path
-
-    home = DATA_DIR / "sample-cache"
-    started = time.perf_counter()
-    path = sample_path(config.size, home / "napari-lazy-zarr")
-    print(f"[sample] {path} ready in {time.perf_counter() - started:.0f} s", flush=True)
-    return home
-
-
-def run_worker(
-    config: Config, variant: str, home: Path, scratch: Path, run_id: int
-) -> dict[str, Any]:
+def run_worker(config: Config, variant: str, scratch: Path, run_id: int) -> dict[str, Any]:
     output = scratch / f"result-{run_id}.json"
     spec = {
         "variant": variant,
@@ -222,7 +199,7 @@ def run_worker(
     env = dict(os.environ)
     env["NAPARI_CONFIG"] = str(scratch / f"settings-{run_id}.yaml")
     fresh = scratch / f"cache-{run_id}"
-    env["XDG_CACHE_HOME"] = str(home if variant.startswith("later open") else fresh)
+    env["XDG_CACHE_HOME"] = str(fresh)
     for name in ("NAPARI_LAZY_ZARR_TOTAL_BYTES_LIMIT", "NAPARI_LAZY_ZARR_CONCURRENCY"):
         env.pop(name, None)
     result = worker_result(
@@ -233,10 +210,8 @@ def run_worker(
         timeout=config.worker_timeout,
         what="sample worker",
     )
-    # A stopped write's temporary folder, or an incomplete store: what must never remain.
-    folder = fresh / "napari-lazy-zarr"
-    leftovers = [p for p in folder.glob("*") if not (p / ".complete").is_file()]
-    result["leftovers"] = [p.name for p in leftovers]
+    # The sample is computed, never written: nothing must appear in the cache directory.
+    result["leftovers"] = [p.name for p in (fresh / "napari-lazy-zarr").glob("*")]
     return result
 
 
@@ -248,7 +223,6 @@ def run(quick: bool = False) -> str:
             "xvfb-run -a -s '-screen 0 1920x1080x24' ./dev run python -m bench.sample_startup"
         )
     config = QUICK if quick else FULL
-    home = ensure_store(config)
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in VARIANTS}
     run_ids = iter(range(1_000_000))
     started = time.perf_counter()
@@ -259,7 +233,7 @@ def run(quick: bool = False) -> str:
         def method(name: str) -> Callable[[int], float]:
             def measure(_: int) -> float:
                 begin = time.perf_counter()
-                result = run_worker(config, name, home, scratch, next(run_ids))
+                result = run_worker(config, name, scratch, next(run_ids))
                 results[name].append(result)
                 print(f"[sample] {name}: {json.dumps(result)}", flush=True)
                 return time.perf_counter() - begin
@@ -287,7 +261,6 @@ def report(
 ) -> str:
     rows = []
     for name, runs in results.items():
-        written = [r["written"] for r in runs if r.get("written")]
         rows.append(
             [
                 name,
@@ -297,7 +270,6 @@ def report(
                 _ms([r["first_pixels_s"] for r in runs]),
                 _ms([r["longest_step_s"] for r in runs]),
                 _ms([r["p99_step_s"] for r in runs]),
-                ", ".join(f"{w}/{t}" for w, t in written) or "–",
                 _ms([r["plugin_import_s"] for r in runs]),
             ]
         )
@@ -310,12 +282,11 @@ def report(
             "first pixels (ms)",
             "longest main-thread step (ms)",
             "p99 step (ms)",
-            "chunks written by the end",
             "plugin import, before (ms)",
         ],
         rows,
     )
-    shown = [r for name in VARIANTS[:3] for r in results[name]]
+    shown = [r for name in VARIANTS[:2] for r in results[name]]
     confirmed = all(r["screen_green_max"] >= 200 for r in shown)
     leftovers = sorted(
         {name for runs in results.values() for r in runs for name in r["leftovers"]}
@@ -330,15 +301,13 @@ def report(
             f"by a {HEARTBEAT_MS} ms main-thread heartbeat. Medians (min–max) of {config.runs} "
             "interleaved runs per variant. *First pixels*: from the open call to the first slice "
             "napari applies holding computed pixels (in-memory image: the open call's return). "
-            "*First open* starts from an empty cache "
-            "directory (the generator serves the view, the pyramid is written in the background, "
-            "stopped at the run's end); *later open* reads the complete store; *empty viewer* is "
+            "*Sample*: the generator serves the view (nothing is written); *empty viewer* is "
             "the heartbeat's floor.",
             "",
             table,
             "",
-            f"The canvas showed the cells at the end of every run: {confirmed}. Left in the "
-            f"cache directory by the stopped writes: {leftovers or 'nothing'}. "
+            f"The canvas showed the cells at the end of every run: {confirmed}. Written to the "
+            f"cache directory: {leftovers or 'nothing'}. "
             f"Measured in {elapsed:.0f} s; 1-minute load average {load[0]:.2f} before, "
             f"{load[1]:.2f} after.",
             "",

@@ -1,7 +1,8 @@
 """The plugin's page in napari's *Preferences*: reading it, following it, writing to it.
 
 napari builds the page (*Plugin Preferences ▸ Lazy Zarr*) from the manifest's
-``contributions.configurations`` (`core.settings.configuration_schema`) and
+``contributions.configurations`` (`core.settings.configuration_schema`, the
+`Settings` model's JSON schema) and
 saves it beside its own settings (``napari-lazy-zarr.yaml`` in napari's
 configuration folder, or ``NAPARI_CONFIG``'s). This module reaches it through
 napari's public `napari.settings.get_plugin_settings` only:
@@ -40,8 +41,9 @@ PLUGIN_NAME: Final = "napari-lazy-zarr"
 # disabled, so the page can be replaced) and who wants to hear of changes.
 _watched: weakref.ref[Any] | None = None
 _listeners: list[Callable[[], None]] = []
-_snapshot_lock = threading.Lock()
-_snapshot: dict[str, dict[str, Any]] = {}  # the page's non-default values, for any thread
+# The page's non-default values, for any thread: replaced whole, never changed in place,
+# so readers need no lock.
+_snapshot: dict[str, dict[str, Any]] = {}
 
 
 def plugin_preferences() -> Any | None:
@@ -70,8 +72,7 @@ def _changed_values() -> dict[str, dict[str, Any]]:
     """
     if threading.current_thread() is threading.main_thread():
         _follow()
-    with _snapshot_lock:
-        return {section: dict(values) for section, values in _snapshot.items()}
+    return {section: dict(values) for section, values in _snapshot.items()}
 
 
 def _follow() -> Any | None:
@@ -92,9 +93,7 @@ def _follow() -> Any | None:
 
 def _take_snapshot(page: Any | None) -> None:
     global _snapshot
-    values = {} if page is None else page.model_dump(exclude_defaults=True)
-    with _snapshot_lock:
-        _snapshot = values
+    _snapshot = {} if page is None else page.model_dump(exclude_defaults=True)
 
 
 def _on_changed(_event: Any = None) -> None:

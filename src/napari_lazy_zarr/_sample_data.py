@@ -1,90 +1,56 @@
-"""napari sample data: the synthetic cells OME-Zarr pyramid, shown at once, stored once.
+"""napari sample data: the synthetic cells OME-Zarr pyramid, computed as it is viewed.
 
-The first time (no complete store in the user cache directory) the sample is
-served at once from its generator: each level is a `FunctionSource` over
-`synthetic_cells`, read like any store through the plugin's chunk cache, so
-its chunks are computed by the cache's workers, never on napari's main thread.
-Meanwhile the same pyramid is written in a background thread (napari's
-activity dock shows its progress) and renamed into place when complete; the
-layer keeps reading the generator (the same pixels), and the next open reads
-the store.
+Each level is a `FunctionSource` over `synthetic_cells`
+(`core.sample.sample_level_sources`), read like any store through the plugin's
+chunk cache: a chunk is computed by the cache's workers when a view needs it,
+never on napari's main thread, and nothing is written. The same pyramid as an
+OME-Zarr store on disk: `write_sample` (``napari-lazy-zarr sample --write
+PATH``), or `sample_path` for scripts.
 """
 
 from __future__ import annotations
 
-import threading
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from napari_lazy_zarr.core.sample import (
     SAMPLE_SIZE,
-    SampleWrite,
     default_cache_dir,
     is_complete,
     sample_image_spec,
     sample_level_sources,
-    sample_write,
+    write_sample_ome_zarr,
 )
 
 if TYPE_CHECKING:
-    from pathlib import Path
+    from collections.abc import Callable
 
-__all__ = ["SAMPLE_SIZE", "sample_layers", "sample_location", "sample_path", "sample_pyramid"]
+    from napari_lazy_zarr.core.sources import ChunkSource
+
+__all__ = [
+    "SAMPLE_SIZE",
+    "sample_layers",
+    "sample_path",
+    "sample_pyramid",
+    "sample_title",
+    "write_sample",
+]
 
 LayerDataTuple = tuple[Any, dict[str, Any], str]
 
 
-def sample_location(size: int = SAMPLE_SIZE, directory: Path | None = None) -> Path:
-    """Where the sample pyramid of `size`² is kept (it may not be written yet)."""
-    directory = default_cache_dir() if directory is None else directory
-    return directory / f"cells-{size}.ome.zarr"
+def sample_title(size: int = SAMPLE_SIZE) -> str:
+    """What the sample of `size`² is called where a store's location would be shown."""
+    return f"napari-lazy-zarr sample ({size}x{size} synthetic cells)"
 
 
-def sample_path(size: int = SAMPLE_SIZE, directory: Path | None = None) -> Path:
-    """The complete sample OME-Zarr pyramid of `size`², written first if need be (blocking).
+def sample_layers(size: int = SAMPLE_SIZE) -> list[LayerDataTuple]:
+    """The sample pyramid of `size`² as lazy, non-blocking layer data; returns at once."""
+    from napari_lazy_zarr._reader import layer_data, shared_cache
 
-    For scripts: about a minute and 360 MB for 32768² on 2 cores, into the
-    user cache directory, reused afterwards. A write of it already running in
-    this process (an open sample's) is waited for instead of started again.
-    """
-    path = sample_location(size, directory)
-    while not is_complete(path):
-        write, new = sample_write(path, size)
-        if new:
-            print(f"napari-lazy-zarr: generating {path} (once; later runs reuse it) ...")
-            write.run()
-        else:
-            write.wait()
-        if write.error is not None and not is_complete(path):
-            raise write.error
-    return path
-
-
-def sample_layers(size: int = SAMPLE_SIZE, directory: Path | None = None) -> list[LayerDataTuple]:
-    """The sample pyramid as lazy, non-blocking layer data; returns at once.
-
-    The stored pyramid when it is complete; otherwise the same image computed
-    on demand while a background thread writes the store (one per path and
-    process: a second call while it runs shares it), with a napari progress
-    bar when called on the main thread of a running Qt application.
-    """
-    from napari_lazy_zarr._reader import layer_data, read_zarr, shared_cache
-
-    path = sample_location(size, directory)
-    if is_complete(path):
-        return read_zarr(str(path))
-    cache = shared_cache()
-
-    def viewer_loading() -> bool:  # the views' chunks (the generator's too) go first
-        counters = cache.counters(wait=False)
-        return counters is None or counters.queued + counters.in_flight > 0
-
-    write, new = sample_write(path, size, yield_to=viewer_loading)
-    if new:
-        _show_progress(write)
-        write.start()
-    return layer_data(
-        str(path), sample_image_spec(size), cache, sources=list(sample_level_sources(size))
-    )
+    sources: list[ChunkSource] = [*sample_level_sources(size)]
+    return layer_data(sample_title(size), sample_image_spec(size), shared_cache(), sources=sources)
 
 
 def sample_pyramid() -> list[LayerDataTuple]:
@@ -105,39 +71,54 @@ def _watch_current_viewer() -> None:
         watch_viewer(viewer)
 
 
-def _show_progress(write: SampleWrite) -> None:
-    """A napari progress bar for `write`, updated on the main thread (napari's is not
-    thread-safe: its bar is a Qt widget updated from the progress object's events)."""
-    from qtpy.QtCore import QCoreApplication
+def write_sample(
+    path: str | os.PathLike[str],
+    size: int = SAMPLE_SIZE,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+) -> Path:
+    """Write the sample pyramid of `size`² as an OME-Zarr 0.5 store at `path`, in this call.
 
-    app = QCoreApplication.instance()
-    if app is None or threading.current_thread() is not threading.main_thread():
-        return
-    from napari.utils import progress
-    from psygnal.qt import start_emitting_from_queue
+    About a minute and 360 MB for 32768² on 2 cores. `progress` is called with
+    (chunks written, chunks in all) after every chunk. A store interrupted
+    midway has no OME metadata (`core.sample.is_complete`): written again, it
+    is replaced.
 
-    start_emitting_from_queue(msec=10)
-    bars: list[progress] = []
+    Raises
+    ------
+    FileExistsError
+        `path` exists and is neither empty nor a sample store (nothing of the
+        user's is ever overwritten).
+    """
+    target = Path(path)
+    if target.exists() and not _replaceable(target):
+        raise FileExistsError(
+            f"{target}: exists and is not a napari-lazy-zarr sample store; "
+            "give a new path (the store is written there)"
+        )
+    write_sample_ome_zarr(target, size=size, progress=progress)
+    return target
 
-    def progressed(written: int, _total: int) -> None:
-        if not bars:  # made at the first report, not in the open: napari's first bar
-            # shows its activity dialog and repaints the window (100-500 ms measured)
-            bars.append(progress(total=write.total, desc=f"napari-lazy-zarr: {write.path.name}"))
-        bars[0].update(written - bars[0].n)
 
-    def finished(error: BaseException | None) -> None:
-        write.progressed.disconnect(progressed)
-        write.finished.disconnect(finished)
-        for bar in bars:
-            bar.close()
-        if error is not None and not isinstance(error, InterruptedError):
-            from napari.utils.notifications import show_warning
+def _replaceable(path: Path) -> bool:
+    """An empty folder, or a (complete or interrupted) sample store of ours."""
+    if not path.is_dir():
+        return False
+    names = set(os.listdir(path))
+    levels = {name for name in names if name.isdigit()}
+    return names <= {"zarr.json", ".complete", *levels} and (not names or "zarr.json" in names)
 
-            show_warning(
-                f"napari-lazy-zarr: the sample could not be stored at {write.path}: {error!r}. "
-                "It is still shown, computed as you view it; the next open tries again."
-            )
 
-    # Plain functions: psygnal holds them strongly (a queued emission finds them).
-    write.progressed.connect(progressed, thread="main")
-    write.finished.connect(finished, thread="main")
+def sample_path(size: int = SAMPLE_SIZE, directory: Path | None = None) -> Path:
+    """The complete sample OME-Zarr pyramid of `size`², written first if need be (blocking).
+
+    For scripts: ``cells-{size}.ome.zarr`` in `directory` (default: the user
+    cache directory, `core.sample.default_cache_dir`), written by `write_sample`
+    the first time and reused afterwards.
+    """
+    path = (default_cache_dir() if directory is None else directory) / f"cells-{size}.ome.zarr"
+    if not is_complete(path):
+        print(f"napari-lazy-zarr: writing {path} (once; later runs reuse it) ...", flush=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_sample(path, size)
+    return path

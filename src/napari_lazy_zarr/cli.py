@@ -5,9 +5,11 @@
   the canvas at `--size WxH` (default 1024x768; no inspector beside it) — or with
   `--window` the whole window, inspector included (default 1600x1000) — and exits.
 - `napari-lazy-zarr demo` opens the synthetic OME-Zarr pyramid (`--image-size N`
-  a side, default 32768) at once: served from its generator while it is written,
-  once and in the background, into the user cache directory for later runs. It
-  takes the main command's viewer options (`--screenshot`, `--size`, `--window`).
+  a side, default 32768) at once, computed chunk by chunk as the view needs it
+  (nothing is written). It takes the main command's viewer options
+  (`--screenshot`, `--size`, `--window`).
+- `napari-lazy-zarr sample --write PATH` writes that pyramid as an OME-Zarr store
+  at PATH (`--image-size N`), in the foreground, with a progress line.
 - `napari-lazy-zarr engine-demo` reads a generated store (`--image-size N`)
   through the chunk engine alone (no napari) and prints what it read and the
   cache statistics.
@@ -116,6 +118,33 @@ def demo(directory: Path, size: int, total_bytes_limit: int, concurrency: int | 
     finally:
         image.cache.close()
     return 1 if wrong else 0
+
+
+def write_sample_command(path: Path, size: int) -> int:
+    """`napari-lazy-zarr sample --write PATH`: the sample pyramid written at `path`, with a
+    progress line; 1 (and why, on stderr) when `path` is taken."""
+    from napari_lazy_zarr._sample_data import write_sample
+
+    start = time.perf_counter()
+    shown = [-1]
+
+    def progress(written: int, total: int) -> None:
+        percent = 100 * written // total
+        if percent != shown[0]:  # a hundred updates at most
+            shown[0] = percent
+            print(
+                f"\rwriting {path}: {written:,} of {total:,} chunks ({percent}%)",
+                end="",
+                flush=True,
+            )
+
+    try:
+        write_sample(path, size, progress=progress)
+    except FileExistsError as error:
+        print(f"napari-lazy-zarr: {error}", file=sys.stderr)
+        return 1
+    print(f"\nwrote {path} in {time.perf_counter() - start:.1f} s", flush=True)
+    return 0
 
 
 DEFAULT_CANVAS: Final = (1024, 768)
@@ -292,24 +321,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "demo":
         parser = argparse.ArgumentParser(
             prog="napari-lazy-zarr demo",
-            description="Open the synthetic OME-Zarr pyramid in napari: served at once from "
-            "its generator while it is written once, in the background, for later runs.",
+            description="Open the synthetic OME-Zarr pyramid in napari, at once: its chunks "
+            "are computed as the view needs them (nothing is written).",
         )
         parser.add_argument(
             "--image-size", type=int, default=SAMPLE_SIZE, help="side of the image (px)"
         )
-        parser.add_argument(
-            "--directory", type=Path, default=default_cache_dir(), help="where it is kept"
-        )
         _viewer_options(parser)
         args = parser.parse_args(args_list[1:])
         _check_viewer_options(parser, args)
-        from napari_lazy_zarr._sample_data import sample_layers, sample_location
+        from napari_lazy_zarr._sample_data import sample_layers, sample_title
 
-        location = str(sample_location(args.image_size, args.directory))
         return view(
-            location,
-            layers=lambda: sample_layers(args.image_size, args.directory),
+            sample_title(args.image_size),
+            layers=lambda: sample_layers(args.image_size),
             screenshot=args.screenshot,
             size=args.size,
             window=args.window,
@@ -318,6 +343,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             prefetch=args.prefetch,
             timeout=args.timeout,
         )
+    if command == "sample":
+        parser = argparse.ArgumentParser(
+            prog="napari-lazy-zarr sample",
+            description="Write the demo's synthetic pyramid as an OME-Zarr 0.5 store "
+            "(32768²: about 360 MB and a minute on 2 cores).",
+        )
+        parser.add_argument(
+            "--write",
+            type=Path,
+            required=True,
+            metavar="PATH",
+            help="the store to write: a new folder (e.g. cells.ome.zarr)",
+        )
+        parser.add_argument(
+            "--image-size", type=int, default=SAMPLE_SIZE, help="side of the image (px)"
+        )
+        args = parser.parse_args(args_list[1:])
+        if args.image_size < 1:
+            parser.error(f"--image-size must be at least 1, got {args.image_size}")
+        return write_sample_command(args.write, args.image_size)
     if command == "engine-demo":
         parser = argparse.ArgumentParser(
             prog="napari-lazy-zarr engine-demo",
@@ -337,7 +382,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="napari-lazy-zarr",
         description=description,
-        epilog="Also: 'napari-lazy-zarr demo' (the sample pyramid in napari) and "
+        epilog="Also: 'napari-lazy-zarr demo' (the sample pyramid in napari), "
+        "'napari-lazy-zarr sample --write PATH' (the same pyramid written to disk) and "
         "'napari-lazy-zarr engine-demo' (the chunk engine alone, no napari).",
     )
     parser.add_argument("location", help="a .zarr store: a local path or an http(s):// URL")

@@ -161,7 +161,14 @@ def _scheduler_keys(client: Client) -> set[str]:
 
 
 def _our_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("lazy-zarr-dask")]
+    """Our dask threads still at work: the pool's parked workers end once trimmed."""
+    from napari_lazy_zarr.core.executors import worker_pool
+
+    worker_pool().trim()
+    ours = [t for t in threading.enumerate() if t.name.startswith("lazy-zarr-dask")]
+    for thread in ours:
+        thread.join(timeout=TIMEOUT)
+    return [t for t in ours if t.is_alive()]
 
 
 # -- local scheduler ----------------------------------------------------------

@@ -136,7 +136,6 @@ def test_the_readers_levels_open_with_the_chosen_backend(
 
 def test_the_manifest_page_is_the_model() -> None:
     """napari.yaml's ``configurations`` is the model, field for field, default for default."""
-    import dataclasses
     import pathlib
 
     import yaml
@@ -156,9 +155,7 @@ def test_the_manifest_page_is_the_model() -> None:
         for key, entry in table["properties"].items()
     }
     model = {  # all but the secrets, which napari's plain YAML preferences must not hold
-        item.name: item
-        for item in dataclasses.fields(Settings)
-        if Settings.setting(item.name).preferences
+        name for name in Settings.model_fields if Settings.setting(name).preferences
     }
     assert set(properties) == set(model)
     for name, (section, entry) in properties.items():
@@ -170,14 +167,13 @@ def test_the_manifest_page_is_the_model() -> None:
 
 
 def test_every_field_is_documented() -> None:
-    import dataclasses
     import inspect
 
     from napari_lazy_zarr.core.settings import Settings
 
     doc = inspect.cleandoc(Settings.__doc__ or "")
-    for item in dataclasses.fields(Settings):
-        assert f"\n{item.name}\n    " in doc, item.name
+    for name in Settings.model_fields:
+        assert f"\n{name}\n    " in doc, name
 
 
 def test_the_backend_choices_are_the_backends() -> None:
@@ -289,3 +285,97 @@ def test_the_folders_come_from_platformdirs(
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     assert default_cache_dir() == tmp_path / "cache" / "napari-lazy-zarr"
     assert settings_path() == str(tmp_path / "config" / "napari-lazy-zarr" / "settings.toml")
+
+
+# -- settings files that are not what they seem (issue 50) -----------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[cache]\nconcurrency = " + "[" * 50_000 + "]" * 50_000 + "\n", "cannot read"),
+        ("[cache]\nconcurrency = " + "9" * 5_000 + "\n", "cannot read"),  # int() refuses it
+        ("[timeouts]\nread_timeout = " + "9" * 400 + "\n", "got a number too large"),
+        ("[timeouts]\nread_timeout = 1e999\n", r"<= 3,600 is needed, got inf"),
+        ('[remote.headers."h"]\nX-Date = 1979-05-27\n', "tables hold strings only"),
+    ],
+)
+def test_deep_nesting_and_huge_numbers_are_refused_naming_the_file(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    settings = tmp_path / "settings.toml"
+    settings.write_text(text)
+    with pytest.raises(MetadataError, match=message) as caught:
+        timeouts_from_settings(_env(settings))
+    assert str(settings) in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "variable", ["NAPARI_LAZY_ZARR_CONCURRENCY", "NAPARI_LAZY_ZARR_TOTAL_BYTES_LIMIT"]
+)
+def test_a_variable_of_thousands_of_digits_is_refused_by_name(
+    tmp_path: Path, variable: str
+) -> None:
+    from napari_lazy_zarr.core.settings import current_settings
+
+    with pytest.raises(MetadataError, match=variable):
+        current_settings(_env(tmp_path / "none.toml", **{variable: "9" * 5_000}))
+
+
+SECRET = "s3cr3t-t0ken-0123456789abcdef0123456789"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f'[remote]\n"Authorization: Bearer {SECRET}" = ""\n',  # a header pasted as a key
+        f'[remote]\nAuthorization = "Bearer {SECRET}"\n',  # a header outside its table
+        f'["Bearer {SECRET}"]\nx = 1\n',
+        f'[remote]\nproxy = "https://lab:{SECRET}@proxy.example.org"\n',
+        f'[remote]\nproxy = "http://lab:{SECRET}#@proxy.example.org:31x"\n',
+        f'[remote]\nheaders = "{SECRET}"\n',
+        f'[remote.headers."h"]\nAuthorization = "Bearer {SECRET}\\n"\n',
+    ],
+)
+def test_a_refused_settings_file_never_shows_nor_keeps_a_secret(tmp_path: Path, text: str) -> None:
+    """Neither in the message nor anywhere in the exception's chain."""
+    import traceback
+
+    settings = tmp_path / "settings.toml"
+    settings.write_text(text)
+    with pytest.raises(MetadataError) as caught:
+        timeouts_from_settings(_env(settings))
+    assert str(settings) in str(caught.value)
+    chain: list[BaseException] = []
+    error: BaseException | None = caught.value
+    while error is not None:
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    for error in chain:
+        shown = "".join(traceback.format_exception_only(error))
+        assert SECRET not in shown, shown
+        assert "lab:" not in shown, shown
+
+
+@pytest.mark.parametrize(
+    ("parse", "text"),
+    [
+        ("parse_proxy", f"http://lab:{SECRET}#@proxy.example.org:3128"),  # '#' ends the URL
+        ("parse_proxy", f"http://lab:{SECRET}@proxy.example.org:31x"),
+        ("parse_headers", f'{{"h": {{"Authorization": "Bearer {SECRET}"'),
+        ("parse_headers", "[" * 100_000 + SECRET),
+    ],
+)
+def test_the_remote_parsers_keep_no_secret_in_the_exception_chain(parse: str, text: str) -> None:
+    """`core.storage` calls them on HTTPS_PROXY and the headers variable directly."""
+    import traceback
+
+    from napari_lazy_zarr.core import remote_values
+
+    with pytest.raises(MetadataError) as caught:
+        getattr(remote_values, parse)(text, "HTTPS_PROXY")
+    error: BaseException | None = caught.value
+    while error is not None:
+        assert SECRET not in "".join(traceback.format_exception_only(error))
+        assert SECRET not in repr(getattr(error, "doc", ""))  # a JSONDecodeError's text
+        error = error.__cause__ or error.__context__

@@ -260,7 +260,7 @@ class _NoThreads(threading.Thread):
 def thread_starts(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[bool], None]]:
     """`allow(False)` makes every new thread fail to start, `allow(True)` undoes it; idle
     threads of the shared pool are set aside so the cache needs new ones."""
-    monkeypatch.setattr(executors, "IDLE_THREADS", executors.IdleThreads(limit=64))
+    monkeypatch.setattr(executors, "_pool", executors.WorkerPool())
     original = threading.Thread
 
     def allow(allowed: bool) -> None:
@@ -397,7 +397,7 @@ def test_arrays_dropped_without_close_hold_no_threads() -> None:
         del image, cache  # no close()
         peak = max(peak, threading.active_count())
     assert peak - before <= 8, f"threads {before} -> peak {peak} over 500 dropped arrays"
-    executors.IDLE_THREADS.trim()  # the idle ones end at once (as after a close)
+    executors.worker_pool().trim()  # the idle ones end at once (as after a close)
 
 
 def test_serial_dispatch_that_cannot_start_its_thread_tries_again(
@@ -525,3 +525,100 @@ def test_an_alarm_whose_thread_cannot_start_rings_once_rearmed_after_a_disarm(
     alarm.arm(time.perf_counter() + 0.01)
     assert rang.wait(WAIT)
     alarm.close()
+
+
+# -- the one worker pool ------------------------------------------------------------------
+
+
+def _run_script(code: str) -> str:
+    import subprocess
+    import sys
+    import textwrap
+
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=WAIT * 2,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_the_interpreter_exits_with_pool_work_still_running() -> None:
+    """Daemon threads, never joined at exit: a fan-out's, a dask pool's or a cache's task
+    stuck in storage does not hold up the end of the program (a `ThreadPoolExecutor`'s
+    would: the interpreter joins its workers)."""
+    out = _run_script(
+        """
+        import threading
+        from napari_lazy_zarr.core.executors import DaemonExecutor, PoolExecutor, worker_pool
+
+        forever = threading.Event()
+        started = threading.Semaphore(0)
+
+        def stuck():
+            started.release()
+            forever.wait()
+
+        worker_pool().run(stuck, name="lazy-zarr-stuck")
+        DaemonExecutor(name="lazy-zarr-stuck-load").submit(stuck)
+        PoolExecutor(2, name="lazy-zarr-stuck-dask").submit(stuck)
+        for _ in range(3):
+            assert started.acquire(timeout=30)
+        print("exiting with 3 tasks running")
+        """
+    )
+    assert "exiting with 3 tasks running" in out
+
+
+def test_a_forked_child_runs_its_work_on_a_pool_of_its_own() -> None:
+    """The parent's parked threads do not exist in a forked child: handed work, they would
+    never run it."""
+    out = _run_script(
+        """
+        import os, threading, time, warnings
+        from napari_lazy_zarr.core.executors import run_concurrently, worker_pool
+
+        assert run_concurrently(abs, [-1, -2, -3], concurrency=3, name="lazy-zarr-x") == [1, 2, 3]
+        deadline = time.monotonic() + 30
+        while worker_pool().idle < 2 and time.monotonic() < deadline:
+            threading.Event().wait(0.01)  # the fan-out's threads park
+        assert worker_pool().idle >= 2
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads running
+            child = os.fork()
+        if child == 0:
+            ran = threading.Event()
+            worker_pool().run(ran.set, name="lazy-zarr-child")
+            os._exit(0 if ran.wait(10) else 1)
+        _, status = os.waitpid(child, 0)
+        print("child", os.waitstatus_to_exitcode(status))
+        """
+    )
+    assert "child 0" in out
+
+
+def test_a_fan_out_waits_for_every_call_and_raises_the_first_error_in_order() -> None:
+    from napari_lazy_zarr.core.executors import run_concurrently
+
+    ended: list[int] = []
+    gate = threading.Event()
+
+    def call(item: int) -> int:
+        if item == 0:
+            gate.wait(WAIT)  # the slowest: the fan-out still waits for it
+        elif item == 1:
+            gate.set()
+            ended.append(item)
+            raise ValueError("one")
+        elif item == 2:
+            ended.append(item)
+            raise KeyError("two")
+        ended.append(item)
+        return item
+
+    with pytest.raises(ValueError, match="one"):
+        run_concurrently(call, [0, 1, 2, 3], concurrency=4, name="lazy-zarr-test-fan-out")
+    assert sorted(ended) == [0, 1, 2, 3]  # 0 too: it returned before the error was raised

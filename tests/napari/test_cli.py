@@ -122,6 +122,7 @@ def test_screenshot_options_are_checked() -> None:
 SUBCOMMANDS = {
     "main": [],
     "demo": ["demo"],
+    "sample": ["sample"],
     "engine-demo": ["engine-demo"],
 }
 
@@ -144,6 +145,9 @@ def test_every_subcommand_parses_its_help(
         assert "--image-size" in out
         assert "--size WxH" in out
         assert "--window" in out
+    elif command == "sample":
+        assert "--write PATH" in out
+        assert "--image-size" in out
     else:
         assert "--image-size" in out
 
@@ -155,6 +159,8 @@ def test_every_subcommand_parses_its_help(
         ["demo", "--image-size", "big"],
         ["demo", "--image-size", "0"],
         ["demo", "--window"],  # --window without --screenshot
+        ["sample"],  # nothing to do without --write
+        ["sample", "--write", "x.zarr", "--image-size", "0"],
         ["engine-demo", "--size", "2048"],
         ["engine-demo", "--image-size", "-5"],
         ["store.zarr", "--size", "huge"],
@@ -178,19 +184,14 @@ def test_the_demo_shows_the_sample_in_a_real_viewer(
     """The README's main job, as `./dev demo` runs it, on a small image: the cells show."""
     import imageio.v3 as iio
 
-    from napari_lazy_zarr._sample_data import sample_location
     from napari_lazy_zarr.cli import main
-    from napari_lazy_zarr.core.sample import running_write, synthetic_cells
+    from napari_lazy_zarr.core.sample import synthetic_cells
 
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     shot = tmp_path / "demo.png"
-    cache = tmp_path / "cache"
-    code = main(
-        ["demo", "--image-size", "2048", "--directory", str(cache), "--screenshot", str(shot)]
-    )
+    code = main(["demo", "--image-size", "2048", "--screenshot", str(shot)])
     assert code == 0
-    write = running_write(sample_location(2048, cache))
-    if write is not None:  # the demo's background write: end it, the test leaves no thread
-        assert write.stop(timeout=60)
+    assert not (tmp_path / "xdg" / "napari-lazy-zarr").exists()  # nothing written
     image = iio.imread(shot)[..., :3].astype(int)
     assert image.shape[:2] == (768, 1024)
     # The colormap is black to #00FF88: green carries the intensity, red stays 0.
@@ -205,3 +206,30 @@ def test_the_demo_shows_the_sample_in_a_real_viewer(
     assert 0.3 * blob_share < bright.mean() < 1.5 * blob_share, (bright.mean(), blob_share)
     assert green.max() >= 200
     assert np.count_nonzero(green == 0) > 0.3 * green.size  # dark background around
+
+
+def test_sample_write_writes_the_demos_pyramid_with_a_progress_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import zarr
+
+    from napari_lazy_zarr.cli import main
+    from napari_lazy_zarr.core.formats.ome import describe_store
+    from napari_lazy_zarr.core.sample import sample_image_spec, synthetic_cells
+
+    path = tmp_path / "cells.ome.zarr"
+    assert main(["sample", "--write", str(path), "--image-size", "1024"]) == 0
+    out = capsys.readouterr().out
+    assert f"writing {path}: 5 of 5 chunks (100%)" in out  # 2x2 + 1 chunks of 512
+    assert f"wrote {path}" in out
+    (spec,) = describe_store(str(path))
+    assert spec == sample_image_spec(1024)
+    stored = zarr.open_array(str(path / "0"), mode="r")
+    np.testing.assert_array_equal(stored[:], synthetic_cells(0, 0, (1024, 1024)))
+    # A folder of the user's is never overwritten.
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "data.txt").write_text("keep")
+    assert main(["sample", "--write", str(mine), "--image-size", "1024"]) == 1
+    assert "not a napari-lazy-zarr sample store" in capsys.readouterr().err
+    assert (mine / "data.txt").read_text() == "keep"

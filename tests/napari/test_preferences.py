@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 import sys
@@ -31,7 +30,7 @@ _MIB = 1 << 20
 def no_other_sources(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No settings file and no variables: the Preferences page is the only source."""
     monkeypatch.setenv("NAPARI_LAZY_ZARR_SETTINGS", str(tmp_path / "absent.toml"))
-    for name in (f.name for f in dataclasses.fields(Settings)):
+    for name in Settings.model_fields:
         monkeypatch.delenv(Settings.setting(name).variable, raising=False)
 
 
@@ -54,9 +53,9 @@ def test_napari_sees_every_field() -> None:
     }
     defaults = Settings()
     assert shown == {
-        (Settings.setting(f.name).section, f.name): getattr(defaults, f.name)
-        for f in dataclasses.fields(Settings)
-        if Settings.setting(f.name).preferences  # secrets (headers) are not on the page
+        (Settings.setting(name).section, name): getattr(defaults, name)
+        for name in Settings.model_fields
+        if Settings.setting(name).preferences  # secrets (headers) are not on the page
     }
     assert page.display_name == "Lazy Zarr"
 

@@ -204,10 +204,9 @@ def test_sample_data_is_generated_once_and_read_lazily(tmp_path: Path) -> None:
     from napari_lazy_zarr._sample_data import sample_path
 
     path = sample_path(1024, tmp_path)
-    assert (path / ".complete").exists()
-    marker_time = (path / ".complete").stat().st_mtime_ns
+    written = (path / "zarr.json").stat().st_mtime_ns
     assert sample_path(1024, tmp_path) == path  # reused, not rewritten
-    assert (path / ".complete").stat().st_mtime_ns == marker_time
+    assert (path / "zarr.json").stat().st_mtime_ns == written
     ((levels, kwargs, layer_type),) = read_zarr(str(path))
     assert layer_type == "image"
     assert [level.shape for level in levels] == [(1024, 1024), (512, 512)]

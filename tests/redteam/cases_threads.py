@@ -54,7 +54,7 @@ def _thread_start_fails(context: Context) -> str:
     array = context.open(context.root / "a.zarr", cache=cache)
     context.begin()
     original = threading.Thread
-    executors.IDLE_THREADS = executors.IdleThreads(limit=64)  # no idle thread to reuse
+    executors._pool = executors.WorkerPool()  # no idle thread to reuse
     threading.Thread = _NoThreads  # type: ignore[misc]
     try:
         started = time.perf_counter()

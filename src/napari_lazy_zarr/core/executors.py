@@ -1,10 +1,16 @@
-"""Executors: what runs the cache's load tasks (`Executor`), and four that do.
+"""Executors and the one worker pool: where the engine's background work runs.
 
-`DaemonExecutor` is the cache's default (daemon worker threads); `InlineExecutor`
-and `ManualExecutor` run tasks on the caller's thread, for tests and scripts;
-`SerialDispatch` runs tasks in order on one thread that lives while there is work
-(a view controller's dispatch and compose threads); `Alarm` calls back at a
-deadline on a thread kept between alarms (the cache's stall watchdog).
+Every thread the engine starts for work is a worker of the process's
+`WorkerPool` (`worker_pool`), in the shape of zarr-python's `_get_pool`: made
+once per process, shared by everything, never shut down, and its threads are
+daemons, never joined at exit (a read hung in storage never holds up the end of
+the program). On it run `DaemonExecutor` (the cache's workers: a bounded queue),
+`SerialDispatch` (one task at a time, in order), `PoolExecutor` (a
+`concurrent.futures` executor, for dask's local scheduler) and
+`run_concurrently` (fan-outs: metadata opened or fetched at once).
+`InlineExecutor` and `ManualExecutor` run tasks on the caller's thread, for
+tests and scripts. Every deadline rings on one thread, the `AlarmClock`
+(`ALARMS`, the caches' stall watchdogs).
 """
 
 from __future__ import annotations
@@ -13,29 +19,33 @@ import heapq
 import itertools
 import logging
 import math
+import os
 import threading
 import time
 import weakref
 from collections import deque
+from concurrent import futures
 from typing import TYPE_CHECKING, Any, Protocol
 
 from napari_lazy_zarr.core.errors import LazyZarrError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
 __all__ = [
     "ALARMS",
-    "IDLE_THREADS",
     "Alarm",
     "AlarmClock",
     "DaemonExecutor",
     "Executor",
-    "IdleThreads",
     "InlineExecutor",
     "ManualExecutor",
+    "PoolExecutor",
     "SerialDispatch",
     "ThreadStartError",
+    "WorkerPool",
+    "run_concurrently",
+    "worker_pool",
 ]
 
 
@@ -95,95 +105,128 @@ class ThreadStartError(LazyZarrError, RuntimeError):
     a thread or memory limit); the task submitted was not taken. Retryable."""
 
 
-class IdleThreads:
-    """The idle worker threads every `DaemonExecutor` of the process shares.
+class WorkerPool:
+    """The process's worker threads: daemons started on demand, parked idle for reuse.
 
-    A thread serves one executor while it has tasks, then comes here and waits
-    (for the idle time of the executor it last served) to be handed to any
-    executor that needs a thread. So executors made and dropped one after
-    another (an array opened, read and forgotten, 500 times) reuse the same few
-    threads instead of each keeping its own until its idle time runs out. At
-    most `limit` threads wait here; more end at once. Holds no executor while
-    idle, so it keeps none alive.
+    `run` hands a callable to a parked thread, else starts one. A thread that
+    has run its callable parks (at most `limit` do; more end at once) and ends
+    after `idle_seconds` with nothing to run, so a quiet process holds no
+    thread, and executors made and dropped one after another (an array opened,
+    read and forgotten, 500 times) reuse the same few. It keeps the name of the
+    work it last ran. Nothing ever waits for a thread of the pool: they are
+    daemons and the pool registers no exit hook. A parked thread holds nothing
+    that keeps an executor or a cache alive.
+
+    Get the process's pool with `worker_pool`.
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int = 64) -> None:
         self.limit = limit
         self._ready = threading.Condition(threading.Lock())
-        self._handoffs: deque[DaemonExecutor] = deque()
+        self._handoffs: deque[tuple[Callable[[], Any], str, float]] = deque()
         self._idle = 0
         self._trims = 0
 
-    def trim(self) -> None:
-        """End every idle thread now (an executor shut down: a closed cache leaves none)."""
-        with self._ready:
-            self._trims += 1
-            self._ready.notify_all()
-
     @property
     def idle(self) -> int:
-        """Threads waiting here now."""
+        """Threads parked now."""
         with self._ready:
             return self._idle
 
-    def dispatch(self, executor: DaemonExecutor) -> None:
-        """Give `executor` a thread: an idle one, else a new one (`ThreadStartError`)."""
+    def run(self, fn: Callable[[], Any], *, name: str, idle_seconds: float = 10.0) -> None:
+        """Run `fn()` on a thread named `name`: a parked one, else a new one.
+
+        The thread parks `idle_seconds` afterwards. An exception from `fn` is
+        logged. Raises `ThreadStartError` when a thread is needed and none can
+        start (a thread or memory limit): `fn` is then not run.
+        """
         with self._ready:
             if self._idle > len(self._handoffs):
-                self._handoffs.append(executor)
+                self._handoffs.append((fn, name, idle_seconds))
                 self._ready.notify()
                 return
-        thread = threading.Thread(target=self._serve, args=(executor,), daemon=True)
-        thread.name = executor.name
+            trims = self._trims
+        thread = threading.Thread(
+            target=self._serve, args=((fn, name, idle_seconds), trims), name=name, daemon=True
+        )
         try:
             thread.start()
         except RuntimeError as error:  # "can't start new thread"
             raise ThreadStartError(
-                f"could not start a {executor.name!r} worker thread: {error} "
+                f"could not start a {name!r} worker thread: {error} "
                 "(a limit on threads or memory); retry once threads can start"
             ) from error
 
-    def _serve(self, executor: DaemonExecutor | None) -> None:
-        while executor is not None:
-            threading.current_thread().name = executor.name
-            idle_seconds = executor.drain()
-            executor = None  # an idle thread keeps no executor alive
+    def trim(self) -> None:
+        """End the parked threads now, and the busy ones when their work ends (an executor
+        shut down: a closed cache leaves no thread behind)."""
+        with self._ready:
+            self._trims += 1
+            self._ready.notify_all()
+
+    def _serve(self, job: tuple[Callable[[], Any], str, float] | None, trims: int) -> None:
+        """Run `job`, then the ones handed over, until idle too long or trimmed: a trim
+        after `trims` (as the thread started) ends it, even one while a handed-over job
+        waited for it to wake."""
+        while job is not None:
+            fn, name, idle_seconds = job
+            job = None
+            threading.current_thread().name = name
+            try:
+                fn()
+            except BaseException:  # a task's bug (or a stray interrupt) must not kill the pool
+                logging.getLogger(__name__).exception("a %s task failed", name)
+            del fn  # a parked thread keeps nothing alive
             with self._ready:
-                if idle_seconds is None or self._idle >= self.limit:
-                    return  # its executor was shut down (a closed cache), or enough wait
+                if self._trims != trims or self._idle >= self.limit:
+                    return  # trimmed while it ran, or enough threads wait
                 self._idle += 1
-                trims = self._trims
                 try:
                     while not self._handoffs:
                         if self._trims != trims:
-                            return  # an executor shut down: idle threads end with it
+                            return  # trimmed: parked threads end
                         if not self._ready.wait(idle_seconds) and not self._handoffs:
                             return  # idle too long: a quiet process holds no threads
-                    executor = self._handoffs.popleft()
+                    job = self._handoffs.popleft()
                 finally:
                     self._idle -= 1
 
 
-IDLE_THREADS: IdleThreads = IdleThreads(limit=64)
-"""The idle worker threads of every `DaemonExecutor` of the process."""
+_pool = WorkerPool()
+
+
+def worker_pool() -> WorkerPool:
+    """The process's `WorkerPool` (a forked child makes its own: the parent's threads are
+    not in it)."""
+    return _pool
+
+
+def _new_pool_after_fork() -> None:
+    global _pool
+    _pool = WorkerPool()
+
+
+os.register_at_fork(after_in_child=_new_pool_after_fork)
+
+# The executor whose tasks the current thread is running, if any (`SerialDispatch.close`).
+_serving = threading.local()
 
 
 class DaemonExecutor:
-    """Runs submitted tasks on daemon threads it takes on demand and lets go when idle.
+    """Runs submitted tasks on threads of the worker pool, at most `max_workers` at once.
 
     `ChunkCache`'s own workers. Unlike `concurrent.futures.ThreadPoolExecutor`,
     nothing ever waits for a running task: `shutdown` returns at once, and the
-    interpreter exits with tasks still running (its threads are daemons and it
-    registers no exit hook), so a read stuck in storage cannot hold up
-    `ChunkCache.close` or the end of the program. The caller bounds how many
-    tasks run at once; `max_workers` is only a safety net.
+    interpreter exits with tasks still running (the pool's threads are daemons),
+    so a read stuck in storage cannot hold up `ChunkCache.close` or the end of
+    the program. The caller bounds how many tasks run at once; `max_workers`
+    is only a safety net.
 
-    A thread serves an executor only while it has tasks; idle threads wait in a
-    pool every executor of the process shares (at most 64, each for
-    `idle_seconds`), so an executor nobody uses any more (an array dropped
-    without `close`) holds no thread, and a new one reuses the idle threads.
-    After `shutdown` its threads end once their task does, and the idle ones
-    with them (`IdleThreads.trim`).
+    A pool thread serves an executor only while it has tasks, then parks in
+    the pool for `idle_seconds`, so an executor nobody uses any more (an array
+    dropped without `close`) holds no thread, and a new one reuses the parked
+    threads. After `shutdown` its threads end once their task does, and the
+    parked ones with them (`WorkerPool.trim`).
 
     `submit` raises `ThreadStartError` (a `LazyZarrError`) when no thread can
     be started (a thread or memory limit) and none is idle: the task is then
@@ -194,17 +237,21 @@ class DaemonExecutor:
     they are meant for the main thread, and a worker's would only end the
     thread uncounted) is logged and the thread goes on.
 
-    Thread contract: `submit` and `shutdown` may be called from any thread.
+    Thread contract: `submit`, `shutdown` and `wait_idle` may be called from
+    any thread.
 
     Examples
     --------
     >>> done = threading.Event()
     >>> executor = DaemonExecutor()
     >>> executor.submit(done.set)
+    True
     >>> done.wait(timeout=10)
     True
-    >>> executor.shutdown()
+    >>> executor.shutdown()  # the tasks not started yet
+    []
     >>> executor.submit(done.set)  # after shutdown: dropped
+    False
     """
 
     def __init__(
@@ -217,7 +264,7 @@ class DaemonExecutor:
         self._max_workers = max_workers
         self.name = name
         self._idle_seconds = idle_seconds
-        self._lock = threading.Lock()
+        self._lock = threading.Condition(threading.Lock())  # notified when threads reach 0
         self._tasks: deque[Callable[[], Any]] = deque()
         self._threads = 0  # serving this executor: running a task or about to take one
         self._coming = 0  # of those, handed over but not yet taking tasks
@@ -229,22 +276,22 @@ class DaemonExecutor:
         with self._lock:
             return self._threads
 
-    def submit(self, fn: Callable[[], Any], /) -> None:
-        """Run `fn()` on a worker thread soon; dropped after `shutdown`.
+    def submit(self, fn: Callable[[], Any], /) -> bool:
+        """Run `fn()` on a worker thread soon; whether it was taken (False after `shutdown`).
 
         Raises `ThreadStartError` if a thread was needed and none could start.
         """
         with self._lock:
             if self._shutdown:
-                return
+                return False
             self._tasks.append(fn)
             if len(self._tasks) <= self._coming or self._threads >= self._max_workers:
-                return  # a thread on its way, or one busy here, takes it
+                return True  # a thread on its way, or one busy here, takes it
             self._threads += 1
             self._coming += 1
         try:
             # Outside the lock: a thread start costs ~0.1-1 ms.
-            IDLE_THREADS.dispatch(self)
+            worker_pool().run(self._drain, name=self.name, idle_seconds=self._idle_seconds)
         except ThreadStartError:
             with self._lock:
                 self._threads -= 1
@@ -255,31 +302,55 @@ class DaemonExecutor:
                         del self._tasks[index]
                         taken = False
                         break
+                if not self._threads:
+                    self._lock.notify_all()
             if not taken:
                 raise  # nobody will run it: the caller must know
+        return True
 
-    def shutdown(self) -> None:
-        """Drop the tasks not yet started and let every thread go; never waits."""
+    def shutdown(self) -> list[Callable[[], Any]]:
+        """Drop the tasks not yet started and let every thread go; never waits.
+
+        Returns the tasks dropped.
+        """
+        dropped = self._stop()
+        worker_pool().trim()
+        return dropped
+
+    def _stop(self) -> list[Callable[[], Any]]:
+        """Take no more tasks; the queued ones, dropped."""
         with self._lock:
             self._shutdown = True
+            dropped = list(self._tasks)
             self._tasks.clear()
-        IDLE_THREADS.trim()
+        return dropped
 
-    def drain(self) -> float | None:
-        """Run tasks on this (pool) thread until none is left; how long the thread waits
-        idle then (None after `shutdown`: it ends)."""
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until no thread runs this executor's tasks; False if `timeout` passes first."""
         with self._lock:
-            self._coming -= 1
-        while True:
+            return self._lock.wait_for(lambda: self._threads == 0, timeout)
+
+    def _drain(self) -> None:
+        """Run tasks on this (pool) thread until none is left (or `shutdown`)."""
+        _serving.executor = self
+        try:
             with self._lock:
-                if not self._tasks or self._shutdown:
-                    self._threads -= 1
-                    return None if self._shutdown else self._idle_seconds
-                task = self._tasks.popleft()
-            try:
-                task()
-            except BaseException:  # a task's bug (or a stray interrupt) must not kill the thread
-                logging.getLogger(__name__).exception("a %s task failed", self.name)
+                self._coming -= 1
+            while True:
+                with self._lock:
+                    if not self._tasks or self._shutdown:
+                        self._threads -= 1
+                        if not self._threads:
+                            self._lock.notify_all()
+                        return
+                    task = self._tasks.popleft()
+                try:
+                    task()
+                except BaseException:  # a task's bug (or a stray interrupt) must not end it
+                    logging.getLogger(__name__).exception("a %s task failed", self.name)
+                del task  # nothing done is kept alive while the thread waits
+        finally:
+            _serving.executor = None
 
 
 class ManualExecutor:
@@ -330,12 +401,13 @@ class ManualExecutor:
         return count
 
 
-class SerialDispatch:
-    """Runs submitted callables in order on one thread that exists only while there is work.
+class SerialDispatch(DaemonExecutor):
+    """Runs submitted callables in order, one at a time, on a thread of the worker pool.
 
-    The thread starts on the first submission and ends after `idle` seconds
-    without any, so a controller nobody closes leaves no thread behind, and a
-    burst of reads (panning) reuses one thread instead of starting one per read.
+    A `DaemonExecutor` of one worker: the thread serves it while there is work
+    and parks after `idle` seconds without any, so a controller nobody closes
+    leaves no thread behind, and a burst of reads (panning) reuses one thread
+    instead of starting one per read.
 
     Examples
     --------
@@ -343,65 +415,117 @@ class SerialDispatch:
     >>> done = threading.Event()
     >>> dispatch = SerialDispatch("example")
     >>> dispatch.submit(done.set)
+    True
     >>> done.wait(timeout=10)
     True
     >>> dispatch.close()
     """
 
     def __init__(self, name: str, idle: float = 1.0) -> None:
-        self._name = name
-        self._idle = idle
-        self._tasks: deque[Callable[[], Any]] = deque()
-        self._ready = threading.Condition()
-        self._thread: threading.Thread | None = None
-        self._closed = False
-
-    def submit(self, fn: Callable[[], Any], /) -> None:
-        """Run `fn()` on the thread, after what is queued (`ThreadStartError` if the thread
-        cannot start: `fn` is dropped, and the next `submit` tries again)."""
-        with self._ready:
-            if self._closed:
-                return
-            self._tasks.append(fn)
-            if self._thread is not None:
-                self._ready.notify()
-                return
-            thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-            try:
-                thread.start()
-            except RuntimeError as error:  # "can't start new thread": try again next time
-                self._tasks.pop()
-                raise ThreadStartError(
-                    f"could not start the {self._name!r} thread: {error} "
-                    "(a limit on threads or memory)"
-                ) from error
-            self._thread = thread
-
-    def _run(self) -> None:
-        while True:
-            with self._ready:
-                if not self._tasks and not self._closed:
-                    self._ready.wait(self._idle)
-                if not self._tasks or self._closed:
-                    self._thread = None
-                    self._tasks.clear()
-                    return
-                task = self._tasks.popleft()
-            try:
-                task()
-            except Exception:  # a failed request must not stop later ones
-                logging.getLogger(__name__).exception(
-                    "napari-lazy-zarr: issuing a view request failed"
-                )
+        super().__init__(1, name=name, idle_seconds=idle)
 
     def close(self, timeout: float = 1.0) -> None:
-        """Drop queued work and let the thread end (waits at most `timeout` seconds)."""
-        with self._ready:
-            self._closed = True
-            thread = self._thread
-            self._ready.notify()
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
+        """Drop queued work and wait for the running task (at most `timeout` seconds).
+
+        The pool's parked threads stay (closing a layer's dispatch need not end the
+        threads other layers' work reuses): its own parks `idle` seconds, then ends.
+        """
+        self._stop()
+        if getattr(_serving, "executor", None) is not self:  # not from its own task
+            self.wait_idle(timeout)
+
+
+class PoolExecutor(futures.Executor):
+    """A `concurrent.futures.Executor` on the worker pool, at most `max_workers` tasks at once.
+
+    For what takes an executor (dask's local scheduler) and for fan-outs that
+    want futures. Unlike `ThreadPoolExecutor`, its threads are the pool's
+    daemons: the interpreter never waits for them, and a dropped executor holds
+    none. `shutdown(cancel_futures=True)` cancels the queued tasks; `timeout`
+    bounds the wait for the running ones.
+
+    Examples
+    --------
+    >>> executor = PoolExecutor(2, name="lazy-zarr-example")
+    >>> executor.submit(pow, 2, 10).result(timeout=10)
+    1024
+    >>> executor.shutdown()
+    """
+
+    def __init__(self, max_workers: int, *, name: str) -> None:
+        self._max_workers = max_workers  # read by dask.threaded.get
+        self._tasks = DaemonExecutor(max_workers, name=name)
+        self._closed = False
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> futures.Future[Any]:
+        future: futures.Future[Any] = futures.Future()
+        if self._closed or not self._tasks.submit(_Call(future, fn, args, kwargs)):
+            raise RuntimeError("cannot schedule new futures after shutdown")
+        return future
+
+    def shutdown(
+        self, wait: bool = True, *, cancel_futures: bool = False, timeout: float | None = None
+    ) -> None:
+        """Take no more tasks (`cancel_futures`: cancel the queued ones); `wait`: for the
+        running ones (and the queued ones, unless cancelled), at most `timeout` seconds."""
+        self._closed = True
+        if cancel_futures:
+            for call in self._tasks.shutdown():
+                if isinstance(call, _Call):
+                    call.future.cancel()
+        if wait:
+            self._tasks.wait_idle(timeout)
+
+
+class _Call:
+    """One `PoolExecutor` task: `fn(*args, **kwargs)` into `future`."""
+
+    __slots__ = ("args", "fn", "future", "kwargs")
+
+    def __init__(
+        self,
+        future: futures.Future[Any],
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> None:
+        self.future, self.fn, self.args, self.kwargs = future, fn, args, kwargs
+
+    def __call__(self) -> None:
+        if not self.future.set_running_or_notify_cancel():
+            return
+        try:
+            result = self.fn(*self.args, **self.kwargs)
+        except BaseException as error:  # every end is the call's outcome
+            self.future.set_exception(error)
+        else:
+            self.future.set_result(result)
+
+
+def run_concurrently[T, R](
+    fn: Callable[[T], R], items: Sequence[T], *, concurrency: int, name: str
+) -> list[R]:
+    """``[fn(item) for item in items]``, at most `concurrency` calls at once on the worker pool.
+
+    Waits for every call, then raises the first exception in `items`' order
+    (as ``list(ThreadPoolExecutor.map(...))`` does). One item, or a
+    `concurrency` of 1, runs on the calling thread. Raises `ThreadStartError`
+    when no thread can start.
+
+    Examples
+    --------
+    >>> run_concurrently(abs, [-1, 2, -3], concurrency=2, name="lazy-zarr-example")
+    [1, 2, 3]
+    """
+    if len(items) <= 1 or concurrency <= 1:
+        return [fn(item) for item in items]
+    executor = PoolExecutor(min(concurrency, len(items)), name=name)
+    calls: list[futures.Future[R]] = []
+    try:
+        calls.extend(executor.submit(fn, item) for item in items)
+    finally:
+        futures.wait(calls)
+    return [call.result() for call in calls]
 
 
 class AlarmClock:
@@ -450,7 +574,7 @@ class AlarmClock:
 
     def forget(self) -> None:
         """An alarm was closed or collected: with none armed, the thread ends now (as a
-        closed cache's idle workers do, `IdleThreads.trim`); the next `arm` starts one."""
+        closed cache's idle workers do, `WorkerPool.trim`); the next `arm` starts one."""
         with self.ready:
             if not any(
                 (alarm := ref()) is not None and alarm.token == token

@@ -156,10 +156,10 @@ def parse_headers(text: str, where: str = "headers") -> dict[str, dict[str, str]
         return {}
     try:
         document = json.loads(text)
-    except ValueError:
-        raise MetadataError(
-            f"{where}: not a JSON object {{host: {{header: value}}}}"
-        ) from None  # the text holds secrets: neither it nor the parser's excerpt is shown
+    except (ValueError, RecursionError):
+        # The text holds secrets: neither it nor the parser's error (which keeps the text)
+        # is shown, nor chained to what is raised.
+        document = None
     if not isinstance(document, dict):
         raise MetadataError(f"{where}: not a JSON object {{host: {{header: value}}}}")
     rules: dict[str, dict[str, str]] = {}
@@ -228,8 +228,10 @@ def parse_proxy(text: str, where: str = "proxy") -> ProxyAddress | None:
     try:
         parts = urlsplit(text)
         host, port = parts.hostname, parts.port
-    except ValueError:  # e.g. a port that is not a number
-        raise MetadataError(f"{where}: {scheme}://... is not an http://host:port proxy") from None
+    except ValueError:  # e.g. a port that is not a number (the error quotes the URL's parts)
+        parts = None
+    if parts is None:  # raised outside the handler: no chain keeps the credentials
+        raise MetadataError(f"{where}: {scheme}://... is not an http://host:port proxy")
     shown = f"{scheme}://{host or '?'}"
     if scheme.lower() != "http" or not host or parts.path not in ("", "/"):
         raise MetadataError(

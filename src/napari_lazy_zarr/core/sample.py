@@ -1,24 +1,20 @@
-"""Deterministic synthetic images written chunk by chunk (demo, sample data, benchmarks)."""
+"""Deterministic synthetic images, computed chunk by chunk or written (sample, benchmarks)."""
 
 from __future__ import annotations
 
-import atexit
 import itertools
+import json
 import math
 import os
-import shutil
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import numpy as np
 import platformdirs
 import zarr
-from psygnal import Signal
 from zarr.codecs import BloscCodec, ZstdCodec
 
+from napari_lazy_zarr.core.executors import run_concurrently
 from napari_lazy_zarr.core.formats.ome import ImageSpec, LevelSpec
 from napari_lazy_zarr.core.sources.composite import FunctionSource
 
@@ -28,18 +24,13 @@ if TYPE_CHECKING:
     from zarr_indexing import IndexDomain
 
 __all__ = [
-    "COMPLETE_MARKER",
     "SAMPLE_CHUNK",
     "SAMPLE_SIZE",
-    "SampleWrite",
     "default_cache_dir",
     "is_complete",
-    "latest_write",
-    "running_write",
     "sample_image_spec",
     "sample_level_shapes",
     "sample_level_sources",
-    "sample_write",
     "synthetic_cells",
     "synthetic_region",
     "write_sample_ome_zarr",
@@ -234,20 +225,17 @@ def write_sample_ome_zarr(
     chunk: int = SAMPLE_CHUNK,
     smallest: int = 512,
     workers: int = 2,
-    stop: threading.Event | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> list[tuple[int, int]]:
-    """Write the `synthetic_cells` image as an OME-Zarr 0.5 (Zarr v3) pyramid.
+    """Write the `synthetic_cells` image as an OME-Zarr 0.5 (Zarr v3) pyramid; returns its
+    level shapes.
 
     Levels halve the size until it is at most `smallest`; each is written
-    chunk by chunk (memory stays bounded), blosc-zstd with bit-shuffle.
-    Returns the level shapes.
-
-    For a background write: `stop` is checked before every chunk (once set,
-    no more chunks are written and the store is left incomplete); `progress`
-    is called with (chunks written, chunks in all) after every chunk, from
-    the writing thread (with ``workers=1``: the calling thread, so it may
-    pace the write).
+    chunk by chunk (memory stays bounded), blosc-zstd with bit-shuffle, by
+    `workers` threads of the worker pool at once. The OME metadata is written
+    last, so a store without it is incomplete (`is_complete`). `progress` is
+    called with (chunks written, chunks in all) after every chunk, from the
+    writing threads.
     """
     root = zarr.open_group(os.fspath(path), mode="w", zarr_format=3)
     shapes = sample_level_shapes(size, smallest)
@@ -268,8 +256,6 @@ def write_sample_ome_zarr(
         def write(
             origin: tuple[int, int], array: zarr.Array[Any] = array, step: int = step
         ) -> None:
-            if stop is not None and stop.is_set():
-                return
             y0, x0 = origin
             h, w = min(chunk, array.shape[0] - y0), min(chunk, array.shape[1] - x0)
             array[y0 : y0 + h, x0 : x0 + w] = synthetic_cells(
@@ -279,12 +265,7 @@ def write_sample_ome_zarr(
                 progress(next(written), total)
 
         origins = [(y, x) for y in range(0, shape[0], chunk) for x in range(0, shape[1], chunk)]
-        if workers == 1:
-            for origin in origins:
-                write(origin)
-        else:
-            with ThreadPoolExecutor(workers) as pool:
-                list(pool.map(write, origins))
+        run_concurrently(write, origins, concurrency=workers, name="lazy-zarr-sample-write")
     root.attrs["ome"] = {
         "version": "0.5",
         "multiscales": [
@@ -393,226 +374,15 @@ def sample_level_sources(
     ]
 
 
-COMPLETE_MARKER: Final = ".complete"
-"""The file inside a generated store that says it is complete (written last)."""
-_PROGRESS_INTERVAL = 0.25  # s: `SampleWrite.progressed` at most four times a second
-_STOP_TIMEOUT = 10.0  # s: at exit, how long a stopped write may take to clean up
-_PAUSE = 0.002  # s between chunks: a background write releases its core and the GIL
-_START_DELAY = 1.0  # s before a background write's first chunk
-_YIELD_POLL = 0.02  # s: how often a write yielding to `yield_to` looks again
-
-
 def is_complete(path: str | os.PathLike[str]) -> bool:
-    """Whether the generated store at `path` is complete (its `COMPLETE_MARKER` exists)."""
-    return (Path(path) / COMPLETE_MARKER).is_file()
-
-
-class SampleWrite:
-    """One atomic write of the sample pyramid to `path`, in a background thread or inline.
-
-    The pyramid is written into a temporary sibling folder (named after
-    `path`, this process's id and a random tag) which, complete and holding
-    `COMPLETE_MARKER`, is renamed to `path`: an interrupted write (a crash, a
-    stop, the interpreter exiting) never leaves anything at `path` that
-    `is_complete` takes for the store. Temporary folders left by processes
-    that no longer run are removed when a write starts. Get one with
-    `sample_write`, which never runs two writes of one path in a process; two
-    processes may both write, and the first rename wins.
-
-    The background thread is a daemon, so it never holds up interpreter exit:
-    at exit every running write is stopped (checked before every chunk) and
-    its temporary folder removed. One worker, a short pause between chunks,
-    and no chunk written while `yield_to()` is true (e.g. the chunk cache
-    has loads queued or in flight): the write shares the cores with the
-    viewer that shows the sample, and the viewer goes first.
-
-    Signals (emitted from the writing thread; connect with ``thread="main"`` to
-    touch a GUI): `progressed(written, total)` chunks, at most four times a
-    second and after the last chunk; `finished(error)` once, with None when
-    the store is complete at `path`, else the exception (`InterruptedError`
-    when stopped).
-    """
-
-    progressed = Signal(int, int)
-    finished = Signal(object)
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        size: int,
-        *,
-        chunk: int = SAMPLE_CHUNK,
-        yield_to: Callable[[], bool] | None = None,
-    ) -> None:
-        self.path = Path(path)
-        self.yield_to = yield_to
-        """While it returns True, a background write waits before its next chunk."""
-        self.size, self.chunk = size, chunk
-        self.total = sum(
-            math.ceil(h / chunk) * math.ceil(w / chunk) for h, w in sample_level_shapes(size)
-        )
-        """Chunks in all."""
-        self.written = 0
-        """Chunks written so far."""
-        self.error: BaseException | None = None
-        """Why the write did not complete (after `done`), else None."""
-        self.thread: threading.Thread | None = None
-        """The background thread (`start`), else None."""
-        self._stop = threading.Event()
-        self._done = threading.Event()
-        self._writer: threading.Thread | None = None  # the thread in `run`
-        self._last_progress = 0.0
-
-    @property
-    def done(self) -> bool:
-        """Whether the write has ended (complete, failed or stopped)."""
-        return self._done.is_set()
-
-    def start(self) -> None:
-        """Write in a background (daemon) thread; returns at once."""
-        self.thread = threading.Thread(
-            target=self.run, name=f"napari-lazy-zarr sample write {self.path.name}", daemon=True
-        )
-        self.thread.start()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the write has ended; False if `timeout` seconds pass first."""
-        return self._done.wait(timeout)
-
-    def stop(self, timeout: float | None = None) -> bool:
-        """Stop writing (before the next chunk) and wait until the temporary folder is gone.
-
-        Called from the writing thread (a `progressed` slot), or before the
-        write started, it does not wait (a later `run` stops at once).
-        """
-        self._stop.set()
-        if threading.current_thread() is self._writer or (
-            self._writer is None and self.thread is None
-        ):
-            return self.done
-        return self.wait(timeout)
-
-    def run(self) -> None:
-        """Write in the calling thread (`start` calls it in the background thread)."""
-        self._writer = threading.current_thread()
-        temporary = (
-            self.path.parent / f".{self.path.name}.writing-{os.getpid()}-{os.urandom(4).hex()}"
-        )
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            _remove_abandoned(self.path)
-            if self.thread is not None:  # the viewer adds the layer and loads its view first
-                self._stop.wait(_START_DELAY)
-                self._yield()
-            write_sample_ome_zarr(
-                temporary,
-                size=self.size,
-                chunk=self.chunk,
-                workers=1,
-                stop=self._stop,
-                progress=self._on_chunk,
-            )
-            if self._stop.is_set():
-                raise InterruptedError(f"{self.path}: the sample write was stopped")
-            (temporary / COMPLETE_MARKER).touch()
-            self._publish(temporary)
-        except BaseException as error:  # reported through `finished`; the thread ends
-            self.error = error
-        finally:
-            shutil.rmtree(temporary, ignore_errors=True)
-            with _writes_lock:
-                if _writes.get(self.path) is self:
-                    del _writes[self.path]
-            self._done.set()
-            self.finished.emit(self.error)
-
-    def _on_chunk(self, written: int, total: int) -> None:
-        self.written = written
-        now = time.monotonic()
-        if written == total or now - self._last_progress >= _PROGRESS_INTERVAL:
-            self._last_progress = now
-            self.progressed.emit(written, total)
-        if self.thread is None or written == total:
-            return  # written inline: as fast as it goes
-        time.sleep(_PAUSE)
-        self._yield()
-
-    def _yield(self) -> None:
-        while self.yield_to is not None and not self._stop.is_set() and self.yield_to():
-            self._stop.wait(_YIELD_POLL)
-
-    def _publish(self, temporary: Path) -> None:
-        """Rename the complete `temporary` folder to `path` (another process may have won)."""
-        if self.path.exists() and not is_complete(self.path):
-            shutil.rmtree(self.path)  # an interrupted write of an older version, in place
-        try:
-            os.rename(temporary, self.path)
-        except OSError:
-            if not is_complete(self.path):
-                raise  # not another writer's complete store: a real failure
-
-
-_writes_lock = threading.Lock()
-_writes: dict[Path, SampleWrite] = {}
-# The latest write of each path, finished or not (one per path: a handful per process).
-_latest: dict[Path, SampleWrite] = {}
-
-
-def sample_write(
-    path: str | os.PathLike[str], size: int, *, yield_to: Callable[[], bool] | None = None
-) -> tuple[SampleWrite, bool]:
-    """The running write of `path` in this process, or a new one (not started).
-
-    Returns (write, new): start a new one with `SampleWrite.start` (after
-    connecting its signals) or `SampleWrite.run`; a running one is shared.
-    """
-    key = Path(path)
-    with _writes_lock:
-        running = _writes.get(key)
-        if running is not None:
-            return running, False
-        write = _writes[key] = _latest[key] = SampleWrite(key, size, yield_to=yield_to)
-    return write, True
-
-
-def running_write(path: str | os.PathLike[str]) -> SampleWrite | None:
-    """The write of `path` running (or about to start) in this process, else None."""
-    with _writes_lock:
-        return _writes.get(Path(path))
-
-
-def latest_write(path: str | os.PathLike[str]) -> SampleWrite | None:
-    """The latest write of `path` started in this process, finished or not, else None.
-
-    A write that fails at once (its folder cannot be made) is no longer
-    running by the time its starter looks for it; this one still has it.
-    """
-    with _writes_lock:
-        return _latest.get(Path(path))
-
-
-def _remove_abandoned(path: Path) -> None:
-    """Remove the temporary folders of `path`'s writes by processes that no longer run."""
-    for candidate in path.parent.glob(f".{path.name}.writing-*"):
-        pid = candidate.name.rsplit("-", 2)[-2]
-        if pid.isdigit() and not _process_runs(int(pid)):
-            shutil.rmtree(candidate, ignore_errors=True)
-
-
-def _process_runs(pid: int) -> bool:
+    """Whether `path` holds a whole `write_sample_ome_zarr` pyramid (its OME metadata, written
+    last, is there)."""
+    metadata = Path(path) / "zarr.json"
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        if not metadata.is_file():  # nor a FIFO, whose open would block
+            return False
+        with open(metadata, "rb") as handle:
+            document = json.loads(handle.read(1 << 20))
+        return "multiscales" in document["attributes"]["ome"]
+    except (OSError, ValueError, KeyError, TypeError):
         return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
-@atexit.register
-def _stop_writes() -> None:
-    """At exit: stop the running writes and let them remove their temporary folders."""
-    with _writes_lock:
-        running = list(_writes.values())
-    for write in running:
-        write.stop(_STOP_TIMEOUT)

@@ -1,4 +1,4 @@
-"""The plugin's settings: one validated model, read from four places.
+"""The plugin's settings: one pydantic model, read from four places.
 
 `Settings` is every setting the plugin has, each documented, with its default
 and its bounds. `current_settings` resolves them, each later source
@@ -53,9 +53,16 @@ The two allow-lists (``allowed_roots``, ``allowed_remotes``) add up instead:
 what any source allows is allowed. Request headers (``[remote.headers]``,
 ``NAPARI_LAZY_ZARR_HEADERS``) hold secrets: they are read from the settings
 file and the environment only, never shown on the Preferences page nor in a
-`Settings` repr. The napari manifest's
-``contributions.configurations`` is `configuration_schema` (a test keeps the
-two equal).
+`Settings` repr. Each source's values are validated by the model on their own,
+so a refusal names where the value came from (the file and key, the preference,
+the variable) and never quotes a secret. The napari manifest's
+``contributions.configurations`` is `configuration_schema`, the model's JSON
+schema grouped by section (a test keeps the two equal).
+
+Why not pydantic-settings' own layering: it merges the sources' raw values and
+validates once, so it can neither add the allow-lists up nor say which source a
+bad value came from, and its sources read ``os.environ`` and open files with a
+blocking ``open`` (a FIFO named as the settings file would hang napari).
 
 This module imports neither napari nor Qt.
 """
@@ -67,12 +74,20 @@ import math
 import os
 import re
 import stat
-import threading
 import tomllib
-from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any, Final, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, get_args
 
 import platformdirs
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from napari_lazy_zarr.core.errors import MetadataError
 from napari_lazy_zarr.core.remote_values import (
@@ -119,7 +134,6 @@ SETTINGS_SECTIONS: Final[dict[Section, str]] = {
 _MIB: Final = 1 << 20
 _INT32_MAX: Final = 2**31 - 1  # napari's Preferences edit integers in a 32-bit spin box
 _SETTINGS_BYTES: Final = 1 << 20  # a settings file is a few lines
-_BACKEND_NAMES: Final = ("auto", "zarr", "tensorstore", "zarrs")
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +185,8 @@ DEFAULT_TIMEOUTS = Timeouts()
 class Setting:
     """What one `Settings` field is: where it is set, what it may be, what it means.
 
+    Made from the field's pydantic `Field` and its `_Where` (`Settings.setting`).
+
     Attributes
     ----------
     section
@@ -207,13 +223,251 @@ class Setting:
     preferences: bool = True
 
 
-def _field(default: Any, *, repr: bool = True, **setting: Any) -> Any:
-    return field(default=default, repr=repr, metadata={"setting": Setting(**setting)})
+@dataclass(frozen=True, slots=True)
+class _Where:
+    """A field's section and variable (pydantic keeps it in the field's metadata)."""
+
+    section: Section
+    variable: str
+    preferences: bool = True
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Settings:
+_INTEGER_TEXT: Final = re.compile(r"[+-]?\d{1,30}")
+_SWITCH_TEXT: Final = {"1": True, "true": True, "yes": True, "on": True, "": False}
+_SWITCH_TEXT.update({"0": False, "false": False, "no": False, "off": False})
+
+
+def _from_text(value: Any, kind: Any) -> Any:
+    """An environment variable's text as a value of `kind` (int, float, bool) if it reads as
+    one; anything else as it is, for the model to check (strictly: no bool for a number, no
+    1.5 for an integer, no 1 for a switch)."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if kind is int and _INTEGER_TEXT.fullmatch(text):
+        return int(text)
+    if kind is float:
+        try:
+            return float(text)
+        except ValueError:
+            return value
+    return _SWITCH_TEXT.get(text.lower(), value) if kind is bool else value
+
+
+_Backend = Literal["auto", "zarr", "tensorstore", "zarrs"]
+
+
+class _Fields(BaseModel):
+    """`Settings`' fields and checks.
+
+    Apart from `Settings` because pydantic validates through a model's own ``__init__``
+    when it has one, `model_validate` included: `_checked` validates each source's values
+    here, with the places they came from as context, and `Settings.__init__` turns the
+    refusals of a direct construction into `MetadataError`.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    total_bytes_limit_mib: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=1 << 20,
+            title="Capacity (MiB)",
+            description="Decoded chunks the cache shared by all layers keeps; "
+            "changing it applies at once.",
+        ),
+        _Where("cache", "NAPARI_LAZY_ZARR_TOTAL_BYTES_LIMIT"),
+    ] = 1024
+    concurrency: Annotated[
+        int,
+        Field(
+            ge=0,
+            le=256,
+            title="Loaders",
+            description="Chunk loads in flight (0: one per core); applies at once.",
+        ),
+        _Where("cache", "NAPARI_LAZY_ZARR_CONCURRENCY"),
+    ] = 0
+    remote_concurrency: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=256,
+            title="Remote loaders",
+            description="Opening a URL raises the loads in flight to at least this many "
+            "(unless Loaders is set).",
+        ),
+        _Where("cache", "NAPARI_LAZY_ZARR_REMOTE_CONCURRENCY"),
+    ] = 32
+    connect_timeout: Annotated[
+        float,
+        Field(
+            ge=0.01,
+            le=3600,
+            title="Connect (s)",
+            description="Seconds a remote request may take to connect.",
+        ),
+        _Where("timeouts", "NAPARI_LAZY_ZARR_TIMEOUT_CONNECT"),
+    ] = 10.0
+    read_timeout: Annotated[
+        float,
+        Field(
+            ge=0.01, le=3600, title="Read (s)", description="Seconds a response may stay silent."
+        ),
+        _Where("timeouts", "NAPARI_LAZY_ZARR_TIMEOUT_READ"),
+    ] = 10.0
+    total_timeout: Annotated[
+        float,
+        Field(
+            ge=0.01,
+            le=3600,
+            title="Total (s)",
+            description="Seconds one request may take in all.",
+        ),
+        _Where("timeouts", "NAPARI_LAZY_ZARR_TIMEOUT_TOTAL"),
+    ] = 60.0
+    backend: Annotated[
+        _Backend,
+        Field(
+            title="Decode backend",
+            description="What reads zarr arrays opened next: auto (zarr-python), zarr, "
+            "tensorstore or zarrs (installed separately).",
+        ),
+        _Where("reading", "NAPARI_LAZY_ZARR_BACKEND"),
+    ] = "auto"
+    volume_voxels: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=_INT32_MAX,
+            title="3D voxel budget",
+            description="A 3D view shows the finest level with at most this many voxels "
+            "(512³ by default).",
+        ),
+        _Where("reading", "NAPARI_LAZY_ZARR_VOLUME_VOXELS"),
+    ] = 512**3
+    allowed_roots: Annotated[
+        str,
+        Field(
+            title="Allowed folders",
+            description="Folders reference files may also point into, separated by ':' "
+            "(';' on Windows).",
+        ),
+        _Where("references", "NAPARI_LAZY_ZARR_ALLOWED_ROOTS"),
+    ] = ""
+    allowed_remotes: Annotated[
+        str,
+        Field(
+            title="Allowed remotes",
+            description="Protocols (s3, https) and locations (https://data.example.org) "
+            "reference files may reach, separated by commas.",
+        ),
+        _Where("references", "NAPARI_LAZY_ZARR_ALLOWED_REMOTES"),
+    ] = ""
+    # -- [remote]: how http(s) requests travel (storage/remote_config.py) --
+    ca_bundle: Annotated[
+        str,
+        Field(
+            title="CA bundle",
+            description="A PEM file (or folder) of certificate authorities trusted for https "
+            "besides the system's, e.g. your institution's own CA.",
+        ),
+        _Where("remote", "NAPARI_LAZY_ZARR_CA_BUNDLE"),
+    ] = ""
+    proxy: Annotated[
+        str,
+        Field(
+            repr=False,
+            title="Proxy",
+            description="http://host:port of the proxy for http(s) URLs; empty: HTTPS_PROXY / "
+            "HTTP_PROXY. Put a proxy password in the settings file or the environment instead.",
+        ),
+        _Where("remote", "NAPARI_LAZY_ZARR_PROXY"),
+    ] = ""
+    no_proxy: Annotated[
+        str,
+        Field(
+            title="No proxy for",
+            description="Hosts reached without the proxy, separated by commas "
+            "(localhost,.example.org); empty: NO_PROXY.",
+        ),
+        _Where("remote", "NAPARI_LAZY_ZARR_NO_PROXY"),
+    ] = ""
+    headers: Annotated[
+        str,
+        Field(
+            repr=False,
+            title="Request headers",
+            description="Request headers per host or URL prefix (JSON); settings file and "
+            "environment only.",
+        ),
+        _Where("remote", "NAPARI_LAZY_ZARR_HEADERS", preferences=False),
+    ] = ""
+    # -- [s3]: applied to every s3:// store and reference (core.storage.s3) --
+    s3_endpoint_url: Annotated[
+        str,
+        Field(
+            title="Endpoint URL",
+            description="The S3 endpoint (MinIO, Ceph, another cloud), e.g. "
+            "https://minio.example.org:9000; empty: AWS_ENDPOINT_URL, else AWS.",
+        ),
+        _Where("s3", "NAPARI_LAZY_ZARR_S3_ENDPOINT_URL"),
+    ] = ""
+    s3_region: Annotated[
+        str,
+        Field(
+            title="Region",
+            description="The S3 region, e.g. eu-west-1; empty: AWS_DEFAULT_REGION or the "
+            "profile's.",
+        ),
+        _Where("s3", "NAPARI_LAZY_ZARR_S3_REGION"),
+    ] = ""
+    s3_anon: Annotated[
+        bool,
+        Field(
+            title="Anonymous access",
+            description="Read s3:// URLs unsigned, without credentials (public buckets).",
+        ),
+        _Where("s3", "NAPARI_LAZY_ZARR_S3_ANON"),
+    ] = False
+    s3_profile: Annotated[
+        str,
+        Field(
+            title="AWS profile",
+            description="The profile of ~/.aws/credentials that signs requests; empty: "
+            "AWS_PROFILE, AWS_ACCESS_KEY_ID..., else the default profile.",
+        ),
+        _Where("s3", "NAPARI_LAZY_ZARR_S3_PROFILE"),
+    ] = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_text(cls, values: Any) -> Any:
+        """Each value read as its field's type if it is text (`_from_text`)."""
+        if not isinstance(values, dict):
+            return values
+        fields = cls.model_fields
+        return {
+            name: _from_text(value, fields[name].annotation if name in fields else None)
+            for name, value in values.items()
+        }
+
+    @field_validator("allowed_remotes", "s3_endpoint_url", "headers", "proxy")
+    @classmethod
+    def _parsable(cls, value: str, info: ValidationInfo) -> str:
+        """The syntax `core.remote_values` reads back (its messages never quote a secret)."""
+        name = info.field_name or ""
+        where: Mapping[str, str] = info.context or {}
+        _PARSERS[name](value, where.get(name, f"Settings.{name}"))
+        return value
+
+
+class Settings(_Fields):
     """Every setting of the plugin, validated (see the module's docstring for the sources).
+
+    A frozen pydantic model; each field's `Setting` (`Settings.setting`) says
+    where it is set.
 
     Attributes
     ----------
@@ -284,175 +538,31 @@ class Settings:
     napari_lazy_zarr.core.errors.MetadataError: Settings.concurrency: an integer >= 0 ...
     """
 
-    total_bytes_limit_mib: int = _field(
-        1024,
-        section="cache",
-        title="Capacity (MiB)",
-        description="Decoded chunks the cache shared by all layers keeps; "
-        "changing it applies at once.",
-        variable="NAPARI_LAZY_ZARR_TOTAL_BYTES_LIMIT",
-        minimum=1,
-        maximum=1 << 20,
-    )
-    concurrency: int = _field(
-        0,
-        section="cache",
-        title="Loaders",
-        description="Chunk loads in flight (0: one per core); applies at once.",
-        variable="NAPARI_LAZY_ZARR_CONCURRENCY",
-        minimum=0,
-        maximum=256,
-    )
-    remote_concurrency: int = _field(
-        32,
-        section="cache",
-        title="Remote loaders",
-        description="Opening a URL raises the loads in flight to at least this many "
-        "(unless Loaders is set).",
-        variable="NAPARI_LAZY_ZARR_REMOTE_CONCURRENCY",
-        minimum=1,
-        maximum=256,
-    )
-    connect_timeout: float = _field(
-        10.0,
-        section="timeouts",
-        title="Connect (s)",
-        description="Seconds a remote request may take to connect.",
-        variable="NAPARI_LAZY_ZARR_TIMEOUT_CONNECT",
-        minimum=0.01,
-        maximum=3600,
-    )
-    read_timeout: float = _field(
-        10.0,
-        section="timeouts",
-        title="Read (s)",
-        description="Seconds a response may stay silent.",
-        variable="NAPARI_LAZY_ZARR_TIMEOUT_READ",
-        minimum=0.01,
-        maximum=3600,
-    )
-    total_timeout: float = _field(
-        60.0,
-        section="timeouts",
-        title="Total (s)",
-        description="Seconds one request may take in all.",
-        variable="NAPARI_LAZY_ZARR_TIMEOUT_TOTAL",
-        minimum=0.01,
-        maximum=3600,
-    )
-    backend: str = _field(
-        "auto",
-        section="reading",
-        title="Decode backend",
-        description="What reads zarr arrays opened next: auto (zarr-python), zarr, "
-        "tensorstore or zarrs (installed separately).",
-        variable="NAPARI_LAZY_ZARR_BACKEND",
-        choices=_BACKEND_NAMES,
-    )
-    volume_voxels: int = _field(
-        512**3,
-        section="reading",
-        title="3D voxel budget",
-        description="A 3D view shows the finest level with at most this many voxels "
-        "(512³ by default).",
-        variable="NAPARI_LAZY_ZARR_VOLUME_VOXELS",
-        minimum=1,
-        maximum=_INT32_MAX,
-    )
-    allowed_roots: str = _field(
-        "",
-        section="references",
-        title="Allowed folders",
-        description="Folders reference files may also point into, separated by ':' "
-        "(';' on Windows).",
-        variable="NAPARI_LAZY_ZARR_ALLOWED_ROOTS",
-    )
-    allowed_remotes: str = _field(
-        "",
-        section="references",
-        title="Allowed remotes",
-        description="Protocols (s3, https) and locations (https://data.example.org) "
-        "reference files may reach, separated by commas.",
-        variable="NAPARI_LAZY_ZARR_ALLOWED_REMOTES",
-    )
-    # -- [remote]: how http(s) requests travel (storage/remote_config.py) --
-    ca_bundle: str = _field(
-        "",
-        section="remote",
-        title="CA bundle",
-        description="A PEM file (or folder) of certificate authorities trusted for https "
-        "besides the system's, e.g. your institution's own CA.",
-        variable="NAPARI_LAZY_ZARR_CA_BUNDLE",
-    )
-    proxy: str = _field(
-        "",
-        repr=False,
-        section="remote",
-        title="Proxy",
-        description="http://host:port of the proxy for http(s) URLs; empty: HTTPS_PROXY / "
-        "HTTP_PROXY. Put a proxy password in the settings file or the environment instead.",
-        variable="NAPARI_LAZY_ZARR_PROXY",
-    )
-    no_proxy: str = _field(
-        "",
-        section="remote",
-        title="No proxy for",
-        description="Hosts reached without the proxy, separated by commas "
-        "(localhost,.example.org); empty: NO_PROXY.",
-        variable="NAPARI_LAZY_ZARR_NO_PROXY",
-    )
-    headers: str = _field(
-        "",
-        repr=False,
-        section="remote",
-        title="Request headers",
-        description="Request headers per host or URL prefix (JSON); settings file and "
-        "environment only.",
-        variable="NAPARI_LAZY_ZARR_HEADERS",
-        preferences=False,
-    )
-    # -- [s3]: applied to every s3:// store and reference (core.storage.s3) --
-    s3_endpoint_url: str = _field(
-        "",
-        section="s3",
-        title="Endpoint URL",
-        description="The S3 endpoint (MinIO, Ceph, another cloud), e.g. "
-        "https://minio.example.org:9000; empty: AWS_ENDPOINT_URL, else AWS.",
-        variable="NAPARI_LAZY_ZARR_S3_ENDPOINT_URL",
-    )
-    s3_region: str = _field(
-        "",
-        section="s3",
-        title="Region",
-        description="The S3 region, e.g. eu-west-1; empty: AWS_DEFAULT_REGION or the profile's.",
-        variable="NAPARI_LAZY_ZARR_S3_REGION",
-    )
-    s3_anon: bool = _field(
-        False,
-        section="s3",
-        title="Anonymous access",
-        description="Read s3:// URLs unsigned, without credentials (public buckets).",
-        variable="NAPARI_LAZY_ZARR_S3_ANON",
-    )
-    s3_profile: str = _field(
-        "",
-        section="s3",
-        title="AWS profile",
-        description="The profile of ~/.aws/credentials that signs requests; empty: "
-        "AWS_PROFILE, AWS_ACCESS_KEY_ID..., else the default profile.",
-        variable="NAPARI_LAZY_ZARR_S3_PROFILE",
-    )
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as error:
+            refusal = _refusal(error, values, {})
+        else:
+            return
+        raise refusal  # outside the handler: no chain holding the refused values
 
-    def __post_init__(self) -> None:
-        for item in fields(self):
-            value = _checked(item.name, getattr(self, item.name), f"Settings.{item.name}")
-            object.__setattr__(self, item.name, value)
-
-    @staticmethod
-    def setting(name: str) -> Setting:
+    @classmethod
+    def setting(cls, name: str) -> Setting:
         """The `Setting` describing the field `name`."""
-        setting: Setting = _FIELDS[name].metadata["setting"]
-        return setting
+        field = cls.model_fields[name]
+        (where,) = (item for item in field.metadata if isinstance(item, _Where))
+        choices = get_args(_Backend) if name == "backend" else None
+        return Setting(
+            section=where.section,
+            title=field.title or name,
+            description=field.description or "",
+            variable=where.variable,
+            minimum=next((item.ge for item in field.metadata if hasattr(item, "ge")), None),
+            maximum=next((item.le for item in field.metadata if hasattr(item, "le")), None),
+            choices=choices,
+            preferences=where.preferences,
+        )
 
     @property
     def total_bytes_limit(self) -> int:
@@ -481,104 +591,97 @@ class Settings:
         return tuple(r for r in re.split(r"[,\s]+", self.allowed_remotes) if r)
 
 
-_FIELDS: Final = {item.name: item for item in fields(Settings)}
-_BY_KEY: Final[dict[tuple[str, str], str]] = {
-    (Settings.setting(name).section, name): name for name in _FIELDS
+_PARSERS: Final[dict[str, Callable[[str, str], object]]] = {
+    "allowed_remotes": check_remotes,
+    "s3_endpoint_url": check_endpoint,
+    "headers": parse_headers,
+    "proxy": parse_proxy,
 }
-_LISTS: Final = frozenset({"allowed_roots", "allowed_remotes"})
+_SETTINGS: Final = {name: Settings.setting(name) for name in Settings.model_fields}
+_BY_KEY: Final[dict[tuple[str, str], str]] = {
+    (setting.section, name): name for name, setting in _SETTINGS.items()
+}
+_LISTS: Final = {"allowed_roots": os.pathsep, "allowed_remotes": ", "}  # and their separators
 _SECRETS: Final = frozenset({"proxy", "headers"})  # never in a message, a repr, a log
 TIMEOUT_VARIABLES: Final = {
-    name: Settings.setting(f"{name}_timeout").variable for name in ("connect", "read", "total")
+    name: _SETTINGS[f"{name}_timeout"].variable for name in ("connect", "read", "total")
 }
-BACKEND_VARIABLE: Final = Settings.setting("backend").variable
+BACKEND_VARIABLE: Final = _SETTINGS["backend"].variable
 
 
-def _checked(name: str, value: Any, where: str) -> Any:
-    """`value` as field `name` holds it, or MetadataError naming `where`."""
-    kind, setting = _FIELDS[name].type, Settings.setting(name)
-    if kind == "bool":
-        return _checked_bool(value, where)
-    if kind == "str":
-        if setting.choices is not None and value not in setting.choices:
-            allowed = ", ".join(repr(c) for c in setting.choices)
-            raise MetadataError(f"{where}: unknown {name} {value!r}; choose one of {allowed}")
-        if not isinstance(value, str):
-            shown = "a secret, not shown" if name in _SECRETS else repr(value)
-            raise MetadataError(f"{where}: a string is needed, got {shown}")
-        if name == "allowed_remotes":
-            check_remotes(value, where)
-        elif name == "s3_endpoint_url":
-            check_endpoint(value, where)
-        elif name == "headers":
-            parse_headers(value, where)
-        elif name == "proxy":
-            parse_proxy(value, where)
-        return value
+def _shown(value: Any) -> str:
+    """`value` quoted for a message, briefly (a huge number's repr would raise)."""
+    if isinstance(value, int) and value.bit_length() > 128:
+        return "a number too large"
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
+def _refusal(
+    error: ValidationError, values: Mapping[str, Any], where: Mapping[str, str]
+) -> MetadataError:
+    """The first of pydantic's refusals as a `MetadataError` naming where the value came from."""
+    problem = error.errors()[0]
+    name = str(problem["loc"][0]) if problem["loc"] else ""
+    place = where.get(name, f"Settings.{name}")
+    if name not in _SETTINGS:
+        shown = place if _name_like(name) else "a name (not shown: a secret?)"
+        return MetadataError(f"{shown} is not a setting ({', '.join(_SETTINGS)})")
+    cause = problem.get("ctx", {}).get("error")
+    if isinstance(cause, MetadataError):  # a syntax check: its message says it all
+        return MetadataError(str(cause))
+    setting, value = _SETTINGS[name], values.get(name)
+    shown = "a secret, not shown" if name in _SECRETS else _shown(value)
+    if setting.choices is not None:
+        allowed = ", ".join(repr(choice) for choice in setting.choices)
+        return MetadataError(f"{place}: unknown {name} {shown}; choose one of {allowed}")
     low, high = setting.minimum, setting.maximum
-    number: float
-    if kind == "int":
-        if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
-            value = int(value)
-        ok = isinstance(value, int) and not isinstance(value, bool)
-        number, wanted = (value if ok else math.nan), "an integer"
-    else:
-        ok = isinstance(value, int | float | str) and not isinstance(value, bool)
-        try:
-            number = float(value) if ok else math.nan
-        except ValueError:
-            number = math.nan
-        wanted = "a number of seconds"
     bounds = f" >= {low:,}" if low is not None else ""
     bounds += f" and <= {high:,}" if high is not None else ""
-    if not (math.isfinite(number) and (low is None or number >= low)) or (
-        high is not None and number > high
-    ):
-        raise MetadataError(f"{where}: {wanted}{bounds} is needed, got {value!r}")
-    return int(number) if kind == "int" else number
+    wanted: dict[Any, str] = {  # by the field's type
+        bool: "true or false",
+        str: "a string",
+        int: f"an integer{bounds}",
+        float: f"a number of seconds{bounds}",
+    }
+    kind = wanted[Settings.model_fields[name].annotation]
+    return MetadataError(f"{place}: {kind} is needed, got {shown}")
 
 
-_TRUE: Final = frozenset({"1", "true", "yes", "on"})
-_FALSE: Final = frozenset({"0", "false", "no", "off", ""})
+def _checked(values: Mapping[str, tuple[Any, str]]) -> _Fields:
+    """The fields of one source's ``{field: (value, where)}`` (the others at their defaults).
 
-
-def _checked_bool(value: Any, where: str) -> bool:
-    """A switch: True/False, or (an environment variable's) 1/0, true/false, yes/no, on/off."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-        return value.strip().lower() in _TRUE
-    raise MetadataError(f"{where}: true or false is needed, got {value!r}")
+    Raises
+    ------
+    MetadataError
+        A value the model refuses, named by its `where`.
+    """
+    raw = {name: value for name, (value, _) in values.items()}
+    where = {name: place for name, (_, place) in values.items()}
+    try:
+        return _Fields.model_validate(raw, context=where)
+    except ValidationError as error:
+        refusal = _refusal(error, raw, where)
+    raise refusal  # outside the handler: no chain holding the refused values
 
 
 def configuration_schema() -> dict[str, Any]:
-    """The napari manifest's ``contributions.configurations``, made from `Settings`.
+    """The napari manifest's ``contributions.configurations``: `Settings`' JSON schema.
+
+    The model's properties grouped by section; the secrets (``headers``) are left out.
 
     Examples
     --------
     >>> configuration_schema()["cache"]["properties"]["concurrency"]["default"]
     0
     """
-    json_types = {"int": "integer", "float": "number", "str": "string", "bool": "boolean"}
+    properties = Settings.model_json_schema()["properties"]
     schema: dict[str, Any] = {
         section: {"title": title, "properties": {}} for section, title in SETTINGS_SECTIONS.items()
     }
-    for item in fields(Settings):
-        setting: Setting = item.metadata["setting"]
-        if not setting.preferences:
-            continue
-        entry: dict[str, Any] = {
-            "title": setting.title,
-            "description": setting.description,
-            "type": json_types[str(item.type)],
-            "default": item.default,
-        }
-        if setting.minimum is not None:
-            entry["minimum"] = setting.minimum
-        if setting.maximum is not None:
-            entry["maximum"] = setting.maximum
-        if setting.choices is not None:
-            entry["enum"] = list(setting.choices)
-        schema[setting.section]["properties"][item.name] = entry
+    for name, setting in _SETTINGS.items():
+        if setting.preferences:
+            schema[setting.section]["properties"][name] = properties[name]
     return schema
 
 
@@ -605,7 +708,7 @@ def settings_path(environ: Mapping[str, str] | None = None) -> str:
 
 # -- the napari preferences, when there are some ---------------------------------
 
-_preferences_lock = threading.Lock()
+# One reference, swapped whole (atomic): any thread may read it without a lock.
 _preferences: Callable[[], Preferences] | None = None
 
 
@@ -617,51 +720,81 @@ def use_preferences(source: Callable[[], Preferences] | None) -> None:
     registers it; nothing in the core imports napari.
     """
     global _preferences
-    with _preferences_lock:
-        _preferences = source
+    _preferences = source
 
 
 # -- resolving --------------------------------------------------------------------
 
+# A name a user may mistype for a setting's is quoted in a refusal; any other key (a header
+# or a token pasted into the wrong table) may be a secret and is not.
+_NAME_LIKE: Final = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
+def _name_like(key: str) -> bool:
+    return bool(_NAME_LIKE.fullmatch(key)) and sum(c.isdigit() for c in key) <= 2
+
 
 def _file_values(path: str) -> dict[str, tuple[Any, str]]:
-    """The settings file's values as ``{field: (value, where)}`` (none if there is no file)."""
+    """The settings file's values as ``{field: (value, where)}`` (none if there is no file).
+
+    Raises
+    ------
+    MetadataError
+        The file is not a regular file, cannot be read or parsed (malformed,
+        nested too deeply, a number too long), or holds a table or key that is
+        not a setting.
+    """
+    document: dict[str, Any] = {}
+    problem = ""
     try:
         # Non-blocking open, then fstat: a FIFO or device named as the file cannot block.
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         with open(descriptor, "rb") as handle:
             if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-                raise MetadataError(f"{path}: the settings file is not a regular file")
-            document = tomllib.loads(handle.read(_SETTINGS_BYTES).decode("utf-8"))
+                problem = "the settings file is not a regular file"
+            else:
+                document = tomllib.loads(handle.read(_SETTINGS_BYTES).decode("utf-8"))
     except FileNotFoundError:
         return {}
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
-        raise MetadataError(
-            f"{path}: cannot read the napari-lazy-zarr settings: {error}"
-        ) from error
+    except (OSError, ValueError, RecursionError, MemoryError) as error:
+        # ValueError: malformed TOML, not UTF-8, an integer of thousands of digits.
+        problem = f"cannot read the napari-lazy-zarr settings: {error or type(error).__name__}"
+    if problem:  # outside the handler: no chain holding the file's text
+        raise MetadataError(f"{path}: {problem}")
     values: dict[str, tuple[Any, str]] = {}
     for section, table in document.items():
         if section not in SETTINGS_SECTIONS:
+            shown = f"[{section}]" if _name_like(section) else "a table (not shown: a secret?)"
             raise MetadataError(
-                f"{path}: [{section}] is not a settings table ({', '.join(SETTINGS_SECTIONS)})"
+                f"{path}: {shown} is not a settings table ({', '.join(SETTINGS_SECTIONS)})"
             )
         if not isinstance(table, dict):
             raise MetadataError(f"{path}: {section!r} must be a table ([{section}])")
         keys = [key for (s, key) in _BY_KEY if s == section]
         for key, value in table.items():
             if (section, key) not in _BY_KEY:
+                shown = repr(key) if _name_like(key) else "a key (not shown: a secret?)"
                 raise MetadataError(
-                    f"{path}: [{section}] {key!r} is not a setting ({', '.join(keys)})"
+                    f"{path}: [{section}] {shown} is not a setting ({', '.join(keys)})"
                 )
             name, where = _BY_KEY[section, key], f"{path}: [{section}] {key}"
-            if name == "headers":  # [remote.headers."host"] tables, as JSON text
-                if not isinstance(value, dict):
-                    raise MetadataError(f'{where}: must be tables [remote.headers."host"]')
-                value = json.dumps(value)
+            if name == "headers":
+                value = _headers_text(value, where)
             if name in _LISTS:
                 value = _file_list(name, value, path, where)
             values[name] = (value, where)
     return values
+
+
+def _headers_text(value: Any, where: str) -> str:
+    """``[remote.headers."host"]`` tables as the setting's JSON text."""
+    if not isinstance(value, dict):
+        raise MetadataError(f'{where}: must be tables [remote.headers."host"]')
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError, RecursionError):  # a date, or tables nested too deeply
+        problem = f'{where}: [remote.headers."host"] tables hold strings only'
+    raise MetadataError(problem)
 
 
 def _file_list(name: str, value: Any, path: str, where: str) -> str:
@@ -675,32 +808,32 @@ def _file_list(name: str, value: Any, path: str, where: str) -> str:
 
 
 def _preference_values() -> dict[str, tuple[Any, str]]:
-    with _preferences_lock:
-        source = _preferences
+    source = _preferences
     if source is None:
         return {}
     values: dict[str, tuple[Any, str]] = {}
     for section, table in source().items():
         for key, value in table.items():
             name = _BY_KEY.get((section, key))
-            if name is not None and Settings.setting(name).preferences:
+            if name is not None and _SETTINGS[name].preferences:
                 values[name] = (value, f"napari Preferences: Lazy Zarr {section}.{key}")
     return values
 
 
 def _environment_values(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
     values: dict[str, tuple[Any, str]] = {}
-    for name in _FIELDS:
-        variable = Settings.setting(name).variable
-        text = env.get(variable)
+    for name, setting in _SETTINGS.items():
+        text = env.get(setting.variable)
         if not text:
             continue
         value: Any = text
         if name == "total_bytes_limit_mib":  # the variable is in bytes (as it always was)
-            if not re.fullmatch(r"\s*\d+\s*", text):
-                raise MetadataError(f"{variable}: a number of bytes is needed, got {text!r}")
+            if not re.fullmatch(r"\s*\d{1,40}\s*", text):
+                raise MetadataError(
+                    f"{setting.variable}: a number of bytes is needed, got {_shown(text)}"
+                )
             value = max(1, -(-int(text) // _MIB))
-        values[name] = (value, variable)
+        values[name] = (value, setting.variable)
     return values
 
 
@@ -729,21 +862,19 @@ def current_settings(
     4
     """
     env = os.environ if environ is None else environ
-    layers = (_environment_values(env), _preference_values(), _file_values(settings_path(env)))
+    wanted = _SETTINGS.keys() if names is None else names
+    sources = (_environment_values(env), _preference_values(), _file_values(settings_path(env)))
     chosen: dict[str, Any] = {}
-    for name in _FIELDS if names is None else names:
-        found = [
-            (_checked(name, layer[name][0], layer[name][1]), layer[name][1])
-            for layer in layers
-            if name in layer
-        ]
-        if name in _LISTS:
-            separator = os.pathsep if name == "allowed_roots" else ", "
-            if found:
-                chosen[name] = separator.join(value for value, _ in found if value)
-        elif found:
-            chosen[name] = found[0][0]
-    return replace(Settings(), **chosen)
+    for source in sources:  # the first that sets a field wins; the allow-lists add up
+        given = {name: source[name] for name in wanted if name in source}
+        checked = _checked(given)
+        for name in given:
+            value = getattr(checked, name)
+            if name not in chosen:
+                chosen[name] = value
+            elif name in _LISTS:
+                chosen[name] = _LISTS[name].join(v for v in (chosen[name], value) if v)
+    return Settings(**chosen)
 
 
 def timeouts_from_settings(environ: Mapping[str, str] | None = None) -> Timeouts:

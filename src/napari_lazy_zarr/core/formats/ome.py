@@ -23,7 +23,6 @@ import os
 import re
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -42,6 +41,7 @@ from napari_lazy_zarr.core.errors import (
     StoreNotFoundError,
     UnsupportedDataError,
 )
+from napari_lazy_zarr.core.executors import run_concurrently
 from napari_lazy_zarr.core.formats.ngff import parse_image, parse_labels
 from napari_lazy_zarr.core.formats.ome_dev import as_base_version, dev_base
 from napari_lazy_zarr.core.formats.rendering import ChannelDisplay, label_colors, warn_ignored
@@ -444,10 +444,9 @@ class _Walk:
         prefetch_metadata(self.store, paths, zarr_format=self.zarr_format)
         if len(paths) <= 1:
             return [attempt(path) for path in paths]
-        with ThreadPoolExecutor(
-            min(len(paths), _OPEN_CONCURRENCY), thread_name_prefix="lazy-zarr-open"
-        ) as pool:
-            return list(pool.map(attempt, paths))
+        return run_concurrently(
+            attempt, paths, concurrency=_OPEN_CONCURRENCY, name="lazy-zarr-open"
+        )
 
     def group(self, group: zarr.Group) -> tuple[ImageSpec, ...]:
         """An OME-Zarr image group's images, else those of a plain group."""
@@ -893,10 +892,7 @@ def open_level_sources(location: str | os.PathLike[str], spec: ImageSpec) -> lis
     levels = spec.levels
     if len(levels) <= 1 or all(level._array is not None for level in levels):
         return [one(level) for level in levels]  # nothing to fetch: no threads
-    with ThreadPoolExecutor(
-        min(len(levels), _OPEN_CONCURRENCY), thread_name_prefix="lazy-zarr-open"
-    ) as pool:
-        return list(pool.map(one, levels))
+    return run_concurrently(one, levels, concurrency=_OPEN_CONCURRENCY, name="lazy-zarr-open")
 
 
 def _stack_image(location: str) -> ImageSpec:

@@ -47,7 +47,6 @@ import itertools
 import math
 import threading
 import uuid
-from collections import deque
 from concurrent import futures
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
@@ -59,7 +58,7 @@ from napari_lazy_zarr.core.errors import (
     LoadTimeoutError,
     UnsupportedDataError,
 )
-from napari_lazy_zarr.core.executors import ThreadStartError
+from napari_lazy_zarr.core.executors import PoolExecutor, ThreadStartError, worker_pool
 from napari_lazy_zarr.core.keys import CompositeIdentity, box_text, chunk_bounds
 from napari_lazy_zarr.core.sources._grid import grid_from_boundaries
 from napari_lazy_zarr.core.sources.protocol import SourceFields, fill_value_of
@@ -84,7 +83,6 @@ DEFAULT_COMPUTE_TIMEOUT: Final = 300.0
 """Seconds one chunk's computation may take before it fails (`LoadTimeoutError`)."""
 
 _POLL: Final = 0.05  # seconds between checks of a cancelled or closed wait
-_POOL_IDLE: Final = 10.0  # seconds a local pool thread waits for a task before it ends
 _IMAGE_KINDS: Final = frozenset("biufc")
 
 type ClientLike = Client | Literal["active"] | None
@@ -241,8 +239,8 @@ class DaskRunner:
         self.client: Client | None = resolve_client(client)
         self.timeout = float(timeout)
         self._workers = num_workers
-        self._pool: _DaemonPool | None = None
-        self._drivers: set[threading.Thread] = set()  # local computes being driven
+        self._pool: PoolExecutor | None = None
+        self._drivers: set[futures.Future[Any]] = set()  # local computes being driven
         self._lock = threading.Lock()
         self._closed = False
         self.submitted = 0
@@ -274,9 +272,7 @@ class DaskRunner:
         if pool is not None:
             pool.shutdown(wait=wait, cancel_futures=True, timeout=self.timeout)
         if wait:
-            deadline = _now() + self.timeout
-            for driver in drivers:
-                driver.join(max(0.0, deadline - _now()))
+            futures.wait(drivers, timeout=self.timeout)
 
     def __enter__(self) -> DaskRunner:
         return self
@@ -339,7 +335,7 @@ class DaskRunner:
         if ticket.cancelled.is_set():
             raise LoadCancelledError(f"{what}: computation cancelled (its views moved on)")
 
-    def _local_pool(self) -> _DaemonPool:
+    def _local_pool(self) -> PoolExecutor:
         with self._lock:
             if self._closed:
                 raise RuntimeError("closed")
@@ -347,14 +343,14 @@ class DaskRunner:
                 import os
 
                 workers = self._workers or max(2, os.cpu_count() or 1)
-                self._pool = _DaemonPool(workers, "lazy-zarr-dask")
+                self._pool = PoolExecutor(workers, name="lazy-zarr-dask")
             self.submitted += 1
             return self._pool
 
     def _local_get(
         self, graph: Mapping[Hashable, Any], key: Hashable, ticket: _Ticket, what: str
     ) -> Any:
-        """Compute `key` on dask's local threaded scheduler, driven from a daemon thread.
+        """Compute `key` on dask's local threaded scheduler, driven from a worker-pool thread.
 
         The wait is bounded by `timeout` and ends at once when the runner closes;
         a cancel stops the compute after its running task (dask's per-task
@@ -388,18 +384,17 @@ class DaskRunner:
                 outcome.set_exception(error)
             finally:
                 # Known to `close` until it ends, an abandoned (timed-out) driver too:
-                # closing joins it rather than leaving it to finish on its own.
+                # closing waits for it rather than leaving it to finish on its own.
                 with self._lock:
-                    self._drivers.discard(threading.current_thread())
+                    self._drivers.discard(outcome)
 
-        driver = threading.Thread(target=drive, name="lazy-zarr-dask-driver", daemon=True)
         with self._lock:
-            self._drivers.add(driver)  # before it starts: it removes itself as it ends
+            self._drivers.add(outcome)  # before it starts: it removes itself as it ends
         try:
-            driver.start()
-        except RuntimeError as error:  # "can't start new thread": a thread or memory limit
+            worker_pool().run(drive, name="lazy-zarr-dask-driver")
+        except ThreadStartError as error:  # a thread or memory limit
             with self._lock:
-                self._drivers.discard(driver)
+                self._drivers.discard(outcome)
             raise ChunkReadError(
                 f"{what}: not computed: no thread could start ({error}); retry to compute it"
             ) from error
@@ -487,87 +482,6 @@ class DaskRunner:
         if ticket.cancelled.is_set() or self._closed:
             future.cancel()
             self._check_open(ticket, what)
-
-
-class _DaemonPool(futures.Executor):
-    """The pool dask's local threaded scheduler runs tasks on: daemon threads, up to
-    `workers`, started on demand and ended after a while idle.
-
-    Unlike `concurrent.futures.ThreadPoolExecutor` (whose threads the interpreter
-    joins at exit), a task running here never holds up the end of the program.
-    """
-
-    def __init__(self, workers: int, name: str) -> None:
-        self._max_workers = workers  # read by dask.threaded.get
-        self._name = name
-        self._ready = threading.Condition(threading.Lock())
-        self._queue: deque[tuple[futures.Future[Any], Callable[[], Any]]] = deque()
-        self._threads: set[threading.Thread] = set()
-        self._idle = 0
-        self._shutdown = False
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> futures.Future[Any]:
-        future: futures.Future[Any] = futures.Future()
-        with self._ready:
-            if self._shutdown:
-                raise RuntimeError("cannot schedule new futures after shutdown")
-            self._queue.append((future, lambda: fn(*args, **kwargs)))
-            if self._idle >= len(self._queue) or len(self._threads) >= self._max_workers:
-                self._ready.notify()
-                return future
-            thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-            try:
-                thread.start()
-            except RuntimeError as error:  # "can't start new thread"
-                self._queue.pop()
-                raise ThreadStartError(
-                    f"could not start a {self._name!r} thread: {error} (a limit on threads or "
-                    "memory)"
-                ) from error
-            self._threads.add(thread)
-        return future
-
-    def _run(self) -> None:
-        me = threading.current_thread()
-        while True:
-            with self._ready:
-                while not self._queue and not self._shutdown:
-                    self._idle += 1
-                    woken = self._ready.wait(_POOL_IDLE)
-                    self._idle -= 1
-                    if not woken and not self._queue:
-                        break
-                if not self._queue:
-                    self._threads.discard(me)
-                    return
-                future, task = self._queue.popleft()
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                result = task()
-            except BaseException as error:  # dask packs task errors; anything else lands too
-                future.set_exception(error)
-            else:
-                future.set_result(result)
-
-    def shutdown(
-        self, wait: bool = True, *, cancel_futures: bool = False, timeout: float | None = None
-    ) -> None:
-        """Stop taking tasks (`cancel_futures`: cancel the queued ones); `wait`: join the
-        threads, at most `timeout` seconds in all."""
-        with self._ready:
-            self._shutdown = True
-            queued = list(self._queue) if cancel_futures else []
-            if cancel_futures:
-                self._queue.clear()
-            threads = list(self._threads)
-            self._ready.notify_all()
-        for future, _ in queued:
-            future.cancel()
-        if wait:
-            deadline = None if timeout is None else _now() + timeout
-            for thread in threads:
-                thread.join(None if deadline is None else max(0.0, deadline - _now()))
 
 
 class _Stop(Exception):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Final, Literal, Self
 
 from zarr.abc.store import (
@@ -12,6 +11,7 @@ from zarr.abc.store import (
 from zarr.buffer import default_buffer_prototype
 from zarr.storage import WrapperStore
 
+from napari_lazy_zarr.core.executors import run_concurrently
 from napari_lazy_zarr.core.storage.vetting import ATTRIBUTE_FILES, METADATA_FILES
 
 if TYPE_CHECKING:
@@ -149,10 +149,7 @@ class MetadataMemoStore(WrapperStore[Store]):
                 if memo.documents is not None:
                     memo.documents.setdefault(key, value)
 
-        with ThreadPoolExecutor(
-            min(len(keys), _PREFETCH_CONCURRENCY), thread_name_prefix="lazy-zarr-metadata"
-        ) as pool:
-            list(pool.map(fetch, keys))
+        run_concurrently(fetch, keys, concurrency=_PREFETCH_CONCURRENCY, name="lazy-zarr-metadata")
         return len(keys)
 
     def known(self, prefix: str) -> dict[str, Buffer | None]:

@@ -13,10 +13,11 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from napari_lazy_zarr.core.executors import worker_pool
 from napari_lazy_zarr.core.remote_values import parse_remote
 from napari_lazy_zarr.core.settings import Settings, current_settings
 
@@ -168,25 +169,24 @@ def _address_kind(address: IPAddress) -> str | None:
 def _resolve(host: str, timeout: float) -> list[IPAddress] | None:
     """The addresses `host` resolves to ([] if it does not), or None after `timeout` seconds.
 
-    `socket.getaddrinfo` cannot be interrupted: it runs in a daemon thread
+    `socket.getaddrinfo` cannot be interrupted: it runs on a worker-pool thread
     that is left to finish on its own when it takes too long.
     """
-    found: list[str] = []
-    done = threading.Event()
+    found: Future[list[str]] = Future()
 
     def run() -> None:
         try:
-            found.extend(str(info[4][0]) for info in socket.getaddrinfo(host, None))
+            found.set_result([str(info[4][0]) for info in socket.getaddrinfo(host, None)])
         except (OSError, UnicodeError):
-            pass  # does not resolve: nothing can be reached through it
-        finally:
-            done.set()
+            found.set_result([])  # does not resolve: nothing can be reached through it
 
-    threading.Thread(target=run, name="lazy-zarr-resolve", daemon=True).start()
-    if not done.wait(timeout):
+    worker_pool().run(run, name="lazy-zarr-resolve")
+    try:
+        texts = found.result(timeout)
+    except TimeoutError:
         return None
     addresses: list[IPAddress] = []
-    for text in found:
+    for text in texts:
         try:
             addresses.append(ipaddress.ip_address(text.split("%", 1)[0]))
         except ValueError:
