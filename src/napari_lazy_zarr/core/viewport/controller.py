@@ -289,14 +289,16 @@ class ViewController:
         self.lookahead_share = lookahead_share
         self.motion: PlaneMotion | None = None
         """The walk through z or t the latest reads make (None when the view is still)."""
-        self._tracker = MotionTracker()
         index = self.axis_map.store_index()
         # The layer's levels: each store level seen through the axis map.
         self.arrays = [ChunkedArray(source, cache)[index] for source in self.sources]
         self._id = next(_controller_ids)
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)  # `wait_until_settled` sleeps here
-        self._plans = ViewPlans(self.sources, bounds)
+        # The controller's one lock: a condition (`wait_until_settled` sleeps on it) over a
+        # reentrant lock, shared by the parts below, each holding it only around its own
+        # state and never while calling out.
+        self._changed = threading.Condition()
+        self._lock = self._changed
+        self._plans = ViewPlans(self.sources, bounds, lock=self._lock)
         self._owned: SerialDispatch | None = None
         if dispatch is None:
             dispatch = self._owned = SerialDispatch(f"lazy-zarr-view-{name}")
@@ -310,10 +312,12 @@ class ViewController:
             plan=self._plans.plan,
             done=self._volume_landed,
             ready=self._volume_ready,
+            lock=self._lock,
         )
         self._planes = PreparedPlanes(
-            cache, self.sources, self.arrays, self.axis_map, plan=self._plans.plan
+            cache, self.sources, self.arrays, self.axis_map, plan=self._plans.plan, lock=self._lock
         )
+        self._tracker = MotionTracker(lock=self._lock)
         self._generation = 0
         self._reads = 0
         self._slots: dict[ViewKind, _Slot] = {}
@@ -325,7 +329,7 @@ class ViewController:
         self._closed = False
         self.latest: ViewFrame | None = None
         """The latest answered read of the displayed view (not the thumbnail)."""
-        self.failures = FailureLog(self.sources, cache)
+        self.failures = FailureLog(self.sources, cache, lock=self._lock)
         """The layer's failed chunks, reported once each (see `failures_found`)."""
         cache.state_changed.connect(self._on_events)
 
