@@ -44,6 +44,13 @@ from napari_lazy_zarr.core.errors import (
 )
 from napari_lazy_zarr.core.formats.ngff import parse_image, parse_labels
 from napari_lazy_zarr.core.formats.ome_dev import as_base_version, dev_base
+from napari_lazy_zarr.core.formats.ome_v06 import V06_VERSION, is_v06, split_v06
+from napari_lazy_zarr.core.formats.placement import (
+    Placement,
+    TransformWarning,
+    place,
+    system_label,
+)
 from napari_lazy_zarr.core.formats.rendering import ChannelDisplay, label_colors, warn_ignored
 from napari_lazy_zarr.core.formats.spatialdata import (
     IMAGE_GROUPS,
@@ -82,7 +89,11 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from napari_lazy_zarr.core.formats.ngff import Multiscale, NgffVersion
+    from napari_lazy_zarr.core.formats.transforms import Edge, SystemRef
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
+    from napari_lazy_zarr.core.sources.warp import PointMap, VectorField
+
+    type _Version = NgffVersion | Literal["0.6"]
 
 __all__ = [
     "ImageSpec",
@@ -104,7 +115,8 @@ _URL_SCHEMES: Final = frozenset({"http", "https", "s3"})
 _PROBE_TIMEOUT: Final = 2.0  # seconds `looks_like_zarr` may spend fetching a URL's metadata
 _PROBE_BYTES: Final = 1 << 16  # of a metadata document read to recognise it
 _ZARR_FORMAT: Final = re.compile(rb'"zarr_format"\s*:\s*([23])\b')
-_SUPPORTED_VERSIONS: Final = ("0.4", "0.5")
+_SUPPORTED_VERSIONS: Final = ("0.1", "0.2", "0.3", "0.4", "0.5", "0.6")
+_ZARR_V2_VERSIONS: Final = ("0.1", "0.2", "0.3", "0.4")  # the OME versions of Zarr v2 groups
 MAX_LEVELS: Final = 64  # pyramid levels: 2**64 pixels would need no more
 # Nodes opened at once (levels, label images). Each open is one round trip of metadata
 # over HTTP (`prefetch_metadata`); 16 keep a pyramid's levels (and its labels group) in one.
@@ -118,11 +130,6 @@ _OPEN_CONCURRENCY: Final = 16
 _SCALE_BOUNDS: Final = (1e-15, 1e15)  # a positive world size of one pixel, in any unit
 _MAX_TRANSLATION: Final = 1e15
 _MAX_SCALE_RATIO: Final = 1e9  # between two axes of a level, or one axis of two levels
-
-
-class TransformWarning(UserWarning):
-    """An OME image's transforms are not drawable (non-positive, absurd, or wildly unequal
-    scales); it opens at the identity transform, and the message names the path and values."""
 
 
 class PlateStoreError(NotAZarrStoreError):
@@ -194,7 +201,20 @@ class ImageSpec:
         For a label image, ``(label value, (r, g, b, a))`` pairs (0-255) from its
         ``image-label`` ``colors``, in order; None when it gives none.
     version
-        The NGFF version (``"0.4"``, ``"0.5"``), or None for plain zarr.
+        The NGFF version (``"0.1"`` to ``"0.6"``), or None for plain zarr.
+    affine
+        OME-Zarr 0.6: the matrix (homogeneous, over the store's axes) taking the
+        image's intrinsic coordinate system to the shown one, applied after the
+        levels' scale and translation; None when those say it all.
+    warps
+        OME-Zarr 0.6: when a displacement or coordinate field is on the way to
+        the shown system, per level the map from an output pixel to the input
+        pixel it shows (`core.sources.warp.WarpSource`); else None.
+    coordinate_system
+        OME-Zarr 0.6: the coordinate system the image is shown in.
+    coordinate_systems
+        OME-Zarr 0.6: the systems it could be shown in (`describe_store`'s
+        ``coordinate_system=`` takes one of them).
     """
 
     name: str
@@ -209,6 +229,17 @@ class ImageSpec:
     channel_visible: tuple[bool, ...] | None = None
     label_colors: tuple[tuple[int, tuple[int, int, int, int]], ...] | None = None
     version: str | None = None
+    affine: tuple[tuple[float, ...], ...] | None = None
+    warps: tuple[PointMap, ...] | None = None
+    coordinate_system: str | None = None
+    coordinate_systems: tuple[str, ...] = ()
+    # OME-Zarr 0.6: the image's intrinsic system and the transformations its metadata declares
+    # (`_Walk.placed` routes through them), and whether it is the scene's or image's label.
+    _intrinsic: SystemRef | None = field(default=None, repr=False, compare=False, kw_only=True)
+    _edges: tuple[Edge, ...] = field(default=(), repr=False, compare=False, kw_only=True)
+    _systems: tuple[tuple[SystemRef, int], ...] = field(
+        default=(), repr=False, compare=False, kw_only=True
+    )
 
 
 def looks_like_zarr(path: str | os.PathLike[str], *, timeout: float = _PROBE_TIMEOUT) -> bool:
@@ -302,12 +333,15 @@ def _is_zarr_document(head: bytes, *, zarr_format: int) -> bool:
 
 
 def describe_store(
-    path_or_url: str | os.PathLike[str], *, metadata: Mapping[str, Any] | None = None
+    path_or_url: str | os.PathLike[str],
+    *,
+    metadata: Mapping[str, Any] | None = None,
+    coordinate_system: str | tuple[str, str] | None = None,
 ) -> tuple[ImageSpec, ...]:
     """The images and label images in a zarr store, from its metadata alone.
 
     - A single array at the root: one single-level image named after the store.
-    - An OME-Zarr image (NGFF 0.4 on Zarr v2, 0.5 on Zarr v3): its levels from
+    - An OME-Zarr image (NGFF 0.1 to 0.4 on Zarr v2, 0.5 and 0.6 on Zarr v3): its levels from
       ``multiscales[0].datasets`` with their composed scale and translation,
       axes, channel axis and ``omero`` channels; then one ``"labels"`` image per
       entry of its ``labels`` group.
@@ -316,7 +350,12 @@ def describe_store(
     - Any other group: one single-level image per array directly in it, and the
       OME-Zarr images among its direct subgroups, in name order.
 
-    An OME development version of 0.4 or 0.5 (``0.5-dev-spatialdata``) is read
+    - An OME-Zarr 0.6 image is shown in its intrinsic coordinate system, a 0.6
+      scene's images (and their labels) in the scene's first coordinate system
+      (else the first image's), or in `coordinate_system` (a name, ``"<image
+      path>: <name>"``, or ``(image path, name)``): see `core.formats.placement`.
+
+    An OME development version of 0.4, 0.5 or 0.6 (``0.5-dev-spatialdata``, ``0.6.dev4``) is read
     as its base (`core.formats.ome_dev`), and invalid optional rendering metadata
     gives its defaults (`core.formats.rendering`), each with a `MetadataWarning`.
     - A kerchunk reference file: what the store it describes holds, as above
@@ -339,8 +378,8 @@ def describe_store(
     UnsafeDataError
         An array uses an object dtype or a pickle codec.
     UnsupportedDataError
-        An array's dtype cannot be shown as an image, an OME-Zarr version other
-        than 0.4 or 0.5 (or their development versions), or transforms stored in arrays.
+        An array's dtype cannot be shown as an image, or an OME-Zarr version other
+        than 0.1 to 0.6 (or their development versions).
 
     Examples
     --------
@@ -375,6 +414,7 @@ def describe_store(
             zarr_format=root.metadata.zarr_format,
             # A zip store is closed below; kerchunk levels open as `ManifestSource`s.
             keep_arrays=not isinstance(store, zarr.storage.ZipStore | ManifestStore),
+            coordinate_system=coordinate_system,
         )
         if isinstance(root, zarr.Array):
             check_safe(location, root)
@@ -408,6 +448,7 @@ class _Walk:
     basename: str
     zarr_format: Literal[2, 3]  # the root's: a hierarchy has one format
     keep_arrays: bool  # whether levels keep their arrays for `open_level_sources`
+    coordinate_system: str | tuple[str, str] | None = None  # OME-Zarr 0.6: where to show
 
     def full(self, path: str) -> str:
         """`path` inside the store as a user-facing location."""
@@ -453,7 +494,9 @@ class _Walk:
         """An OME-Zarr image group's images, else those of a plain group."""
         ome = _ome_document(group, self.full(group.path))
         if ome is not None and "multiscales" in ome[1]:
-            return self.ome_image(group, *ome)
+            return self.placed(self.ome_image(group, *ome), scene=None)
+        if ome is not None and ome[0] == V06_VERSION and "scene" in ome[1]:
+            return self.scene(group, ome[1]["scene"])
         if is_spatialdata(group.attrs.asdict()):
             return self.spatialdata_root(group)
         return self.plain_group(group)
@@ -522,7 +565,7 @@ class _Walk:
                 continue
             ome = _ome_document(node, self.full(node.path))
             if ome is not None and "multiscales" in ome[1]:
-                images.extend(self.ome_image(node, *ome))
+                images.extend(self.placed(self.ome_image(node, *ome), scene=None))
         if images:
             return tuple(images)
         if unsupported:
@@ -551,9 +594,18 @@ class _Walk:
         *,
         label: str = "",
     ) -> tuple[ImageSpec, ...]:
-        """An OME-Zarr image (or, with `label`, label image) and then its label images."""
+        """An OME-Zarr image (or, with `label`, label image) and then its label images.
+
+        An OME-Zarr 0.6 image's specs carry its coordinate systems and
+        transformations; `group` (or `scene`) places them.
+        """
         full = self.full(group.path)
-        attributes = parse_image(document, version, full)
+        v06 = split_v06(document, full) if version == V06_VERSION else None
+        attributes = parse_image(
+            v06.document if v06 is not None else document,
+            "0.5" if v06 is not None else version,  # type: ignore[arg-type]  # not 0.6 here
+            full,
+        )
         multiscale, omero = attributes.multiscales[0], attributes.omero
         kind: Literal["image", "labels"] = (
             "labels" if label or "image-label" in document else "image"
@@ -595,6 +647,18 @@ class _Walk:
             label_colors=colors,
             version=version,
         )
+        if v06 is not None:
+            image = replace(
+                image,
+                _intrinsic=(group.path, v06.intrinsic),
+                _systems=tuple(((group.path, name), len(axes)) for name, axes in v06.systems),
+                _edges=self.edges(
+                    v06.transforms,
+                    group.path,
+                    {(group.path, name): len(axes) for name, axes in v06.systems},
+                    full,
+                ),
+            )
         if label:
             return (image,)
         return (image, *self._labels(group, version, opened[-1]))
@@ -644,6 +708,9 @@ class _Walk:
                     f"but the image has {ndim} axes"
                 )
             scale, translate = dataset.scale, dataset.translation or (0.0,) * ndim
+            if not scale:  # before 0.4: no transforms; a level's scale is its shape's ratio
+                finest = levels[0].shape if levels else shape
+                scale = tuple(f / n if n else 1.0 for f, n in zip(finest, shape, strict=True))
             # The multiscale's transforms apply after each dataset's own.
             levels.append(
                 LevelSpec(
@@ -659,6 +726,175 @@ class _Walk:
             )
         return _drawable(tuple(levels), full)
 
+    # -- OME-Zarr 0.6: coordinate systems, transformations, scenes
+
+    def edges(
+        self,
+        transforms: Sequence[Any],
+        context: str,
+        dims: Mapping[SystemRef, int],
+        full: str,
+    ) -> tuple[Edge, ...]:
+        """The transformations declared in the group at `context` (an image's or a
+        scene's), as graph edges; one that cannot be applied is warned about and left out."""
+        from napari_lazy_zarr.core.formats.transforms import (
+            Edge,
+            UnshowableTransform,
+            describe_types,
+            parse_transform,
+            reference,
+        )
+
+        edges = []
+        resolver = _StoreResolver(self, context)
+        for index, document in enumerate(transforms):
+            where = f"{full}: coordinateTransformations.{index}"
+            if not isinstance(document, dict):
+                raise MetadataError(f"{where}: must be an object, got {document!r:.60}")
+            ends = []
+            for side in ("input", "output"):
+                path, name = reference(document.get(side), context, f"{where}.{side}")
+                ends.append((context if path is None else path, name))
+            named = document.get("name")
+            label = (
+                named
+                if isinstance(named, str)
+                else f"{describe_types(document)} {ends[0][1]!r} -> {ends[1][1]!r}"
+            )
+            here = f"{full}: transformation {label!r}"
+            counts = [dims.get(end) for end in ends]
+            try:
+                forward, backward, _, _ = parse_transform(
+                    document, n_in=counts[0], n_out=counts[1], where=here, resolver=resolver
+                )
+            except (UnshowableTransform, UnsupportedDataError) as error:
+                warnings.warn(
+                    TransformWarning(
+                        f"{error}; it is left out: the images it would place are shown "
+                        "in their own coordinate system"
+                    ),
+                    stacklevel=4,
+                )
+                continue
+            edges.append(Edge(ends[0], ends[1], forward, backward, label))
+        return tuple(edges)
+
+    def placed(
+        self,
+        specs: Sequence[ImageSpec],
+        *,
+        scene: tuple[tuple[Edge, ...], tuple[SystemRef, ...]] | None,
+    ) -> tuple[ImageSpec, ...]:
+        """`specs` (an image, its labels) placed in the chosen coordinate system (0.6 only).
+
+        Labels follow their image: a label without a transformation to or from the
+        image's systems shares its image's intrinsic system.
+        """
+        from napari_lazy_zarr.core.formats.transforms import Edge, TransformGraph
+        from napari_lazy_zarr.core.sources.warp import Linear, PointMap
+
+        if not specs or all(spec._intrinsic is None for spec in specs):
+            return tuple(specs)
+        edges = list(scene[0] if scene is not None else ())
+        systems: list[SystemRef] = list(scene[1] if scene is not None else ())
+        images = [s for s in specs if s.kind == "image" and s._intrinsic is not None]
+        for spec in specs:
+            edges.extend(spec._edges)
+            systems.extend(ref for ref, _ in spec._systems)
+        graph = TransformGraph(edges)
+        for spec in specs:
+            if spec.kind != "labels" or spec._intrinsic is None:
+                continue
+            known = set(graph.systems)
+            owner = next(
+                (i for i in images if spec._intrinsic[0].startswith(f"{i._intrinsic[0]}/labels/")),  # type: ignore[index]
+                None,
+            )
+            if spec._intrinsic not in known and owner is not None:
+                ndim = len(spec.axis_names)
+                same = PointMap((Linear(np.eye(ndim, ndim + 1)),))
+                edges.append(Edge(spec._intrinsic, owner._intrinsic, same, same, "identity"))  # type: ignore[arg-type]
+        graph = TransformGraph(edges)
+        choices = tuple(dict.fromkeys(systems))
+        target = self._target(choices, specs, scene is not None)
+        labels = tuple(system_label(ref) for ref in choices)
+        placed = []
+        for spec in specs:
+            if spec._intrinsic is None:
+                placed.append(spec)
+                continue
+            where = self.full(spec._intrinsic[0])
+            placement = place(
+                graph,
+                spec._intrinsic,
+                target,
+                levels=[(level.scale, level.translate) for level in spec.levels],
+                channel_axis=spec.channel_axis,
+                where=where,
+            )
+            placed.append(_with_placement(spec, placement, spec._intrinsic, labels))
+        return tuple(placed)
+
+    def _target(
+        self, choices: Sequence[SystemRef], specs: Sequence[ImageSpec], is_scene: bool
+    ) -> SystemRef:
+        """The system to show: the one asked for, else the scene's first, else the intrinsic
+        system of the first image."""
+        first = specs[0]._intrinsic
+        assert first is not None
+        wanted = self.coordinate_system
+        if wanted is not None:
+            for ref in choices:
+                unique = sum(r[1] == ref[1] for r in choices) == 1
+                if wanted in (ref, system_label(ref)) or (wanted == ref[1] and unique):
+                    return ref
+            raise MetadataError(
+                f"{self.location}: no coordinate system {wanted!r}; the store declares "
+                + ", ".join(repr(system_label(r)) for r in choices)
+            )
+        if is_scene and choices and not choices[0][0]:
+            return choices[0]
+        return first
+
+    def scene(self, group: zarr.Group, document: Any) -> tuple[ImageSpec, ...]:
+        """A scene's images (and their labels), each placed in the chosen coordinate system."""
+        from napari_lazy_zarr.core.formats.transforms import reference, systems_of
+
+        full = self.full(group.path)
+        if not isinstance(document, dict):
+            raise MetadataError(f"{full}: ome.scene must be an object, got {document!r:.60}")
+        transforms = document.get("coordinateTransformations")
+        if not isinstance(transforms, list) or not transforms:
+            raise MetadataError(
+                f"{full}: ome.scene.coordinateTransformations: must be a non-empty list"
+            )
+        own = document.get("coordinateSystems")
+        systems = (
+            systems_of(own, f"{full}: ome.scene.coordinateSystems") if own is not None else []
+        )
+        paths: list[str] = []
+        for index, entry in enumerate(transforms):
+            for side in ("input", "output"):
+                value = entry.get(side) if isinstance(entry, dict) else None
+                path, _ = reference(
+                    value, group.path, f"{full}: coordinateTransformations.{index}.{side}"
+                )
+                if path is not None and path not in paths:
+                    paths.append(path)
+        specs: list[ImageSpec] = []
+        dims = {(group.path, name): len(axes) for name, axes in systems}
+        for path, opened in zip(paths, self.open_all(paths), strict=True):
+            node = _node(opened, missing=f"{full}: the scene's image {path!r} is missing")
+            ome = _ome_document(node, self.full(path)) if isinstance(node, zarr.Group) else None
+            if ome is None or ome[0] != V06_VERSION or "multiscales" not in ome[1]:
+                raise MetadataError(f"{full}: the scene's {path!r} is not an OME-Zarr 0.6 image")
+            assert isinstance(node, zarr.Group)
+            specs.extend(self.ome_image(node, *ome))
+        dims.update(pair for spec in specs for pair in spec._systems)
+        edges = self.edges(transforms, group.path, dims, full)
+        scene_systems = tuple((group.path, name) for name, _ in systems)
+        return self.placed(specs, scene=(edges, scene_systems))
+
     def _labels(
         self, image: zarr.Group, version: NgffVersion, opened: _Opened
     ) -> tuple[ImageSpec, ...]:
@@ -671,7 +907,7 @@ class _Walk:
         if not isinstance(group, zarr.Group):
             raise MetadataError(f"{full}: an OME-Zarr image's 'labels' must be a group")
         document = group.attrs.asdict()
-        if version == "0.4":
+        if version in _ZARR_V2_VERSIONS:
             names = parse_labels(document, version, full).labels
         else:
             ome = document.get("ome")
@@ -686,7 +922,13 @@ class _Walk:
                 # ome-zarr-py 0.21 writes {"ome": {"labels": [...]}} without the version the
                 # spec asks for; the image the group belongs to has it.
                 ome = {**ome, "version": version}
-            names = parse_labels(ome, version, full).labels
+            if isinstance(ome, dict) and version == V06_VERSION and is_v06(ome.get("version")):
+                ome = {**ome, "version": "0.5"}  # a labels group reads the same in 0.6
+            names = parse_labels(
+                ome,
+                "0.5" if version == V06_VERSION else version,  # type: ignore[arg-type]
+                full,
+            ).labels
         labels: list[ImageSpec] = []
         label_paths = [_join(path, name) for name in names]
         for name, label_path, opened_label in zip(
@@ -719,15 +961,125 @@ def _node(opened: _Opened, *, missing: str | None = None) -> zarr.Array[Any] | z
     return opened
 
 
+def _with_placement(
+    spec: ImageSpec, placement: Placement | None, intrinsic: SystemRef, choices: tuple[str, ...]
+) -> ImageSpec:
+    """`spec` placed: a matrix that only scales and shifts folds into its levels' scale and
+    translation; another one is its `ImageSpec.affine`."""
+    if placement is None:
+        return replace(spec, coordinate_system=system_label(intrinsic), coordinate_systems=choices)
+    matrix = placement.matrix
+    ndim = matrix.shape[0] - 1
+    linear = matrix[:ndim, :ndim]
+    shift = matrix[:ndim, ndim]
+    affine = None
+    levels = spec.levels
+    if np.count_nonzero(linear - np.diag(np.diag(linear))) == 0 and np.all(np.diag(linear) > 0):
+        factors = np.diag(linear)
+        levels = tuple(
+            replace(
+                level,
+                scale=tuple(float(f * s) for f, s in zip(factors, level.scale, strict=True)),
+                translate=tuple(
+                    float(f * t + o)
+                    for f, t, o in zip(factors, level.translate, shift, strict=True)
+                ),
+            )
+            for level in levels
+        )
+    else:
+        affine = tuple(tuple(float(v) for v in row) for row in matrix)
+    return replace(
+        spec,
+        levels=levels,
+        affine=affine,
+        warps=placement.warps,
+        coordinate_system=placement.system,
+        coordinate_systems=choices,
+    )
+
+
+_MAX_PARAMETERS: Final = 64  # values of a transformation parameter array (a 6 x 6 matrix at most)
+
+
+@dataclass(frozen=True, slots=True)
+class _StoreResolver:
+    """Transformation parameters and vector fields of the group at `context` (`transforms`)."""
+
+    walk: _Walk
+    context: str
+
+    def parameters(self, path: str) -> np.ndarray[Any, Any]:
+        full_path = _join(self.context, path)
+        where = self.walk.full(full_path)
+        node = self.walk.open(full_path)
+        if not isinstance(node, zarr.Array):
+            raise MetadataError(f"{where}: transformation parameters must be an array")
+        check_safe(where, node)
+        if node.size > _MAX_PARAMETERS or np.dtype(node.dtype).kind not in "iuf":
+            raise MetadataError(
+                f"{where}: transformation parameters must be at most {_MAX_PARAMETERS} numbers, "
+                f"got shape {node.shape} of {node.dtype}"
+            )
+        return np.asarray(node[...], dtype=np.float64)
+
+    def field(self, path: str, kind: str, interpolation: str) -> VectorField:
+        from napari_lazy_zarr.core.sources.warp import VectorField
+
+        full_path = _join(self.context, path)
+        where = self.walk.full(full_path)
+        node = self.walk.open(full_path)
+        ome = _ome_document(node, where) if isinstance(node, zarr.Group) else None
+        if ome is None or ome[0] != V06_VERSION or not isinstance(node, zarr.Group):
+            raise MetadataError(
+                f"{where}: a {kind} field must be an OME-Zarr 0.6 multiscale group"
+            )
+        split = split_v06(ome[1], where)
+        multiscale = parse_image(split.document, "0.5", where).multiscales[0]
+        wanted = "displacement" if kind == "displacements" else "coordinate"
+        vector = [i for i, axis in enumerate(multiscale.axes) if axis.type == wanted]
+        if len(vector) != 1:
+            raise MetadataError(f"{where}: a {kind} field needs one axis of type {wanted!r}")
+        axis = vector[0]
+        paths = [_join(node.path, d.path) for d in multiscale.datasets]
+        sources = []
+        for level_path, opened in zip(paths, self.walk.open_all(paths), strict=True):
+            array = _node(opened, missing=f"{where}: field level {level_path!r} is missing")
+            if not isinstance(array, zarr.Array) or np.dtype(array.dtype).kind not in "iuf":
+                raise MetadataError(f"{where}: field level {level_path!r} must be a numeric array")
+            check_safe(self.walk.full(level_path), array)
+            sources.append(ZarrChunkSource(array, location=self.walk.full(level_path)))
+        if len(sources[0].shape) != len(multiscale.axes):
+            raise MetadataError(
+                f"{where}: the field's arrays do not have its {len(multiscale.axes)} axes"
+            )
+
+        def spatial(values: tuple[float, ...]) -> tuple[float, ...]:
+            return tuple(v for i, v in enumerate(values) if i != axis)
+
+        return VectorField(
+            name=full_path,
+            kind=kind,  # type: ignore[arg-type]  # checked by the caller
+            levels=tuple(sources),
+            scales=tuple(spatial(d.scale) for d in multiscale.datasets),
+            translations=tuple(
+                spatial(d.translation or (0.0,) * len(d.scale)) for d in multiscale.datasets
+            ),
+            vector_axis=axis,
+            interpolation=interpolation,  # type: ignore[arg-type]
+        )
+
+
 # -- OME metadata -----------------------------------------------------------
 
 
-def _ome_document(group: zarr.Group, full: str) -> tuple[NgffVersion, dict[str, Any]] | None:
+def _ome_document(group: zarr.Group, full: str) -> tuple[_Version, dict[str, Any]] | None:
     """``(version, OME attributes)`` of an OME-Zarr group, else None.
 
     Only routes on the declared version; `core.ngff` validates the rest. Zarr v3
-    groups keep OME metadata under ``ome`` (0.5), Zarr v2 groups at the top of
-    ``.zattrs`` (0.4, whose version sits in each multiscale, or in none).
+    groups keep OME metadata under ``ome`` (0.5, 0.6), Zarr v2 groups at the top of
+    ``.zattrs`` (0.1 to 0.4, whose version sits in each multiscale, or in none: 0.4).
+    A draft of a supported version is read as it, with a `MetadataWarning`.
     """
     attributes = group.attrs.asdict()
     if group.metadata.zarr_format == 3:
@@ -743,31 +1095,41 @@ def _ome_document(group: zarr.Group, full: str) -> tuple[NgffVersion, dict[str, 
         first = multiscales[0] if isinstance(multiscales, list) and multiscales else None
         version = first.get("version", "0.4") if isinstance(first, dict) else "0.4"
     zarr_format = group.metadata.zarr_format
-    expected: NgffVersion = "0.5" if zarr_format == 3 else "0.4"
     base = dev_base(version) if isinstance(version, str) else None
-    if isinstance(version, str) and base in _SUPPORTED_VERSIONS:
+    if isinstance(version, str) and base in _SUPPORTED_VERSIONS and base != V06_VERSION:
         # A draft of the next spec over a supported base (SpatialData: "0.5-dev-spatialdata").
-        warnings.warn(
-            MetadataWarning(
-                f"{full}: OME-Zarr version {version!r} is a development version: "
-                f"read as OME-Zarr {base}"
-            ),
-            stacklevel=3,
-        )
+        _draft_notice(full, version, base)
         document = as_base_version(document, version, base)
         version = base
+    if is_v06(version) and version != V06_VERSION:
+        _draft_notice(full, version, V06_VERSION)  # 0.6.dev4, 0.6rc0: read as 0.6
+        document = {**document, "version": V06_VERSION}
+        version = V06_VERSION
     # A version that is not a string is left to `parse_image` to reject.
     if isinstance(version, str) and version not in _SUPPORTED_VERSIONS:
         raise UnsupportedDataError(
             f"{full}: OME-Zarr version {version} is not supported "
             f"(supported: {', '.join(_SUPPORTED_VERSIONS)})"
         )
-    if isinstance(version, str) and version != expected:
+    if not isinstance(version, str):
+        version = "0.5" if zarr_format == 3 else "0.4"
+    if (version in _ZARR_V2_VERSIONS) != (zarr_format == 2):
+        expected = "0.1 to 0.4" if zarr_format == 2 else "0.5 and 0.6"
         raise MetadataError(
             f"{full}: OME-Zarr {version} metadata in a Zarr v{zarr_format} group "
-            f"(OME-Zarr {expected} goes with Zarr v{zarr_format})"
+            f"(OME-Zarr {expected} go with Zarr v{zarr_format})"
         )
-    return expected, document
+    return version, document  # type: ignore[return-value]  # checked against the versions
+
+
+def _draft_notice(full: str, version: str, base: str) -> None:
+    warnings.warn(
+        MetadataWarning(
+            f"{full}: OME-Zarr version {version!r} is a development version: "
+            f"read as OME-Zarr {base}"
+        ),
+        stacklevel=4,
+    )
 
 
 # -- plain zarr -------------------------------------------------------------
