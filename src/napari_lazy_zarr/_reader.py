@@ -392,7 +392,7 @@ def _system_metadata(spec: ImageSpec) -> dict[str, Any]:
     return {
         "coordinate_system": spec.coordinate_system,
         "coordinate_systems": spec.coordinate_systems,
-        "image": spec.name,
+        "warped": spec.warps is not None,
     }
 
 

@@ -790,49 +790,44 @@ class _Walk:
         Labels follow their image: a label without a transformation to or from the
         image's systems shares its image's intrinsic system.
         """
-        from napari_lazy_zarr.core.formats.transforms import Edge, TransformGraph
-        from napari_lazy_zarr.core.sources.warp import Linear, PointMap
+        from napari_lazy_zarr.core.formats.transforms import TransformGraph
 
         if not specs or all(spec._intrinsic is None for spec in specs):
             return tuple(specs)
         edges = list(scene[0] if scene is not None else ())
         systems: list[SystemRef] = list(scene[1] if scene is not None else ())
-        images = [s for s in specs if s.kind == "image" and s._intrinsic is not None]
         for spec in specs:
             edges.extend(spec._edges)
-            systems.extend(ref for ref, _ in spec._systems)
-        graph = TransformGraph(edges)
-        for spec in specs:
-            if spec.kind != "labels" or spec._intrinsic is None:
-                continue
-            known = set(graph.systems)
-            owner = next(
-                (i for i in images if spec._intrinsic[0].startswith(f"{i._intrinsic[0]}/labels/")),  # type: ignore[index]
-                None,
-            )
-            if spec._intrinsic not in known and owner is not None:
-                ndim = len(spec.axis_names)
-                same = PointMap((Linear(np.eye(ndim, ndim + 1)),))
-                edges.append(Edge(spec._intrinsic, owner._intrinsic, same, same, "identity"))  # type: ignore[arg-type]
+            if spec.kind == "image":  # a label image's systems follow its image's
+                systems.extend(ref for ref, _ in spec._systems)
         graph = TransformGraph(edges)
         choices = tuple(dict.fromkeys(systems))
         target = self._target(choices, specs, scene is not None)
         labels = tuple(system_label(ref) for ref in choices)
-        placed = []
+        placed: list[ImageSpec] = []
+        shown: dict[SystemRef, tuple[ImageSpec, Placement | None]] = {}
         for spec in specs:
             if spec._intrinsic is None:
                 placed.append(spec)
                 continue
             where = self.full(spec._intrinsic[0])
+            levels = [(level.scale, level.translate) for level in spec.levels]
+            owner = _owner(spec, shown) if spec.kind == "labels" else None
+            start = spec._intrinsic
+            if owner is not None and spec._intrinsic not in graph.systems:
+                image, image_placement = owner
+                if spec.axis_names != image.axis_names:
+                    # Labels without the image's channel (or time) axis: the image's matrix
+                    # on the axes they share.
+                    placement = _sub_placement(image, image_placement, spec, where)
+                    placed.append(_with_placement(spec, placement, start, labels))
+                    continue
+                start = image._intrinsic  # type: ignore[assignment]  # an image's is set
             placement = place(
-                graph,
-                spec._intrinsic,
-                target,
-                levels=[(level.scale, level.translate) for level in spec.levels],
-                channel_axis=spec.channel_axis,
-                where=where,
+                graph, start, target, levels=levels, channel_axis=spec.channel_axis, where=where
             )
-            placed.append(_with_placement(spec, placement, spec._intrinsic, labels))
+            shown[spec._intrinsic] = (spec, placement)
+            placed.append(_with_placement(spec, placement, start, labels))
         return tuple(placed)
 
     def _target(
@@ -997,6 +992,52 @@ def _with_placement(
         coordinate_system=placement.system,
         coordinate_systems=choices,
     )
+
+
+def _owner(
+    label: ImageSpec, shown: Mapping[SystemRef, tuple[ImageSpec, Placement | None]]
+) -> tuple[ImageSpec, Placement | None] | None:
+    """The image a label image belongs to (``<image>/labels/<name>``), as placed."""
+    assert label._intrinsic is not None
+    path = label._intrinsic[0]
+    for ref, found in shown.items():
+        prefix = f"{ref[0]}/labels/" if ref[0] else "labels/"
+        if found[0].kind == "image" and path.startswith(prefix):
+            return found
+    return None
+
+
+def _sub_placement(
+    image: ImageSpec, placement: Placement | None, label: ImageSpec, where: str
+) -> Placement | None:
+    """`image`'s placement on the axes `label` shares with it (by name), without its warps."""
+    if placement is None:
+        return None
+    names = list(image.axis_names)
+    if not all(name in names for name in label.axis_names):
+        return None
+    index = [names.index(name) for name in label.axis_names]
+    matrix = placement.matrix
+    rows = [*index, len(names)]
+    others = [a for a in range(len(names)) if a not in index]
+    if np.any(matrix[np.ix_(index, others)]):
+        warnings.warn(
+            TransformWarning(
+                f"{where}: its image's transformation mixes axes the label image lacks; "
+                "shown in its own coordinate system"
+            ),
+            stacklevel=5,
+        )
+        return None
+    if placement.warps is not None:
+        warnings.warn(
+            TransformWarning(
+                f"{where}: the label image has other axes than its warped image: shown "
+                "placed as the image, without the field's warp"
+            ),
+            stacklevel=5,
+        )
+    return Placement(matrix[np.ix_(rows, rows)], None, placement.system)
 
 
 _MAX_PARAMETERS: Final = 64  # values of a transformation parameter array (a 6 x 6 matrix at most)
