@@ -29,15 +29,16 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from tests.conformance.cases import Case, Written
-
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from tests.conformance.cases import Case, Written
 
 __all__ = [
     "LEGACY_WRITER",
     "LEVEL0_SCALE",
     "LEVEL0_TRANSLATION",
+    "NAPARI_OME_ZARR_TYPES",
     "SCENE_PLACEMENTS",
     "LegacyWriterUnavailable",
     "build",
@@ -181,6 +182,12 @@ np.save(arrays + "-labels.npy", labels)
 """
 
 
+def _written(path: Path, layers: tuple[np.ndarray[Any, Any], ...]) -> Written:
+    from tests.conformance.cases import Written  # here: that module imports this one
+
+    return Written(path, layers)
+
+
 def write_legacy(folder: Path, version: str) -> Written:
     """An OME-Zarr `version` (0.1-0.3) image with 2 channels and a label image, by
     ome-zarr-py 0.10.3; expected: a layer per channel, then the labels."""
@@ -198,7 +205,7 @@ def write_legacy(folder: Path, version: str) -> Written:
     channel = 1 if version != "0.3" else 0
     layers = [np.take(data, c, axis=channel) for c in range(data.shape[channel])]
     layers.append(np.take(labels, 0, axis=1) if version != "0.3" else labels)
-    return Written(path, tuple(layers))
+    return _written(path, tuple(layers))
 
 
 # -- 0.6: ngff-zarr and ome-zarr-py ----------------------------------------------------
@@ -235,14 +242,24 @@ def _ngff_image(folder: Path, axes: str) -> Written:
         str(path), nz.to_multiscales(image, scale_factors=[2], chunks=16), version="0.6"
     )
     if "c" in axes:
-        return Written(path, tuple(np.take(data, c, axis=axes.index("c")) for c in range(2)))
-    return Written(path, (data,))
+        return _written(path, tuple(np.take(data, c, axis=axes.index("c")) for c in range(2)))
+    return _written(path, (data,))
+
+
+# The types napari-ome-zarr 0.11 applies (its affine of a byDimension fails: "Affine
+# transformation could not be computed"; a bijection is an UnsupportedTransformation).
+NAPARI_OME_ZARR_TYPES: Final = (
+    "identity", "scale", "translation", "affine", "rotation", "sequence", "mapaxis",
+)  # fmt: skip
 
 
 @_writer
-def write_scene(folder: Path) -> Written:
-    """A scene placing one image by each transformation type in ``world`` (then
-    ``atlas``, world scaled), one affine's parameters in a zarr array (ngff-zarr 0.50)."""
+def write_scene(
+    folder: Path, *, types: tuple[str, ...] | None = None, atlas: bool = True
+) -> Written:
+    """A scene placing one image by each transformation type (or those of `types`) in
+    ``world`` (then, with `atlas`, in ``atlas``, world scaled), one affine's parameters
+    in a zarr array (ngff-zarr 0.50)."""
     import ngff_zarr as nz
     import zarr
     from ngff_zarr.v06 import zarr_metadata as v06
@@ -286,14 +303,18 @@ def write_scene(folder: Path) -> Written:
     path = folder / "scene.ome.zarr"
     images = {}
     layers = []
-    for seed, (name, transform) in enumerate(transforms.items()):
+    chosen = {k: v for k, v in transforms.items() if types is None or k in types}
+    for seed, (name, transform) in enumerate(chosen.items()):
         images[name], data = _image(name, seed)
         layers.append(data)
         transform.input, transform.output = ref(name), world
-    atlas = v06.Scale(
+    to_atlas = v06.Scale(
         scale=[0.5, 0.25], input=world, output=v06.CoordinateSystemIdentifier(name="atlas")
     )
     yx = [v06.Axis(name=a, type="space", unit="micrometer") for a in "yx"]
+    systems = [v06.CoordinateSystem(name="world", axes=yx)]
+    if atlas:
+        systems.append(v06.CoordinateSystem(name="atlas", axes=yx))
     root = zarr.open_group(str(path), mode="w", zarr_format=3)
     stored = root.create_group("coordinateTransformations").create_array(
         "affine", shape=(2, 3), dtype="f8"
@@ -301,14 +322,11 @@ def write_scene(folder: Path) -> Written:
     stored[...] = np.asarray(_M)
     scene = nz.NgffScene(
         images=images,
-        coordinateTransformations=[*transforms.values(), atlas],
-        coordinateSystems=[
-            v06.CoordinateSystem(name="world", axes=yx),
-            v06.CoordinateSystem(name="atlas", axes=yx),
-        ],
+        coordinateTransformations=[*chosen.values(), *([to_atlas] if atlas else [])],
+        coordinateSystems=systems,
     )
     nz.to_ome_zarr(str(path), scene, version="0.6", overwrite=False)
-    return Written(path, tuple(layers))
+    return _written(path, tuple(layers))
 
 
 FIELD_SIZE: Final = 256
@@ -361,7 +379,7 @@ def write_field_image(folder: Path, size: int = FIELD_SIZE, *, chunks: int = 64)
         nz.to_multiscales(vectors, scale_factors=[2], chunks=32),
         version="0.6",
     )
-    return Written(path, (data,))
+    return _written(path, (data,))
 
 
 @_writer
@@ -384,11 +402,13 @@ def _ome_zarr_py_labels(folder: Path) -> Written:
     )
     path = folder / "labels-0.6.ome.zarr"
     image.to_ome_zarr(str(path), version="0.6")
-    return Written(path, (data[0], data[1], labels))
+    return _written(path, (data[0], data[1], labels))
 
 
 def build() -> tuple[Case, ...]:
     """The conformance cases of this module."""
+    from tests.conformance.cases import Case
+
     cases = [
         Case(
             "ome-zarr-py 0.10",
@@ -401,6 +421,11 @@ def build() -> tuple[Case, ...]:
         Case("ngff-zarr 0.6", "0.6 yx", lambda f: _ngff_image(f, "yx")),
         Case("ngff-zarr 0.6", "0.6 czyx", lambda f: _ngff_image(f, "czyx")),
         Case("ngff-zarr 0.6", "scene, every transformation", write_scene),
+        Case(
+            "ngff-zarr 0.6",
+            "scene, the types napari-ome-zarr applies",
+            lambda f: write_scene(f, types=NAPARI_OME_ZARR_TYPES, atlas=False),
+        ),
         Case("ngff-zarr 0.6", "displacement field", write_field_image),
         Case("ome-zarr-py 0.6", "0.6 czyx + labels", _ome_zarr_py_labels),
     ]

@@ -26,6 +26,7 @@ from tests.conformance.cases_ome_versions import (
     FIELD_SPACING,
     LEVEL0_SCALE,
     LEVEL0_TRANSLATION,
+    NAPARI_OME_ZARR_TYPES,
     SCENE_PLACEMENTS,
     field_arrays,
     write_field_image,
@@ -103,6 +104,28 @@ def test_placement_agrees_with_ome_zarr_py_graph(
         )
         checked.append(name)
     assert len(checked) == 8
+
+
+def test_scene_placed_as_napari_ome_zarr_places_it_but_its_translation(
+    make_napari_viewer: Callable[..., Any], tmp_path: Path
+) -> None:
+    """napari-ome-zarr 0.11 opens a scene of the types it applies: the same layers, each
+    pixel where it puts it, but for the datasets' translation, which it drops (the writer
+    puts pixel (0, 0) at the translation, mapped by the transformation)."""
+    path = write_scene(tmp_path, types=NAPARI_OME_ZARR_TYPES, atlas=False).path
+    viewer = make_napari_viewer(show=True)
+    ours = {
+        layer.name: _world(layer, LANDMARKS) for layer in viewer.open(str(path), plugin=PLUGIN)
+    }
+    viewer.layers.clear()
+    theirs = viewer.open(str(path), plugin="napari-ome-zarr")
+    assert [layer.name for layer in theirs] == list(ours) == list(NAPARI_OME_ZARR_TYPES)
+    shift = np.array(LEVEL0_TRANSLATION)
+    for reference in theirs:
+        linear = SCENE_PLACEMENTS[reference.name][:2, :2]
+        np.testing.assert_allclose(
+            ours[reference.name], _world(reference, LANDMARKS) + linear @ shift, atol=1e-9
+        )
 
 
 def _cs(ndim: int) -> Any:
