@@ -767,7 +767,7 @@ class _Walk:
                 forward, backward, _, _ = parse_transform(
                     document, n_in=counts[0], n_out=counts[1], where=here, resolver=resolver
                 )
-            except (UnshowableTransform, UnsupportedDataError) as error:
+            except (UnshowableTransform, UnsupportedDataError, StoreNotFoundError) as error:
                 warnings.warn(
                     TransformWarning(
                         f"{error}; it is left out: the images it would place are shown "
