@@ -385,7 +385,6 @@ def write_field_image(folder: Path, size: int = FIELD_SIZE, *, chunks: int = 64)
 @_writer
 def _ome_zarr_py_labels(folder: Path) -> Written:
     """An OME-Zarr 0.6 image with a label image, by ome-zarr-py 0.21."""
-    import zarr
     from ome_zarr import OMEZarrImage, OMEZarrLabels, OMEZarrMultiscale
 
     data = (np.random.default_rng(5).random((2, 3, 40, 48)) * 4000).astype(np.uint16)

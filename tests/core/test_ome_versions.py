@@ -242,7 +242,8 @@ def test_what_cannot_be_shown_is_one_warning_and_the_image_in_its_own_system(
         for m in messages
     )
     assert spec.coordinate_system == "a: intrinsic"  # what is shown instead
-    assert spec.affine is None and spec.levels[0].scale == (1.0, 1.0)
+    assert spec.affine is None
+    assert spec.levels[0].scale == (1.0, 1.0)
 
 
 def test_a_projection_napari_cannot_show_is_warned(tmp_path: Path) -> None:
@@ -263,7 +264,8 @@ def test_a_projection_napari_cannot_show_is_warned(tmp_path: Path) -> None:
     )
     with pytest.warns(
         TransformWarning,
-        match=r"maps 2 axes to 3 .*shown in its own coordinate system 'intrinsic' instead of 'volume'",
+        match=r"maps 2 axes to 3 .*shown in its own coordinate system 'intrinsic' instead of "
+        r"'volume'",
     ):
         (spec,) = describe_store(path, coordinate_system="volume")
     assert spec.coordinate_system == "intrinsic"

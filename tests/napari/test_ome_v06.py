@@ -82,7 +82,6 @@ def test_placement_agrees_with_ome_zarr_py_graph(
 ) -> None:
     """ome-zarr-py's transformnd graph as a second oracle, for the types it applies
     (not bijection, nor parameters stored in an array)."""
-    import transformnd as tnd
     from ome_zarr.classes.tnd_utils import ozmp_tf_to_tnd_spaced
     from ome_zarr_models.v06.scene import BaseSceneAttrs
 
@@ -297,7 +296,8 @@ def test_field_over_the_budget_is_refused(tmp_path: Path) -> None:
     warp = WarpSource(base, spec.warps[0], budget=16 << 10, name="tight")
     with pytest.raises(
         ChunkReadError,
-        match=r"tight: chunk \[0:64, 0:64\]: warping it needs .* over the budget of 16,384 bytes.*not computed",
+        match=r"tight: chunk \[0:64, 0:64\]: warping it needs .* over the budget of 16,384 "
+        r"bytes.*not computed",
     ):
         warp.read_chunk((0, 0))
     assert reads == []  # refused before any chunk of the image was read

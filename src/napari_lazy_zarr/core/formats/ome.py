@@ -589,7 +589,7 @@ class _Walk:
     def ome_image(
         self,
         group: zarr.Group,
-        version: NgffVersion,
+        version: _Version,
         document: dict[str, Any],
         *,
         label: str = "",
@@ -603,7 +603,7 @@ class _Walk:
         v06 = split_v06(document, full) if version == V06_VERSION else None
         attributes = parse_image(
             v06.document if v06 is not None else document,
-            "0.5" if v06 is not None else version,  # type: ignore[arg-type]  # not 0.6 here
+            "0.5" if v06 is not None or version == V06_VERSION else version,
             full,
         )
         multiscale, omero = attributes.multiscales[0], attributes.omero
@@ -688,7 +688,7 @@ class _Walk:
         ndim = len(multiscale.axes)
         outer_scale = multiscale.scale or (1.0,) * ndim
         outer_translate = multiscale.translation or (0.0,) * ndim
-        levels = []
+        levels: list[LevelSpec] = []
         for index, dataset in enumerate(multiscale.datasets):
             path = paths[index]
             where = f"{full}: multiscales dataset {dataset.path!r}"
@@ -891,7 +891,7 @@ class _Walk:
         return self.placed(specs, scene=(edges, scene_systems))
 
     def _labels(
-        self, image: zarr.Group, version: NgffVersion, opened: _Opened
+        self, image: zarr.Group, version: _Version, opened: _Opened
     ) -> tuple[ImageSpec, ...]:
         """The label images listed by the image's ``labels`` group (`opened`; none if absent)."""
         path = _join(image.path, "labels")
@@ -919,11 +919,7 @@ class _Walk:
                 ome = {**ome, "version": version}
             if isinstance(ome, dict) and version == V06_VERSION and is_v06(ome.get("version")):
                 ome = {**ome, "version": "0.5"}  # a labels group reads the same in 0.6
-            names = parse_labels(
-                ome,
-                "0.5" if version == V06_VERSION else version,  # type: ignore[arg-type]
-                full,
-            ).labels
+            names = parse_labels(ome, "0.5" if version == V06_VERSION else version, full).labels
         labels: list[ImageSpec] = []
         label_paths = [_join(path, name) for name in names]
         for name, label_path, opened_label in zip(
@@ -1142,7 +1138,7 @@ def _ome_document(group: zarr.Group, full: str) -> tuple[_Version, dict[str, Any
         _draft_notice(full, version, base)
         document = as_base_version(document, version, base)
         version = base
-    if is_v06(version) and version != V06_VERSION:
+    if isinstance(version, str) and is_v06(version) and version != V06_VERSION:
         _draft_notice(full, version, V06_VERSION)  # 0.6.dev4, 0.6rc0: read as 0.6
         document = {**document, "version": V06_VERSION}
         version = V06_VERSION

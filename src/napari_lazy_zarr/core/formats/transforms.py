@@ -381,8 +381,8 @@ def _parse_wrapper(
     if kind == "sequence":
         forward = PointMap(())
         backward: PointMap | None = PointMap(())
-        dims = n_in
-        dims_in = None
+        dims: int | None = n_in
+        first_in: int | None = None
         for index, item in enumerate(items):
             last = index == len(items) - 1
             part, back, item_in, item_out = parse_transform(
@@ -392,13 +392,13 @@ def _parse_wrapper(
                 where=f"{where}.transformations.{index}",
                 resolver=resolver,
             )
-            dims_in = item_in if dims_in is None else dims_in
+            first_in = item_in if first_in is None else first_in
             forward = compose(forward, part)
             backward = None if backward is None or back is None else compose(back, backward)
             dims = item_out
-        assert dims_in is not None
+        assert first_in is not None
         assert dims is not None
-        return forward, backward, dims_in, dims
+        return forward, backward, first_in, dims
     # byDimension: each item maps some input axes to some output axes.
     if n_in is None or n_out is None:
         raise UnshowableTransform(f"{where}: a byDimension between systems of unknown size")
