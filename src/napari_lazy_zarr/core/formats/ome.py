@@ -24,7 +24,7 @@ import re
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import numpy as np
@@ -36,22 +36,17 @@ from zarr.abc.store import RangeByteRequest
 from napari_lazy_zarr.core.errors import (
     LazyZarrError,
     MetadataError,
-    MetadataWarning,
     MissingCodecError,
     NotAZarrStoreError,
     StoreNotFoundError,
     UnsupportedDataError,
 )
 from napari_lazy_zarr.core.formats.ngff import parse_image, parse_labels
-from napari_lazy_zarr.core.formats.ome_dev import as_base_version, dev_base
+from napari_lazy_zarr.core.formats.ome_dev import dev_base
 from napari_lazy_zarr.core.formats.ome_v06 import V06_VERSION, is_v06, split_v06
-from napari_lazy_zarr.core.formats.placement import (
-    Placement,
-    TransformWarning,
-    place,
-    system_label,
-)
+from napari_lazy_zarr.core.formats.placement import TransformWarning, place_specs
 from napari_lazy_zarr.core.formats.rendering import ChannelDisplay, label_colors, warn_ignored
+from napari_lazy_zarr.core.formats.scene import scene_specs, transformation_edges
 from napari_lazy_zarr.core.formats.spatialdata import (
     IMAGE_GROUPS,
     OTHER_GROUPS,
@@ -59,11 +54,17 @@ from napari_lazy_zarr.core.formats.spatialdata import (
     is_spatialdata,
     skipped_notice,
 )
+from napari_lazy_zarr.core.formats.specs import CoordinateFrame, ImageSpec, LevelSpec
 from napari_lazy_zarr.core.formats.stack import (
     STACK_SUFFIX,
     open_stack,
     read_stack_file,
     reference_file_kind,
+)
+from napari_lazy_zarr.core.formats.versions import (
+    ZARR_V2_VERSIONS,
+    OmeVersion,
+    ome_document,
 )
 from napari_lazy_zarr.core.settings import Timeouts, backend_from_settings
 from napari_lazy_zarr.core.sources.backends import choose_backend, open_backend_source
@@ -88,12 +89,9 @@ from napari_lazy_zarr.core.storage.vetting import (
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from napari_lazy_zarr.core.formats.ngff import Multiscale, NgffVersion
+    from napari_lazy_zarr.core.formats.ngff import Multiscale
     from napari_lazy_zarr.core.formats.transforms import Edge, SystemRef
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
-    from napari_lazy_zarr.core.sources.warp import PointMap, VectorField
-
-    type _Version = NgffVersion | Literal["0.6"]
 
 __all__ = [
     "ImageSpec",
@@ -115,8 +113,6 @@ _URL_SCHEMES: Final = frozenset({"http", "https", "s3"})
 _PROBE_TIMEOUT: Final = 2.0  # seconds `looks_like_zarr` may spend fetching a URL's metadata
 _PROBE_BYTES: Final = 1 << 16  # of a metadata document read to recognise it
 _ZARR_FORMAT: Final = re.compile(rb'"zarr_format"\s*:\s*([23])\b')
-_SUPPORTED_VERSIONS: Final = ("0.1", "0.2", "0.3", "0.4", "0.5", "0.6")
-_ZARR_V2_VERSIONS: Final = ("0.1", "0.2", "0.3", "0.4")  # the OME versions of Zarr v2 groups
 MAX_LEVELS: Final = 64  # pyramid levels: 2**64 pixels would need no more
 # Nodes opened at once (levels, label images). Each open is one round trip of metadata
 # over HTTP (`prefetch_metadata`); 16 keep a pyramid's levels (and its labels group) in one.
@@ -141,105 +137,6 @@ class PlateStoreError(NotAZarrStoreError):
 
     attributes: dict[str, Any] | None = None
     zarr_format: Literal[2, 3] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class LevelSpec:
-    """One resolution level of an image: a zarr array and its place in world space.
-
-    Attributes
-    ----------
-    path
-        The array's path inside the store (``""`` for an array at the root).
-    shape
-        The array's shape.
-    scale
-        World units per pixel along each axis (1.0 when the metadata gives none).
-    translate
-        World position of the first pixel along each axis (0.0 when none).
-    """
-
-    path: str
-    shape: tuple[int, ...]
-    scale: tuple[float, ...]
-    translate: tuple[float, ...]
-    # The array `describe_store` opened for this level, when it stays readable:
-    # `open_level_sources` reads through it instead of fetching its metadata again.
-    _array: zarr.Array[Any] | None = field(default=None, repr=False, compare=False, kw_only=True)
-
-
-@dataclass(frozen=True, slots=True)
-class ImageSpec:
-    """One napari layer's worth of a store: an image or label image, finest level first.
-
-    Attributes
-    ----------
-    name
-        The layer name: a SpatialData element's name, else the multiscales ``name``,
-        else the group or array path,
-        else the store's basename without its suffix (`store_name`: ``cells.ome.zarr``
-        shows as ``cells``) for what sits at the root.
-    kind
-        ``"labels"`` for an OME-Zarr label image, else ``"image"``.
-    levels
-        The resolution levels, finest (level 0) first, as napari expects.
-    axis_names, axis_units
-        Per axis, from the OME ``axes`` (plain arrays: their ``dimension_names``
-        or ``dim_<i>``, no units).
-    channel_axis
-        Index of the axis of type ``"channel"``, else None.
-    channel_names, channel_colors, contrast_limits, channel_visible
-        Per channel (one for an image without a channel axis), from OME
-        ``omero.channels``: ``label`` (``"<multiscales name>: <label>"`` when the
-        multiscales has a name, as napari-ome-zarr names it; ``"<name> [<index>]"`` when
-        the channel has no label), ``color`` as
-        ``#RRGGBB`` (``#FFFFFF`` for every channel when ``omero.rdefs.model`` is
-        ``"greyscale"``, and where a channel gives no valid colour), ``window`` start and
-        end (None unless every channel has a usable one), ``active`` (True when absent).
-        None without (usable) omero metadata.
-    label_colors
-        For a label image, ``(label value, (r, g, b, a))`` pairs (0-255) from its
-        ``image-label`` ``colors``, in order; None when it gives none.
-    version
-        The NGFF version (``"0.1"`` to ``"0.6"``), or None for plain zarr.
-    affine
-        OME-Zarr 0.6: the matrix (homogeneous, over the store's axes) taking the
-        image's intrinsic coordinate system to the shown one, applied after the
-        levels' scale and translation; None when those say it all.
-    warps
-        OME-Zarr 0.6: when a displacement or coordinate field is on the way to
-        the shown system, per level the map from an output pixel to the input
-        pixel it shows (`core.sources.warp.WarpSource`); else None.
-    coordinate_system
-        OME-Zarr 0.6: the coordinate system the image is shown in.
-    coordinate_systems
-        OME-Zarr 0.6: the systems it could be shown in (`describe_store`'s
-        ``coordinate_system=`` takes one of them).
-    """
-
-    name: str
-    kind: Literal["image", "labels"]
-    levels: tuple[LevelSpec, ...]
-    axis_names: tuple[str, ...]
-    axis_units: tuple[str | None, ...]
-    channel_axis: int | None = None
-    channel_names: tuple[str, ...] | None = None
-    channel_colors: tuple[str, ...] | None = None
-    contrast_limits: tuple[tuple[float, float], ...] | None = None
-    channel_visible: tuple[bool, ...] | None = None
-    label_colors: tuple[tuple[int, tuple[int, int, int, int]], ...] | None = None
-    version: str | None = None
-    affine: tuple[tuple[float, ...], ...] | None = None
-    warps: tuple[PointMap, ...] | None = None
-    coordinate_system: str | None = None
-    coordinate_systems: tuple[str, ...] = ()
-    # OME-Zarr 0.6: the image's intrinsic system and the transformations its metadata declares
-    # (`_Walk.placed` routes through them), and whether it is the scene's or image's label.
-    _intrinsic: SystemRef | None = field(default=None, repr=False, compare=False, kw_only=True)
-    _edges: tuple[Edge, ...] = field(default=(), repr=False, compare=False, kw_only=True)
-    _systems: tuple[tuple[SystemRef, int], ...] = field(
-        default=(), repr=False, compare=False, kw_only=True
-    )
 
 
 def looks_like_zarr(path: str | os.PathLike[str], *, timeout: float = _PROBE_TIMEOUT) -> bool:
@@ -492,7 +389,7 @@ class _Walk:
 
     def group(self, group: zarr.Group) -> tuple[ImageSpec, ...]:
         """An OME-Zarr image group's images, else those of a plain group."""
-        ome = _ome_document(group, self.full(group.path))
+        ome = ome_document(group, self.full(group.path))
         if ome is not None and "multiscales" in ome[1]:
             return self.placed(self.ome_image(group, *ome), scene=None)
         if ome is not None and ome[0] == V06_VERSION and "scene" in ome[1]:
@@ -535,7 +432,7 @@ class _Walk:
             for name, node in self.members(holder):
                 ome = None
                 if kind in IMAGE_GROUPS and isinstance(node, zarr.Group):
-                    ome = _ome_document(node, self.full(node.path))
+                    ome = ome_document(node, self.full(node.path))
                 if ome is None or "multiscales" not in ome[1] or not isinstance(node, zarr.Group):
                     skipped.setdefault(kind, []).append(name)
                     continue
@@ -563,7 +460,7 @@ class _Walk:
                     continue
                 images.append(_plain_image(node, node.path, keep=self.keep_arrays))
                 continue
-            ome = _ome_document(node, self.full(node.path))
+            ome = ome_document(node, self.full(node.path))
             if ome is not None and "multiscales" in ome[1]:
                 images.extend(self.placed(self.ome_image(node, *ome), scene=None))
         if images:
@@ -589,7 +486,7 @@ class _Walk:
     def ome_image(
         self,
         group: zarr.Group,
-        version: _Version,
+        version: OmeVersion,
         document: dict[str, Any],
         *,
         label: str = "",
@@ -650,13 +547,15 @@ class _Walk:
         if v06 is not None:
             image = replace(
                 image,
-                _intrinsic=(group.path, v06.intrinsic),
-                _systems=tuple(((group.path, name), len(axes)) for name, axes in v06.systems),
-                _edges=self.edges(
-                    v06.transforms,
-                    group.path,
-                    {(group.path, name): len(axes) for name, axes in v06.systems},
-                    full,
+                frame=CoordinateFrame(
+                    intrinsic=(group.path, v06.intrinsic),
+                    systems=tuple(((group.path, name), len(axes)) for name, axes in v06.systems),
+                    edges=self.edges(
+                        v06.transforms,
+                        group.path,
+                        {(group.path, name): len(axes) for name, axes in v06.systems},
+                        full,
+                    ),
                 ),
             )
         if label:
@@ -728,6 +627,10 @@ class _Walk:
 
     # -- OME-Zarr 0.6: coordinate systems, transformations, scenes
 
+    def scene(self, group: zarr.Group, document: Any) -> tuple[ImageSpec, ...]:
+        """A scene's images and labels, placed (`core.formats.scene`)."""
+        return scene_specs(self, group, document)
+
     def edges(
         self,
         transforms: Sequence[Any],
@@ -735,49 +638,8 @@ class _Walk:
         dims: Mapping[SystemRef, int],
         full: str,
     ) -> tuple[Edge, ...]:
-        """The transformations declared in the group at `context` (an image's or a
-        scene's), as graph edges; one that cannot be applied is warned about and left out."""
-        from napari_lazy_zarr.core.formats.transforms import (
-            Edge,
-            UnshowableTransform,
-            describe_types,
-            parse_transform,
-            reference,
-        )
-
-        edges = []
-        resolver = _StoreResolver(self, context)
-        for index, document in enumerate(transforms):
-            where = f"{full}: coordinateTransformations.{index}"
-            if not isinstance(document, dict):
-                raise MetadataError(f"{where}: must be an object, got {document!r:.60}")
-            ends = []
-            for side in ("input", "output"):
-                path, name = reference(document.get(side), context, f"{where}.{side}")
-                ends.append((context if path is None else path, name))
-            named = document.get("name")
-            label = (
-                named
-                if isinstance(named, str)
-                else f"{describe_types(document)} {ends[0][1]!r} -> {ends[1][1]!r}"
-            )
-            here = f"{full}: transformation {label!r}"
-            counts = [dims.get(end) for end in ends]
-            try:
-                forward, backward, _, _ = parse_transform(
-                    document, n_in=counts[0], n_out=counts[1], where=here, resolver=resolver
-                )
-            except (UnshowableTransform, UnsupportedDataError, StoreNotFoundError) as error:
-                warnings.warn(
-                    TransformWarning(
-                        f"{error}; it is left out: the images it would place are shown "
-                        "in their own coordinate system"
-                    ),
-                    stacklevel=4,
-                )
-                continue
-            edges.append(Edge(ends[0], ends[1], forward, backward, label))
-        return tuple(edges)
+        """The transformations a group declares, as graph edges (`core.formats.scene`)."""
+        return transformation_edges(self, transforms, context, dims, full)
 
     def placed(
         self,
@@ -785,113 +647,17 @@ class _Walk:
         *,
         scene: tuple[tuple[Edge, ...], tuple[SystemRef, ...]] | None,
     ) -> tuple[ImageSpec, ...]:
-        """`specs` (an image, its labels) placed in the chosen coordinate system (0.6 only).
-
-        Labels follow their image: a label without a transformation to or from the
-        image's systems shares its image's intrinsic system.
-        """
-        from napari_lazy_zarr.core.formats.transforms import TransformGraph
-
-        if not specs or all(spec._intrinsic is None for spec in specs):
-            return tuple(specs)
-        edges = list(scene[0] if scene is not None else ())
-        systems: list[SystemRef] = list(scene[1] if scene is not None else ())
-        for spec in specs:
-            edges.extend(spec._edges)
-            if spec.kind == "image":  # a label image's systems follow its image's
-                systems.extend(ref for ref, _ in spec._systems)
-        graph = TransformGraph(edges)
-        choices = tuple(dict.fromkeys(systems))
-        target = self._target(choices, specs, scene is not None)
-        labels = tuple(system_label(ref) for ref in choices)
-        placed: list[ImageSpec] = []
-        shown: dict[SystemRef, tuple[ImageSpec, Placement | None]] = {}
-        for spec in specs:
-            if spec._intrinsic is None:
-                placed.append(spec)
-                continue
-            where = self.full(spec._intrinsic[0])
-            levels = [(level.scale, level.translate) for level in spec.levels]
-            owner = _owner(spec, shown) if spec.kind == "labels" else None
-            start = spec._intrinsic
-            if owner is not None and spec._intrinsic not in graph.systems:
-                image, image_placement = owner
-                if spec.axis_names != image.axis_names:
-                    # Labels without the image's channel (or time) axis: the image's matrix
-                    # on the axes they share.
-                    placement = _sub_placement(image, image_placement, spec, where)
-                    placed.append(_with_placement(spec, placement, start, labels))
-                    continue
-                start = image._intrinsic  # type: ignore[assignment]  # an image's is set
-            placement = place(
-                graph, start, target, levels=levels, channel_axis=spec.channel_axis, where=where
-            )
-            shown[spec._intrinsic] = (spec, placement)
-            placed.append(_with_placement(spec, placement, start, labels))
-        return tuple(placed)
-
-    def _target(
-        self, choices: Sequence[SystemRef], specs: Sequence[ImageSpec], is_scene: bool
-    ) -> SystemRef:
-        """The system to show: the one asked for, else the scene's first, else the intrinsic
-        system of the first image."""
-        first = specs[0]._intrinsic
-        assert first is not None
-        wanted = self.coordinate_system
-        if wanted is not None:
-            for ref in choices:
-                unique = sum(r[1] == ref[1] for r in choices) == 1
-                if wanted in (ref, system_label(ref)) or (wanted == ref[1] and unique):
-                    return ref
-            raise MetadataError(
-                f"{self.location}: no coordinate system {wanted!r}; the store declares "
-                + ", ".join(repr(system_label(r)) for r in choices)
-            )
-        if is_scene and choices and not choices[0][0]:
-            return choices[0]
-        return first
-
-    def scene(self, group: zarr.Group, document: Any) -> tuple[ImageSpec, ...]:
-        """A scene's images (and their labels), each placed in the chosen coordinate system."""
-        from napari_lazy_zarr.core.formats.transforms import reference, systems_of
-
-        full = self.full(group.path)
-        if not isinstance(document, dict):
-            raise MetadataError(f"{full}: ome.scene must be an object, got {document!r:.60}")
-        transforms = document.get("coordinateTransformations")
-        if not isinstance(transforms, list) or not transforms:
-            raise MetadataError(
-                f"{full}: ome.scene.coordinateTransformations: must be a non-empty list"
-            )
-        own = document.get("coordinateSystems")
-        systems = (
-            systems_of(own, f"{full}: ome.scene.coordinateSystems") if own is not None else []
+        """`specs` placed in the chosen coordinate system (`placement.place_specs`)."""
+        return place_specs(
+            specs,
+            scene=scene,
+            coordinate_system=self.coordinate_system,
+            location=self.location,
+            full=self.full,
         )
-        paths: list[str] = []
-        for index, entry in enumerate(transforms):
-            for side in ("input", "output"):
-                value = entry.get(side) if isinstance(entry, dict) else None
-                path, _ = reference(
-                    value, group.path, f"{full}: coordinateTransformations.{index}.{side}"
-                )
-                if path is not None and path not in paths:
-                    paths.append(path)
-        specs: list[ImageSpec] = []
-        dims = {(group.path, name): len(axes) for name, axes in systems}
-        for path, opened in zip(paths, self.open_all(paths), strict=True):
-            node = _node(opened, missing=f"{full}: the scene's image {path!r} is missing")
-            ome = _ome_document(node, self.full(path)) if isinstance(node, zarr.Group) else None
-            if ome is None or ome[0] != V06_VERSION or "multiscales" not in ome[1]:
-                raise MetadataError(f"{full}: the scene's {path!r} is not an OME-Zarr 0.6 image")
-            assert isinstance(node, zarr.Group)
-            specs.extend(self.ome_image(node, *ome))
-        dims.update(pair for spec in specs for pair in spec._systems)
-        edges = self.edges(transforms, group.path, dims, full)
-        scene_systems = tuple((group.path, name) for name, _ in systems)
-        return self.placed(specs, scene=(edges, scene_systems))
 
     def _labels(
-        self, image: zarr.Group, version: _Version, opened: _Opened
+        self, image: zarr.Group, version: OmeVersion, opened: _Opened
     ) -> tuple[ImageSpec, ...]:
         """The label images listed by the image's ``labels`` group (`opened`; none if absent)."""
         path = _join(image.path, "labels")
@@ -902,7 +668,7 @@ class _Walk:
         if not isinstance(group, zarr.Group):
             raise MetadataError(f"{full}: an OME-Zarr image's 'labels' must be a group")
         document = group.attrs.asdict()
-        if version in _ZARR_V2_VERSIONS:
+        if version in ZARR_V2_VERSIONS:
             names = parse_labels(document, version, full).labels
         else:
             ome = document.get("ome")
@@ -929,7 +695,7 @@ class _Walk:
             node = _node(opened_label, missing=f"{where} is missing")
             ome = None
             if isinstance(node, zarr.Group):
-                ome = _ome_document(node, self.full(label_path))
+                ome = ome_document(node, self.full(label_path))
             if ome is None or ome[0] != version or not isinstance(node, zarr.Group):
                 raise MetadataError(f"{where} is not an OME-Zarr {version} image group")
             labels.extend(self.ome_image(node, *ome, label=name))
@@ -952,221 +718,7 @@ def _node(opened: _Opened, *, missing: str | None = None) -> zarr.Array[Any] | z
     return opened
 
 
-def _with_placement(
-    spec: ImageSpec, placement: Placement | None, intrinsic: SystemRef, choices: tuple[str, ...]
-) -> ImageSpec:
-    """`spec` placed: a matrix that only scales and shifts folds into its levels' scale and
-    translation; another one is its `ImageSpec.affine`."""
-    if placement is None:
-        return replace(spec, coordinate_system=system_label(intrinsic), coordinate_systems=choices)
-    matrix = placement.matrix
-    ndim = matrix.shape[0] - 1
-    linear = matrix[:ndim, :ndim]
-    shift = matrix[:ndim, ndim]
-    affine = None
-    levels = spec.levels
-    if np.count_nonzero(linear - np.diag(np.diag(linear))) == 0 and np.all(np.diag(linear) > 0):
-        factors = np.diag(linear)
-        levels = tuple(
-            replace(
-                level,
-                scale=tuple(float(f * s) for f, s in zip(factors, level.scale, strict=True)),
-                translate=tuple(
-                    float(f * t + o)
-                    for f, t, o in zip(factors, level.translate, shift, strict=True)
-                ),
-            )
-            for level in levels
-        )
-    else:
-        affine = tuple(tuple(float(v) for v in row) for row in matrix)
-    return replace(
-        spec,
-        levels=levels,
-        affine=affine,
-        warps=placement.warps,
-        coordinate_system=placement.system,
-        coordinate_systems=choices,
-    )
-
-
-def _owner(
-    label: ImageSpec, shown: Mapping[SystemRef, tuple[ImageSpec, Placement | None]]
-) -> tuple[ImageSpec, Placement | None] | None:
-    """The image a label image belongs to (``<image>/labels/<name>``), as placed."""
-    assert label._intrinsic is not None
-    path = label._intrinsic[0]
-    for ref, found in shown.items():
-        prefix = f"{ref[0]}/labels/" if ref[0] else "labels/"
-        if found[0].kind == "image" and path.startswith(prefix):
-            return found
-    return None
-
-
-def _sub_placement(
-    image: ImageSpec, placement: Placement | None, label: ImageSpec, where: str
-) -> Placement | None:
-    """`image`'s placement on the axes `label` shares with it (by name), without its warps."""
-    if placement is None:
-        return None
-    names = list(image.axis_names)
-    if not all(name in names for name in label.axis_names):
-        return None
-    index = [names.index(name) for name in label.axis_names]
-    matrix = placement.matrix
-    rows = [*index, len(names)]
-    others = [a for a in range(len(names)) if a not in index]
-    if np.any(matrix[np.ix_(index, others)]):
-        warnings.warn(
-            TransformWarning(
-                f"{where}: its image's transformation mixes axes the label image lacks; "
-                "shown in its own coordinate system"
-            ),
-            stacklevel=5,
-        )
-        return None
-    if placement.warps is not None:
-        warnings.warn(
-            TransformWarning(
-                f"{where}: the label image has other axes than its warped image: shown "
-                "placed as the image, without the field's warp"
-            ),
-            stacklevel=5,
-        )
-    return Placement(matrix[np.ix_(rows, rows)], None, placement.system)
-
-
-_MAX_PARAMETERS: Final = 64  # values of a transformation parameter array (a 6 x 6 matrix at most)
-
-
-@dataclass(frozen=True, slots=True)
-class _StoreResolver:
-    """Transformation parameters and vector fields of the group at `context` (`transforms`)."""
-
-    walk: _Walk
-    context: str
-
-    def parameters(self, path: str) -> np.ndarray[Any, Any]:
-        full_path = _join(self.context, path)
-        where = self.walk.full(full_path)
-        node = self.walk.open(full_path)
-        if not isinstance(node, zarr.Array):
-            raise MetadataError(f"{where}: transformation parameters must be an array")
-        check_safe(where, node)
-        if node.size > _MAX_PARAMETERS or np.dtype(node.dtype).kind not in "iuf":
-            raise MetadataError(
-                f"{where}: transformation parameters must be at most {_MAX_PARAMETERS} numbers, "
-                f"got shape {node.shape} of {node.dtype}"
-            )
-        return np.asarray(node[...], dtype=np.float64)
-
-    def field(self, path: str, kind: str, interpolation: str) -> VectorField:
-        from napari_lazy_zarr.core.sources.warp import VectorField
-
-        full_path = _join(self.context, path)
-        where = self.walk.full(full_path)
-        node = self.walk.open(full_path)
-        ome = _ome_document(node, where) if isinstance(node, zarr.Group) else None
-        if ome is None or ome[0] != V06_VERSION or not isinstance(node, zarr.Group):
-            raise MetadataError(
-                f"{where}: a {kind} field must be an OME-Zarr 0.6 multiscale group"
-            )
-        split = split_v06(ome[1], where)
-        multiscale = parse_image(split.document, "0.5", where).multiscales[0]
-        wanted = "displacement" if kind == "displacements" else "coordinate"
-        vector = [i for i, axis in enumerate(multiscale.axes) if axis.type == wanted]
-        if len(vector) != 1:
-            raise MetadataError(f"{where}: a {kind} field needs one axis of type {wanted!r}")
-        axis = vector[0]
-        paths = [_join(node.path, d.path) for d in multiscale.datasets]
-        sources = []
-        for level_path, opened in zip(paths, self.walk.open_all(paths), strict=True):
-            array = _node(opened, missing=f"{where}: field level {level_path!r} is missing")
-            if not isinstance(array, zarr.Array) or np.dtype(array.dtype).kind not in "iuf":
-                raise MetadataError(f"{where}: field level {level_path!r} must be a numeric array")
-            check_safe(self.walk.full(level_path), array)
-            sources.append(ZarrChunkSource(array, location=self.walk.full(level_path)))
-        if len(sources[0].shape) != len(multiscale.axes):
-            raise MetadataError(
-                f"{where}: the field's arrays do not have its {len(multiscale.axes)} axes"
-            )
-
-        def spatial(values: tuple[float, ...]) -> tuple[float, ...]:
-            return tuple(v for i, v in enumerate(values) if i != axis)
-
-        return VectorField(
-            name=full_path,
-            kind=kind,  # type: ignore[arg-type]  # checked by the caller
-            levels=tuple(sources),
-            scales=tuple(spatial(d.scale) for d in multiscale.datasets),
-            translations=tuple(
-                spatial(d.translation or (0.0,) * len(d.scale)) for d in multiscale.datasets
-            ),
-            vector_axis=axis,
-            interpolation=interpolation,  # type: ignore[arg-type]
-        )
-
-
 # -- OME metadata -----------------------------------------------------------
-
-
-def _ome_document(group: zarr.Group, full: str) -> tuple[_Version, dict[str, Any]] | None:
-    """``(version, OME attributes)`` of an OME-Zarr group, else None.
-
-    Only routes on the declared version; `core.ngff` validates the rest. Zarr v3
-    groups keep OME metadata under ``ome`` (0.5, 0.6), Zarr v2 groups at the top of
-    ``.zattrs`` (0.1 to 0.4, whose version sits in each multiscale, or in none: 0.4).
-    A draft of a supported version is read as it, with a `MetadataWarning`.
-    """
-    attributes = group.attrs.asdict()
-    if group.metadata.zarr_format == 3:
-        document = attributes.get("ome")
-        if not isinstance(document, dict):
-            return None
-        version = document.get("version")
-    else:
-        multiscales = attributes.get("multiscales")
-        if multiscales is None:
-            return None
-        document = attributes
-        first = multiscales[0] if isinstance(multiscales, list) and multiscales else None
-        version = first.get("version", "0.4") if isinstance(first, dict) else "0.4"
-    zarr_format = group.metadata.zarr_format
-    base = dev_base(version) if isinstance(version, str) else None
-    if isinstance(version, str) and base in _SUPPORTED_VERSIONS and base != V06_VERSION:
-        # A draft of the next spec over a supported base (SpatialData: "0.5-dev-spatialdata").
-        _draft_notice(full, version, base)
-        document = as_base_version(document, version, base)
-        version = base
-    if isinstance(version, str) and is_v06(version) and version != V06_VERSION:
-        _draft_notice(full, version, V06_VERSION)  # 0.6.dev4, 0.6rc0: read as 0.6
-        document = {**document, "version": V06_VERSION}
-        version = V06_VERSION
-    # A version that is not a string is left to `parse_image` to reject.
-    if isinstance(version, str) and version not in _SUPPORTED_VERSIONS:
-        raise UnsupportedDataError(
-            f"{full}: OME-Zarr version {version} is not supported "
-            f"(supported: {', '.join(_SUPPORTED_VERSIONS)})"
-        )
-    if not isinstance(version, str):
-        version = "0.5" if zarr_format == 3 else "0.4"
-    if (version in _ZARR_V2_VERSIONS) != (zarr_format == 2):
-        expected = "0.1 to 0.4" if zarr_format == 2 else "0.5 and 0.6"
-        raise MetadataError(
-            f"{full}: OME-Zarr {version} metadata in a Zarr v{zarr_format} group "
-            f"(OME-Zarr {expected} go with Zarr v{zarr_format})"
-        )
-    return version, document  # type: ignore[return-value]  # checked against the versions
-
-
-def _draft_notice(full: str, version: str, base: str) -> None:
-    warnings.warn(
-        MetadataWarning(
-            f"{full}: OME-Zarr version {version!r} is a development version: "
-            f"read as OME-Zarr {base}"
-        ),
-        stacklevel=4,
-    )
 
 
 # -- plain zarr -------------------------------------------------------------
