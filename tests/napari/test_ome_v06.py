@@ -44,7 +44,9 @@ PLUGIN = "napari-lazy-zarr"
 LANDMARKS = np.array([[0, 0], [39, 0], [0, 49], [39, 49], [20, 25], [7.5, 31.25]])
 
 
-def _expected(matrix: np.ndarray[Any, Any], points: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+def writer_place(
+    matrix: np.ndarray[Any, Any], points: np.ndarray[Any, Any]
+) -> np.ndarray[Any, Any]:
     """The writer's placement: level 0's pixel → intrinsic, then `matrix` (homogeneous)."""
     intrinsic = points * np.array(LEVEL0_SCALE) + np.array(LEVEL0_TRANSLATION)
     full = np.hstack([intrinsic, np.ones((len(points), 1))])
@@ -52,7 +54,7 @@ def _expected(matrix: np.ndarray[Any, Any], points: np.ndarray[Any, Any]) -> np.
     return result
 
 
-def _world(layer: Any, points: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+def world_points(layer: Any, points: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return np.array([layer.data_to_world(p) for p in points])
 
 
@@ -68,9 +70,9 @@ def test_every_transformation_places_its_image(
     layers = viewer.open(str(scene), plugin=PLUGIN)
     assert [layer.name for layer in layers] == list(SCENE_PLACEMENTS)
     for layer in layers:
-        expected = _expected(SCENE_PLACEMENTS[layer.name], LANDMARKS)
+        expected = writer_place(SCENE_PLACEMENTS[layer.name], LANDMARKS)
         np.testing.assert_allclose(
-            _world(layer, LANDMARKS), expected, atol=1e-9, err_msg=layer.name
+            world_points(layer, LANDMARKS), expected, atol=1e-9, err_msg=layer.name
         )
         info = layer.metadata["napari_lazy_zarr"]
         assert info["coordinate_system"] == "world"
@@ -99,7 +101,7 @@ def test_placement_agrees_with_ome_zarr_py_graph(
         intrinsic = LANDMARKS * np.array(LEVEL0_SCALE) + np.array(LEVEL0_TRANSLATION)
         expected = spaced.transform.apply(intrinsic)
         np.testing.assert_allclose(
-            _world(layers[name], LANDMARKS), expected, atol=1e-9, err_msg=name
+            world_points(layers[name], LANDMARKS), expected, atol=1e-9, err_msg=name
         )
         checked.append(name)
     assert len(checked) == 8
@@ -114,7 +116,8 @@ def test_scene_placed_as_napari_ome_zarr_places_it_but_its_translation(
     path = write_scene(tmp_path, types=NAPARI_OME_ZARR_TYPES, atlas=False).path
     viewer = make_napari_viewer(show=True)
     ours = {
-        layer.name: _world(layer, LANDMARKS) for layer in viewer.open(str(path), plugin=PLUGIN)
+        layer.name: world_points(layer, LANDMARKS)
+        for layer in viewer.open(str(path), plugin=PLUGIN)
     }
     viewer.layers.clear()
     theirs = viewer.open(str(path), plugin="napari-ome-zarr")
@@ -123,7 +126,7 @@ def test_scene_placed_as_napari_ome_zarr_places_it_but_its_translation(
     for reference in theirs:
         linear = SCENE_PLACEMENTS[reference.name][:2, :2]
         np.testing.assert_allclose(
-            ours[reference.name], _world(reference, LANDMARKS) + linear @ shift, atol=1e-9
+            ours[reference.name], world_points(reference, LANDMARKS) + linear @ shift, atol=1e-9
         )
 
 
@@ -144,17 +147,17 @@ def test_scene_in_another_coordinate_system(
     viewer = make_napari_viewer(show=True)
     for data, kwargs, kind in read_zarr(str(scene), coordinate_system="atlas"):
         layer = viewer._add_layer_from_data(data, kwargs, kind)[0]
-        expected = _expected(ATLAS @ SCENE_PLACEMENTS[layer.name], LANDMARKS)
+        expected = writer_place(ATLAS @ SCENE_PLACEMENTS[layer.name], LANDMARKS)
         np.testing.assert_allclose(
-            _world(layer, LANDMARKS), expected, atol=1e-9, err_msg=layer.name
+            world_points(layer, LANDMARKS), expected, atol=1e-9, err_msg=layer.name
         )
     viewer.layers.clear()
     to_affine = np.linalg.inv(SCENE_PLACEMENTS["affine"])
     for data, kwargs, kind in read_zarr(str(scene), coordinate_system="affine: intrinsic"):
         layer = viewer._add_layer_from_data(data, kwargs, kind)[0]
-        expected = _expected(to_affine @ SCENE_PLACEMENTS[layer.name], LANDMARKS)
+        expected = writer_place(to_affine @ SCENE_PLACEMENTS[layer.name], LANDMARKS)
         np.testing.assert_allclose(
-            _world(layer, LANDMARKS), expected, atol=1e-9, err_msg=layer.name
+            world_points(layer, LANDMARKS), expected, atol=1e-9, err_msg=layer.name
         )
 
 
@@ -163,30 +166,6 @@ def test_an_unknown_coordinate_system_is_named(scene: Path) -> None:
 
     with pytest.raises(LazyZarrError, match=r"no coordinate system 'nowhere'.*'world', 'atlas'"):
         read_zarr(str(scene), coordinate_system="nowhere")
-
-
-def test_widget_re_places_the_layers(
-    make_napari_viewer: Callable[..., Any], qtbot: QtBot, scene: Path
-) -> None:
-    from napari_lazy_zarr.widgets import CoordinateSystemChoice
-
-    viewer = make_napari_viewer(show=True)
-    viewer.open(str(scene), plugin=PLUGIN)
-    widget = CoordinateSystemChoice(viewer)
-    dock = viewer.window.add_dock_widget(widget)
-    assert widget.stores.currentText() == str(scene)
-    assert widget.systems.currentText() == "world"
-    widget.systems.setCurrentText("atlas")  # what a user's choice does
-    for layer in viewer.layers:
-        expected = _expected(ATLAS @ SCENE_PLACEMENTS[layer.name], LANDMARKS)
-        np.testing.assert_allclose(
-            _world(layer, LANDMARKS), expected, atol=1e-9, err_msg=layer.name
-        )
-        assert layer.metadata["napari_lazy_zarr"]["coordinate_system"] == "atlas"
-    assert "10 layers shown in 'atlas'" in widget.status.text()
-    viewer.window.remove_dock_widget(dock)
-    widget.deleteLater()
-    qtbot.waitUntil(lambda: not widget.isVisible())
 
 
 def test_labels_follow_their_image(make_napari_viewer: Callable[..., Any], tmp_path: Path) -> None:
