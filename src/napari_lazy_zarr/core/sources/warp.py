@@ -74,15 +74,16 @@ class Linear:
     Examples
     --------
     >>> step = Linear(np.array([[2.0, 0.0, 1.0], [0.0, 3.0, 0.0]]))
-    >>> step.apply(np.array([[1.0, 1.0]]))
-    array([[3., 3.]])
+    >>> step.apply(np.array([[1.0], [1.0]]))
+    array([[3.],
+           [3.]])
     """
 
     matrix: np.ndarray[Any, Any]
 
     def apply(self, points: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        """`points` (k x N) mapped (k x M)."""
-        result: np.ndarray[Any, Any] = points @ self.matrix[:, :-1].T + self.matrix[:, -1]
+        """`points` (N x k: one row per axis, contiguous for fast reductions) mapped (M x k)."""
+        result: np.ndarray[Any, Any] = self.matrix[:, :-1] @ points + self.matrix[:, -1:]
         return result
 
     def key(self) -> tuple[Any, ...]:
@@ -228,36 +229,36 @@ class _Reads:
 def _field_values(
     step: FieldStep, points: np.ndarray[Any, Any], reads: _Reads
 ) -> np.ndarray[Any, Any]:
-    """The field's vectors at `points` (k x N), interpolated, clamped at its edges."""
+    """The field's vectors at `points` (N x k), interpolated, clamped at its edges (N x k)."""
     from scipy import ndimage
 
     field = step.field
+    if points.shape[1] == 0:
+        return np.zeros_like(points)
     level = min(step.level, len(field.levels) - 1)
     source = field.levels[level]
-    scale = np.asarray(field.scales[level])
-    translation = np.asarray(field.translations[level])
+    scale = np.asarray(field.scales[level])[:, None]
+    translation = np.asarray(field.translations[level])[:, None]
     index = (points - translation) / scale
     spatial = [a for a in range(len(source.shape)) if a != field.vector_axis]
     extents = np.array([source.shape[a] for a in spatial])
-    index = np.clip(index, 0, extents - 1)
+    index = np.clip(index, 0, (extents - 1)[:, None])
     order = _ORDERS[field.interpolation]
     margin = 3 if order == 3 else 1
-    lo = np.floor(index.min(axis=0)).astype(int) - margin if len(index) else np.zeros(0, int)
-    hi = np.ceil(index.max(axis=0)).astype(int) + margin + 1 if len(index) else np.zeros(0, int)
+    lo = np.floor(index.min(axis=1)).astype(int) - margin
+    hi = np.ceil(index.max(axis=1)).astype(int) + margin + 1
     box_lo = list(lo)
     box_hi = list(hi)
     box_lo.insert(field.vector_axis, 0)
     box_hi.insert(field.vector_axis, int(source.shape[field.vector_axis]))
     region = reads.region(source, box_lo, box_hi, f"the field {field.name!r}")
     region = np.moveaxis(region.astype(np.float64, copy=False), field.vector_axis, 0)
-    offset = np.maximum(lo, 0)
-    local = (index - offset).T
+    local = index - np.maximum(lo, 0)[:, None]
     return np.stack(
         [
             ndimage.map_coordinates(component, local, order=order, mode="nearest")
             for component in region
-        ],
-        axis=1,
+        ]
     )
 
 
@@ -278,7 +279,7 @@ def _apply_field(
         values = _field_values(step, current, reads)
         displacement = values - current if absolute else values
         moved = target - displacement
-        change = float(np.max(np.abs(moved - current))) if len(moved) else 0.0
+        change = float(np.max(np.abs(moved - current))) if moved.size else 0.0
         current = moved
         if change <= INVERSE_TOLERANCE * spacing:
             break
@@ -297,7 +298,8 @@ def apply_point_map(
     array([[2., 0.]])
     """
     reads = _Reads(budget, where)
-    return _carry(mapping, np.asarray(points, dtype=np.float64), reads)
+    rows = np.ascontiguousarray(np.asarray(points, dtype=np.float64).T)
+    return _carry(mapping, rows, reads).T
 
 
 def _carry(mapping: PointMap, points: np.ndarray[Any, Any], reads: _Reads) -> np.ndarray[Any, Any]:
@@ -387,22 +389,24 @@ class WarpSource(SourceFields):
             indexing="ij",
         )
         shape = grids[0].shape
-        points = np.stack([g.ravel() for g in grids], axis=1)
+        points = np.stack([g.ravel() for g in grids])  # one row per axis
         reads = _Reads(self.budget, where)
         found = _carry(self._mapping, points, reads)
-        extents = np.array(self._shape)
+        extents = np.array(self._shape)[:, None]
         # A pixel centre mapped outside the input's pixels ([-0.5, n - 0.5]) shows the fill value.
-        inside = np.all((found >= -0.5) & (found <= extents - 0.5), axis=1)
-        out = np.full(len(found), self._fill_value, dtype=self._dtype)
+        inside = np.all((found >= -0.5) & (found <= extents - 0.5), axis=0)
+        out = np.full(found.shape[1], self._fill_value, dtype=self._dtype)
         if inside.any():
-            chosen = found[inside]
+            chosen = found[:, inside]
             margin = 1
-            box_lo = np.maximum(np.floor(chosen.min(axis=0)).astype(int) - margin, 0)
-            box_hi = np.minimum(np.ceil(chosen.max(axis=0)).astype(int) + margin + 1, extents)
+            box_lo = np.maximum(np.floor(chosen.min(axis=1)).astype(int) - margin, 0)
+            box_hi = np.minimum(
+                np.ceil(chosen.max(axis=1)).astype(int) + margin + 1, extents[:, 0]
+            )
             region = reads.region(self._base, box_lo, box_hi, "the image")
             values = ndimage.map_coordinates(
                 region.astype(np.float64, copy=False),
-                (chosen - box_lo).T,
+                chosen - box_lo[:, None],
                 order=self._order,
                 mode="nearest",
                 prefilter=self._order > 1,
