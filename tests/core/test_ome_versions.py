@@ -271,6 +271,30 @@ def test_a_projection_napari_cannot_show_is_warned(tmp_path: Path) -> None:
     assert spec.coordinate_system == "intrinsic"
 
 
+def test_a_projection_dropping_the_channel_axis_places_each_channel(tmp_path: Path) -> None:
+    """projectAxis CYX -> YX: every channel is a layer of its own, shown in the plane."""
+    path = tmp_path / "c.zarr"
+    root = zarr.open_group(path, mode="w", zarr_format=3)
+    cyx = [{"name": "c", "type": "channel"}, *YX]
+    to_plane = {
+        "type": "sequence",
+        "transformations": [
+            {"type": "projectAxis", "droppedInputs": [0]},
+            {"type": "scale", "scale": [2.0, 3.0]},
+        ],
+        "input": {"name": "intrinsic"},
+        "output": {"name": "plane"},
+    }
+    data = np.arange(2 * 8 * 8, dtype=np.uint8).reshape(2, 8, 8)
+    _image(root, data, systems=[{"name": "plane", "axes": YX}], transforms=[to_plane], axes=cyx)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (spec,) = describe_store(path, coordinate_system="plane")
+    assert spec.coordinate_system == "plane"
+    assert spec.channel_axis == 0
+    assert spec.levels[0].scale == (1.0, 2.0, 3.0)
+
+
 @pytest.mark.parametrize("number", ["1e400", "10" + "0" * 400])
 def test_overflowing_numbers_name_the_file(tmp_path: Path, number: str) -> None:
     path = _scene(tmp_path, {"type": "scale", "scale": [1.0, 1.0]})

@@ -95,6 +95,8 @@ def place(
         return None
     names = ", ".join(edge.name for edge in route.edges)
     matrix = linear_part(route.forward, ndim)
+    if matrix is not None and channel_axis is not None:
+        matrix = _channel_dropped(matrix, channel_axis, ndim)
     if matrix is None or matrix.shape != (ndim, ndim + 1):
         rows = None if matrix is None else matrix.shape[0]
         _warn(
@@ -129,6 +131,18 @@ def place(
         first = PointMap((Linear((full @ np.vstack([pixel, np.eye(1, ndim + 1, ndim)]))[:-1]),))
         warps.append(compose(compose(first, PointMap(steps)), PointMap((Linear(to_pixel),))))
     return Placement(full, tuple(warps), shown, route.approximated)
+
+
+def _channel_dropped(
+    matrix: np.ndarray[Any, Any], channel_axis: int, ndim: int
+) -> np.ndarray[Any, Any]:
+    """`matrix` with the channel axis put back when a ``projectAxis`` dropped it (CYX to YX):
+    each channel is a layer of its own already, so napari shows that projection."""
+    if matrix.shape != (ndim - 1, ndim + 1) or np.any(matrix[:, channel_axis]):
+        return matrix
+    row = np.zeros((1, ndim + 1))
+    row[0, channel_axis] = 1.0
+    return np.vstack([matrix[:channel_axis], row, matrix[channel_axis:]])
 
 
 def _keeps_axis(matrix: np.ndarray[Any, Any], axis: int) -> bool:
