@@ -48,3 +48,35 @@ def test_widget_re_places_the_layers(
     viewer.window.remove_dock_widget(dock)
     widget.deleteLater()
     qtbot.waitUntil(lambda: not widget.isVisible())
+
+
+def test_widget_replaces_a_layer_that_becomes_warped(
+    make_napari_viewer: Callable[..., Any], qtbot: QtBot, tmp_path: Path
+) -> None:
+    """Into a system reached through a field, the layer's data change: it is replaced (at
+    the same place in the list), warped; and back, unwarped."""
+    from napari_lazy_zarr._layer_data import loader_of
+    from napari_lazy_zarr.widgets import CoordinateSystemChoice
+    from tests.conformance.cases_ome_versions import write_field_image
+
+    written = write_field_image(tmp_path, size=128, chunks=64)
+    viewer = make_napari_viewer(show=True)
+    viewer.add_points([[0, 0]], name="above")
+    (layer,) = viewer.open(str(written.path), plugin=PLUGIN)
+    viewer.layers.move(viewer.layers.index(layer), 0)
+    widget = CoordinateSystemChoice(viewer)
+    dock = viewer.window.add_dock_widget(widget)
+    widget.systems.setCurrentText("warped")
+    warped = viewer.layers[0]
+    assert warped is not layer
+    assert warped.name == layer.name
+    assert warped.metadata["napari_lazy_zarr"]["warped"]
+    loader = loader_of(warped)
+    assert loader is not None
+    assert type(loader.levels[0].array.source).__name__ == "WarpSource"
+    widget.systems.setCurrentText("intrinsic")
+    assert not viewer.layers[0].metadata["napari_lazy_zarr"]["warped"]
+    assert [lay.name for lay in viewer.layers] == [layer.name, "above"]
+    viewer.window.remove_dock_widget(dock)
+    widget.deleteLater()
+    qtbot.waitUntil(lambda: not widget.isVisible())
