@@ -217,12 +217,21 @@ def _oracle(size: int, points: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, An
     return np.where(inside, np.rint(values), 0), residual
 
 
+WARP_SIZE = 2048  # napari reads a smaller level whole: no view of part of it
+
+
+@pytest.fixture(scope="module")
+def field_store(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A 2048² image and its field, written once (ngff-zarr's pyramid takes ~10 s here)."""
+    return write_field_image(tmp_path_factory.mktemp("field"), size=WARP_SIZE)
+
+
 @pytest.mark.parametrize("where", ["middle", "edge"])
 def test_field_warp_equals_map_coordinates(
-    make_napari_viewer: Callable[..., Any], qtbot: QtBot, tmp_path: Path, where: str
+    make_napari_viewer: Callable[..., Any], qtbot: QtBot, field_store: Any, where: str
 ) -> None:
-    size = 2048  # napari reads a smaller level whole: no view of part of it
-    written = write_field_image(tmp_path, size=size)
+    size = WARP_SIZE
+    written = field_store
     viewer = make_napari_viewer(show=True)
     viewer.window.resize(900, 700)
     (layer,) = viewer.open(str(written.path), plugin=PLUGIN)
