@@ -214,8 +214,14 @@ def _single(path: PathOrPaths) -> str:
     return os.fspath(one)
 
 
-def read_zarr(path: PathOrPaths) -> list[LayerDataTuple]:
+def read_zarr(
+    path: PathOrPaths, *, coordinate_system: str | tuple[str, str] | None = None
+) -> list[LayerDataTuple]:
     """Read a Zarr store as napari layer data tuples backed by non-blocking lazy levels.
+
+    `coordinate_system`: for OME-Zarr 0.6, the coordinate system to show the
+    images in (a name, ``"<image path>: <name>"`` or ``(image path, name)``);
+    by default a scene's first, an image's own (`describe_store`).
 
     Raises a `LazyZarrError` subclass naming the path and the problem for a
     store that looks like Zarr but cannot be read.
@@ -223,7 +229,7 @@ def read_zarr(path: PathOrPaths) -> list[LayerDataTuple]:
     location = _single(path)
     cache = shared_cache(remote=is_remote(location))
     try:
-        specs = describe_store(location)
+        specs = describe_store(location, coordinate_system=coordinate_system)
     except PlateStoreError as plate_store:
         plate = _plate_layers(location, cache, plate_store)
         _watch_current_viewer()
@@ -284,7 +290,7 @@ def layer_data(
     plate's mosaic); by default `open_level_sources` opens `spec`'s.
     """
     if sources is None:
-        sources = open_level_sources(location, spec)
+        sources = _warped(open_level_sources(location, spec), spec)
     if sources[0].dtype.kind == "c":  # open_array reads it; napari cannot display it
         path = spec.levels[0].path
         raise dtype_refusal(
@@ -329,8 +335,9 @@ def layer_data(
             "scale": tuple(scale[a] for a in keep),
             "translate": tuple(translate[a] for a in keep),
             "axis_labels": tuple(spec.axis_names[a] for a in keep),
-            "metadata": {"napari_lazy_zarr": {"location": location}},
+            "metadata": {"napari_lazy_zarr": {"location": location, **_system_metadata(spec)}},
         }
+        kwargs.update(_placement_kwargs(spec, keep))
         units = [spec.axis_units[a] for a in keep]
         if any(units):  # an axis without a unit (time in frames) stays in pixels, as napari's
             kwargs["units"] = tuple(unit or "pixel" for unit in units)
@@ -342,6 +349,43 @@ def layer_data(
         data: Any = views if len(views) > 1 else views[0]
         results.append((data, kwargs, layer_type))
     return results
+
+
+def _warped(sources: list[ChunkSource], spec: ImageSpec) -> list[ChunkSource]:
+    """`sources`, warped lazily level by level when a field is on the way to the shown
+    coordinate system (`ImageSpec.warps`): linear for images, nearest for labels."""
+    if spec.warps is None:
+        return sources
+    from napari_lazy_zarr.core.sources.warp import WarpSource
+
+    order = 0 if spec.kind == "labels" else 1
+    return [
+        WarpSource(source, warp, order=order, name=f"{spec.name} in {spec.coordinate_system}")
+        for source, warp in zip(sources, spec.warps, strict=True)
+    ]
+
+
+def _placement_kwargs(spec: ImageSpec, keep: list[int]) -> dict[str, Any]:
+    """napari's ``affine`` for an OME-Zarr 0.6 layer whose shown system is not a scale and a
+    translation of its own (the rows and columns of the layer's axes)."""
+    if spec.affine is None:
+        return {}
+    import numpy as np
+
+    matrix = np.asarray(spec.affine)
+    index = [*keep, matrix.shape[0] - 1]
+    return {"affine": matrix[np.ix_(index, index)]}
+
+
+def _system_metadata(spec: ImageSpec) -> dict[str, Any]:
+    """The coordinate systems of an OME-Zarr 0.6 layer (for the coordinate system widget)."""
+    if spec.coordinate_system is None:
+        return {}
+    return {
+        "coordinate_system": spec.coordinate_system,
+        "coordinate_systems": spec.coordinate_systems,
+        "warped": spec.warps is not None,
+    }
 
 
 def channel_axis(spec: ImageSpec) -> int:

@@ -470,9 +470,10 @@ def _build() -> tuple[Case, ...]:
 
 
 def _with_labs() -> tuple[Case, ...]:
-    from tests.conformance import cases_labs  # here: it imports Case and Written from this module
+    # Imported here: they import Case and Written from this module.
+    from tests.conformance import cases_labs, cases_ome_versions
 
-    return _build() + cases_labs.build() + cases_files.cases()
+    return _build() + cases_labs.build() + cases_files.cases() + cases_ome_versions.build()
 
 
 CASES: tuple[Case, ...] = _with_labs()

@@ -75,6 +75,11 @@ def _structure(layer: Any) -> dict[str, Any]:
         "scale": tuple(round(float(s), 6) for s in layer.scale),
         "translate": tuple(round(float(t), 6) for t in layer.translate),
         "units": tuple(str(u) for u in layer.units),
+        # Placement beyond scale and translate (OME-Zarr 0.6 scenes): napari's affine.
+        "affine": tuple(
+            tuple(round(float(v), 6) for v in row)
+            for row in np.asarray(layer.affine.affine_matrix)
+        ),
     }
     if kind == "image":
         info["colormap"] = _color_at_top(layer.colormap)

@@ -547,8 +547,16 @@ def test_label_image_needs_integers(tmp_path: Path, version: str) -> None:
 
 def test_unsupported_ome_version(tmp_path: Path) -> None:
     path = write_ome(tmp_path / "old.zarr", "0.4", with_labels=False)
+    _rewrite_json(path / ".zattrs", lambda d: d["multiscales"][0].update(version="0.7"))
+    with pytest.raises(UnsupportedDataError, match=r"old\.zarr: OME-Zarr version 0\.7"):
+        describe_store(path)
+
+
+def test_0_3_is_read_by_its_own_rules(tmp_path: Path) -> None:
+    """0.3 names its axes (ome-zarr-py's rules): a 0.4 document relabelled 0.3 is invalid."""
+    path = write_ome(tmp_path / "old.zarr", "0.4", with_labels=False)
     _rewrite_json(path / ".zattrs", lambda d: d["multiscales"][0].update(version="0.3"))
-    with pytest.raises(UnsupportedDataError, match=r"old\.zarr: OME-Zarr version 0\.3"):
+    with pytest.raises(MetadataError, match=r"old\.zarr: invalid OME-Zarr 0\.3 image metadata"):
         describe_store(path)
 
 

@@ -1,4 +1,4 @@
-"""OME-NGFF (OME-Zarr) 0.4 and 0.5 metadata, validated into values: axes, datasets, channels.
+"""OME-NGFF (OME-Zarr) 0.1 to 0.5 metadata, validated into values: axes, datasets, channels.
 
 `parse_image`, `parse_labels` and `parse_label_colors` read the attribute
 documents of an image group, a ``labels`` group and a label image's
@@ -32,6 +32,14 @@ documents, with ome-zarr-models as the oracle:
   warn about and fall back to its defaults.
 - ``labels``: a list of strings; colours: unique ``label-value`` integers, each
   with ``rgba`` null or four integers 0-255.
+
+Before 0.4 (ome-zarr-py's readers are the rules): 0.1 and 0.2 have no
+``axes``, their arrays are 5-D ``tczyx``; 0.3 names its axes (``yx``;
+``zyx``, ``cyx`` or ``tyx``; ``tzyx``, ``czyx`` or ``tcyx``; ``tczyx``),
+their types implied by the name; datasets are paths only, without
+transforms (`Dataset.scale` is empty: a level's scale is then the ratio of
+the finest level's shape to its own). OME-Zarr 0.6 documents are read as
+0.5 ones by `core.formats.ome_v06` first.
 
 Deliberate differences (each listed in the oracle test too). Stricter, on
 what decides pixels and geometry: vector values must be JSON numbers (not
@@ -72,13 +80,17 @@ __all__ = [
     "parse_labels",
 ]
 
-type NgffVersion = Literal["0.4", "0.5"]
+type NgffVersion = Literal["0.1", "0.2", "0.3", "0.4", "0.5"]
 type _Loc = tuple[str | int, ...]
 
 _MAX_PROBLEMS: Final = 4  # validation problems quoted in one error message
 _AXIS_COUNTS: Final = range(2, 6)
 _SPACE_AXIS_COUNTS: Final = (2, 3)
 _TRANSFORM_TYPES: Final = ("identity", "scale", "translation")
+_LEGACY: Final = ("0.1", "0.2", "0.3")  # no transforms; axes implied (0.1, 0.2) or named (0.3)
+_IMPLIED_AXES: Final = "tczyx"
+_NAMED_AXES: Final = ("yx", "zyx", "cyx", "tyx", "tzyx", "czyx", "tcyx", "tczyx")
+_AXIS_TYPES: Final = {"t": "time", "c": "channel", "z": "space", "y": "space", "x": "space"}
 _HEX_COLOR: Final = re.compile(r"#?([0-9a-fA-F]{6})")
 
 
@@ -110,7 +122,8 @@ class Dataset:
     path
         The array's path relative to the image group.
     scale
-        World units per pixel along each axis (finite, non-zero).
+        World units per pixel along each axis (finite, non-zero); empty before
+        0.4, whose datasets have no transforms.
     translation
         World position of the first pixel along each axis, or None when not given.
     """
@@ -441,7 +454,11 @@ class _Checker:
         if not all(_is_number(v) for v in values):
             self.problem(loc, f"must be numbers, got {_describe(values)}")
             return None
-        numbers = tuple(float(v) for v in values)
+        try:
+            numbers = tuple(float(v) for v in values)
+        except OverflowError:  # an integer beyond a double (10**400)
+            self.problem(loc, f"must be finite, got {_describe(values)} (overflow)")
+            return None
         if not all(math.isfinite(v) for v in numbers):
             self.problem(loc, f"must be finite, got {list(numbers)}")
             return None
@@ -493,6 +510,8 @@ class _Checker:
         entry = self.json_object(value, loc)
         if entry is None:
             return None
+        if version in _LEGACY:
+            return self.legacy_multiscale(entry, loc, version)
         if version == "0.4" and entry.get("version") not in (None, "0.4"):
             self.problem((*loc, "version"), f"must be '0.4', got {_describe(entry['version'])}")
         axes = self.axes(self.field(entry, "axes", loc), (*loc, "axes"), "axes" in entry)
@@ -519,6 +538,47 @@ class _Checker:
             scale=scale,
             translation=translation,
             name=name if isinstance(name, str) else None,
+        )
+
+    def legacy_multiscale(
+        self, entry: dict[str, Any], loc: _Loc, version: NgffVersion
+    ) -> Multiscale | None:
+        """A 0.1, 0.2 or 0.3 multiscale: axes implied or named, datasets as paths."""
+        start = len(self.problems)
+        names: str | None = _IMPLIED_AXES
+        if version == "0.3":
+            listed = self.json_list(self.field(entry, "axes", loc), (*loc, "axes"))
+            names = None
+            if listed is not None:
+                if all(isinstance(a, str) for a in listed) and "".join(listed) in _NAMED_AXES:
+                    names = "".join(listed)
+                else:
+                    self.problem(
+                        (*loc, "axes"),
+                        f"must be one of {', '.join(_NAMED_AXES)} (OME-Zarr 0.3), "
+                        f"got {_describe(listed)}",
+                    )
+        datasets: list[Dataset] = []
+        listed = self.json_list(self.field(entry, "datasets", loc), (*loc, "datasets"))
+        for index, item in enumerate(listed or ()):
+            here = (*loc, "datasets", index)
+            dataset = self.json_object(item, here)
+            path = None
+            if dataset is not None and "path" in dataset:
+                path = self.json_string(dataset["path"], (*here, "path"))
+            elif dataset is not None:
+                self.field(dataset, "path", here)
+            if path is not None:
+                datasets.append(Dataset(path=path, scale=(), translation=None))
+        if listed is not None and not listed:
+            self.problem((*loc, "datasets"), "must list at least one dataset")
+        if len(self.problems) > start or names is None:
+            return None
+        name = entry.get("name")
+        return Multiscale(
+            axes=tuple(Axis(name=a, type=_AXIS_TYPES[a], unit=None) for a in names),
+            datasets=tuple(datasets),
+            name=name if isinstance(name, str) and name.strip("/") else None,
         )
 
     def axes(self, value: Any, loc: _Loc, present: bool) -> tuple[Axis, ...] | None:

@@ -23,7 +23,7 @@ import os
 import re
 import time
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import numpy as np
@@ -35,7 +35,6 @@ from zarr.abc.store import RangeByteRequest
 from napari_lazy_zarr.core.errors import (
     LazyZarrError,
     MetadataError,
-    MetadataWarning,
     MissingCodecError,
     NotAZarrStoreError,
     StoreNotFoundError,
@@ -43,8 +42,11 @@ from napari_lazy_zarr.core.errors import (
 )
 from napari_lazy_zarr.core.executors import run_concurrently
 from napari_lazy_zarr.core.formats.ngff import parse_image, parse_labels
-from napari_lazy_zarr.core.formats.ome_dev import as_base_version, dev_base
+from napari_lazy_zarr.core.formats.ome_dev import dev_base
+from napari_lazy_zarr.core.formats.ome_v06 import V06_VERSION, is_v06, split_v06
+from napari_lazy_zarr.core.formats.placement import TransformWarning, place_specs
 from napari_lazy_zarr.core.formats.rendering import ChannelDisplay, label_colors, warn_ignored
+from napari_lazy_zarr.core.formats.scene import scene_specs, transformation_edges
 from napari_lazy_zarr.core.formats.spatialdata import (
     IMAGE_GROUPS,
     OTHER_GROUPS,
@@ -52,11 +54,17 @@ from napari_lazy_zarr.core.formats.spatialdata import (
     is_spatialdata,
     skipped_notice,
 )
+from napari_lazy_zarr.core.formats.specs import CoordinateFrame, ImageSpec, LevelSpec
 from napari_lazy_zarr.core.formats.stack import (
     STACK_SUFFIX,
     open_stack,
     read_stack_file,
     reference_file_kind,
+)
+from napari_lazy_zarr.core.formats.versions import (
+    ZARR_V2_VERSIONS,
+    OmeVersion,
+    ome_document,
 )
 from napari_lazy_zarr.core.settings import Timeouts, backend_from_settings
 from napari_lazy_zarr.core.sources.backends import choose_backend, open_backend_source
@@ -81,7 +89,8 @@ from napari_lazy_zarr.core.storage.vetting import (
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from napari_lazy_zarr.core.formats.ngff import Multiscale, NgffVersion
+    from napari_lazy_zarr.core.formats.ngff import Multiscale
+    from napari_lazy_zarr.core.formats.transforms import Edge, SystemRef
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
 
 __all__ = [
@@ -104,7 +113,6 @@ _URL_SCHEMES: Final = frozenset({"http", "https", "s3"})
 _PROBE_TIMEOUT: Final = 2.0  # seconds `looks_like_zarr` may spend fetching a URL's metadata
 _PROBE_BYTES: Final = 1 << 16  # of a metadata document read to recognise it
 _ZARR_FORMAT: Final = re.compile(rb'"zarr_format"\s*:\s*([23])\b')
-_SUPPORTED_VERSIONS: Final = ("0.4", "0.5")
 MAX_LEVELS: Final = 64  # pyramid levels: 2**64 pixels would need no more
 # Nodes opened at once (levels, label images). Each open is one round trip of metadata
 # over HTTP (`prefetch_metadata`); 16 keep a pyramid's levels (and its labels group) in one.
@@ -120,11 +128,6 @@ _MAX_TRANSLATION: Final = 1e15
 _MAX_SCALE_RATIO: Final = 1e9  # between two axes of a level, or one axis of two levels
 
 
-class TransformWarning(UserWarning):
-    """An OME image's transforms are not drawable (non-positive, absurd, or wildly unequal
-    scales); it opens at the identity transform, and the message names the path and values."""
-
-
 class PlateStoreError(NotAZarrStoreError):
     """`describe_store` was given an OME-Zarr HCS plate (see `core.plate`).
 
@@ -134,81 +137,6 @@ class PlateStoreError(NotAZarrStoreError):
 
     attributes: dict[str, Any] | None = None
     zarr_format: Literal[2, 3] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class LevelSpec:
-    """One resolution level of an image: a zarr array and its place in world space.
-
-    Attributes
-    ----------
-    path
-        The array's path inside the store (``""`` for an array at the root).
-    shape
-        The array's shape.
-    scale
-        World units per pixel along each axis (1.0 when the metadata gives none).
-    translate
-        World position of the first pixel along each axis (0.0 when none).
-    """
-
-    path: str
-    shape: tuple[int, ...]
-    scale: tuple[float, ...]
-    translate: tuple[float, ...]
-    # The array `describe_store` opened for this level, when it stays readable:
-    # `open_level_sources` reads through it instead of fetching its metadata again.
-    _array: zarr.Array[Any] | None = field(default=None, repr=False, compare=False, kw_only=True)
-
-
-@dataclass(frozen=True, slots=True)
-class ImageSpec:
-    """One napari layer's worth of a store: an image or label image, finest level first.
-
-    Attributes
-    ----------
-    name
-        The layer name: a SpatialData element's name, else the multiscales ``name``,
-        else the group or array path,
-        else the store's basename without its suffix (`store_name`: ``cells.ome.zarr``
-        shows as ``cells``) for what sits at the root.
-    kind
-        ``"labels"`` for an OME-Zarr label image, else ``"image"``.
-    levels
-        The resolution levels, finest (level 0) first, as napari expects.
-    axis_names, axis_units
-        Per axis, from the OME ``axes`` (plain arrays: their ``dimension_names``
-        or ``dim_<i>``, no units).
-    channel_axis
-        Index of the axis of type ``"channel"``, else None.
-    channel_names, channel_colors, contrast_limits, channel_visible
-        Per channel (one for an image without a channel axis), from OME
-        ``omero.channels``: ``label`` (``"<multiscales name>: <label>"`` when the
-        multiscales has a name, as napari-ome-zarr names it; ``"<name> [<index>]"`` when
-        the channel has no label), ``color`` as
-        ``#RRGGBB`` (``#FFFFFF`` for every channel when ``omero.rdefs.model`` is
-        ``"greyscale"``, and where a channel gives no valid colour), ``window`` start and
-        end (None unless every channel has a usable one), ``active`` (True when absent).
-        None without (usable) omero metadata.
-    label_colors
-        For a label image, ``(label value, (r, g, b, a))`` pairs (0-255) from its
-        ``image-label`` ``colors``, in order; None when it gives none.
-    version
-        The NGFF version (``"0.4"``, ``"0.5"``), or None for plain zarr.
-    """
-
-    name: str
-    kind: Literal["image", "labels"]
-    levels: tuple[LevelSpec, ...]
-    axis_names: tuple[str, ...]
-    axis_units: tuple[str | None, ...]
-    channel_axis: int | None = None
-    channel_names: tuple[str, ...] | None = None
-    channel_colors: tuple[str, ...] | None = None
-    contrast_limits: tuple[tuple[float, float], ...] | None = None
-    channel_visible: tuple[bool, ...] | None = None
-    label_colors: tuple[tuple[int, tuple[int, int, int, int]], ...] | None = None
-    version: str | None = None
 
 
 def looks_like_zarr(path: str | os.PathLike[str], *, timeout: float = _PROBE_TIMEOUT) -> bool:
@@ -302,12 +230,15 @@ def _is_zarr_document(head: bytes, *, zarr_format: int) -> bool:
 
 
 def describe_store(
-    path_or_url: str | os.PathLike[str], *, metadata: Mapping[str, Any] | None = None
+    path_or_url: str | os.PathLike[str],
+    *,
+    metadata: Mapping[str, Any] | None = None,
+    coordinate_system: str | tuple[str, str] | None = None,
 ) -> tuple[ImageSpec, ...]:
     """The images and label images in a zarr store, from its metadata alone.
 
     - A single array at the root: one single-level image named after the store.
-    - An OME-Zarr image (NGFF 0.4 on Zarr v2, 0.5 on Zarr v3): its levels from
+    - An OME-Zarr image (NGFF 0.1 to 0.4 on Zarr v2, 0.5 and 0.6 on Zarr v3): its levels from
       ``multiscales[0].datasets`` with their composed scale and translation,
       axes, channel axis and ``omero`` channels; then one ``"labels"`` image per
       entry of its ``labels`` group.
@@ -316,7 +247,12 @@ def describe_store(
     - Any other group: one single-level image per array directly in it, and the
       OME-Zarr images among its direct subgroups, in name order.
 
-    An OME development version of 0.4 or 0.5 (``0.5-dev-spatialdata``) is read
+    - An OME-Zarr 0.6 image is shown in its intrinsic coordinate system, a 0.6
+      scene's images (and their labels) in the scene's first coordinate system
+      (else the first image's), or in `coordinate_system` (a name, ``"<image
+      path>: <name>"``, or ``(image path, name)``): see `core.formats.placement`.
+
+    An OME development version of 0.4, 0.5 or 0.6 (``0.5-dev-spatialdata``, ``0.6.dev4``) is read
     as its base (`core.formats.ome_dev`), and invalid optional rendering metadata
     gives its defaults (`core.formats.rendering`), each with a `MetadataWarning`.
     - A kerchunk reference file: what the store it describes holds, as above
@@ -339,8 +275,8 @@ def describe_store(
     UnsafeDataError
         An array uses an object dtype or a pickle codec.
     UnsupportedDataError
-        An array's dtype cannot be shown as an image, an OME-Zarr version other
-        than 0.4 or 0.5 (or their development versions), or transforms stored in arrays.
+        An array's dtype cannot be shown as an image, or an OME-Zarr version other
+        than 0.1 to 0.6 (or their development versions).
 
     Examples
     --------
@@ -375,6 +311,7 @@ def describe_store(
             zarr_format=root.metadata.zarr_format,
             # A zip store is closed below; kerchunk levels open as `ManifestSource`s.
             keep_arrays=not isinstance(store, zarr.storage.ZipStore | ManifestStore),
+            coordinate_system=coordinate_system,
         )
         if isinstance(root, zarr.Array):
             check_safe(location, root)
@@ -408,6 +345,7 @@ class _Walk:
     basename: str
     zarr_format: Literal[2, 3]  # the root's: a hierarchy has one format
     keep_arrays: bool  # whether levels keep their arrays for `open_level_sources`
+    coordinate_system: str | tuple[str, str] | None = None  # OME-Zarr 0.6: where to show
 
     def full(self, path: str) -> str:
         """`path` inside the store as a user-facing location."""
@@ -450,9 +388,11 @@ class _Walk:
 
     def group(self, group: zarr.Group) -> tuple[ImageSpec, ...]:
         """An OME-Zarr image group's images, else those of a plain group."""
-        ome = _ome_document(group, self.full(group.path))
+        ome = ome_document(group, self.full(group.path))
         if ome is not None and "multiscales" in ome[1]:
-            return self.ome_image(group, *ome)
+            return self.placed(self.ome_image(group, *ome), scene=None)
+        if ome is not None and ome[0] == V06_VERSION and "scene" in ome[1]:
+            return self.scene(group, ome[1]["scene"])
         if is_spatialdata(group.attrs.asdict()):
             return self.spatialdata_root(group)
         return self.plain_group(group)
@@ -491,7 +431,7 @@ class _Walk:
             for name, node in self.members(holder):
                 ome = None
                 if kind in IMAGE_GROUPS and isinstance(node, zarr.Group):
-                    ome = _ome_document(node, self.full(node.path))
+                    ome = ome_document(node, self.full(node.path))
                 if ome is None or "multiscales" not in ome[1] or not isinstance(node, zarr.Group):
                     skipped.setdefault(kind, []).append(name)
                     continue
@@ -519,9 +459,9 @@ class _Walk:
                     continue
                 images.append(_plain_image(node, node.path, keep=self.keep_arrays))
                 continue
-            ome = _ome_document(node, self.full(node.path))
+            ome = ome_document(node, self.full(node.path))
             if ome is not None and "multiscales" in ome[1]:
-                images.extend(self.ome_image(node, *ome))
+                images.extend(self.placed(self.ome_image(node, *ome), scene=None))
         if images:
             return tuple(images)
         if unsupported:
@@ -545,14 +485,23 @@ class _Walk:
     def ome_image(
         self,
         group: zarr.Group,
-        version: NgffVersion,
+        version: OmeVersion,
         document: dict[str, Any],
         *,
         label: str = "",
     ) -> tuple[ImageSpec, ...]:
-        """An OME-Zarr image (or, with `label`, label image) and then its label images."""
+        """An OME-Zarr image (or, with `label`, label image) and then its label images.
+
+        An OME-Zarr 0.6 image's specs carry its coordinate systems and
+        transformations; `group` (or `scene`) places them.
+        """
         full = self.full(group.path)
-        attributes = parse_image(document, version, full)
+        v06 = split_v06(document, full) if version == V06_VERSION else None
+        attributes = parse_image(
+            v06.document if v06 is not None else document,
+            "0.5" if v06 is not None or version == V06_VERSION else version,
+            full,
+        )
         multiscale, omero = attributes.multiscales[0], attributes.omero
         kind: Literal["image", "labels"] = (
             "labels" if label or "image-label" in document else "image"
@@ -594,6 +543,20 @@ class _Walk:
             label_colors=colors,
             version=version,
         )
+        if v06 is not None:
+            image = replace(
+                image,
+                frame=CoordinateFrame(
+                    intrinsic=(group.path, v06.intrinsic),
+                    systems=tuple(((group.path, name), len(axes)) for name, axes in v06.systems),
+                    edges=self.edges(
+                        v06.transforms,
+                        group.path,
+                        {(group.path, name): len(axes) for name, axes in v06.systems},
+                        full,
+                    ),
+                ),
+            )
         if label:
             return (image,)
         return (image, *self._labels(group, version, opened[-1]))
@@ -623,7 +586,7 @@ class _Walk:
         ndim = len(multiscale.axes)
         outer_scale = multiscale.scale or (1.0,) * ndim
         outer_translate = multiscale.translation or (0.0,) * ndim
-        levels = []
+        levels: list[LevelSpec] = []
         for index, dataset in enumerate(multiscale.datasets):
             path = paths[index]
             where = f"{full}: multiscales dataset {dataset.path!r}"
@@ -643,6 +606,9 @@ class _Walk:
                     f"but the image has {ndim} axes"
                 )
             scale, translate = dataset.scale, dataset.translation or (0.0,) * ndim
+            if not scale:  # before 0.4: no transforms; a level's scale is its shape's ratio
+                finest = levels[0].shape if levels else shape
+                scale = tuple(f / n if n else 1.0 for f, n in zip(finest, shape, strict=True))
             # The multiscale's transforms apply after each dataset's own.
             levels.append(
                 LevelSpec(
@@ -658,8 +624,39 @@ class _Walk:
             )
         return _drawable(tuple(levels), full)
 
+    # -- OME-Zarr 0.6: coordinate systems, transformations, scenes
+
+    def scene(self, group: zarr.Group, document: Any) -> tuple[ImageSpec, ...]:
+        """A scene's images and labels, placed (`core.formats.scene`)."""
+        return scene_specs(self, group, document)
+
+    def edges(
+        self,
+        transforms: Sequence[Any],
+        context: str,
+        dims: Mapping[SystemRef, int],
+        full: str,
+    ) -> tuple[Edge, ...]:
+        """The transformations a group declares, as graph edges (`core.formats.scene`)."""
+        return transformation_edges(self, transforms, context, dims, full)
+
+    def placed(
+        self,
+        specs: Sequence[ImageSpec],
+        *,
+        scene: tuple[tuple[Edge, ...], tuple[SystemRef, ...]] | None,
+    ) -> tuple[ImageSpec, ...]:
+        """`specs` placed in the chosen coordinate system (`placement.place_specs`)."""
+        return place_specs(
+            specs,
+            scene=scene,
+            coordinate_system=self.coordinate_system,
+            location=self.location,
+            full=self.full,
+        )
+
     def _labels(
-        self, image: zarr.Group, version: NgffVersion, opened: _Opened
+        self, image: zarr.Group, version: OmeVersion, opened: _Opened
     ) -> tuple[ImageSpec, ...]:
         """The label images listed by the image's ``labels`` group (`opened`; none if absent)."""
         path = _join(image.path, "labels")
@@ -670,7 +667,7 @@ class _Walk:
         if not isinstance(group, zarr.Group):
             raise MetadataError(f"{full}: an OME-Zarr image's 'labels' must be a group")
         document = group.attrs.asdict()
-        if version == "0.4":
+        if version in ZARR_V2_VERSIONS:
             names = parse_labels(document, version, full).labels
         else:
             ome = document.get("ome")
@@ -685,7 +682,9 @@ class _Walk:
                 # ome-zarr-py 0.21 writes {"ome": {"labels": [...]}} without the version the
                 # spec asks for; the image the group belongs to has it.
                 ome = {**ome, "version": version}
-            names = parse_labels(ome, version, full).labels
+            if isinstance(ome, dict) and version == V06_VERSION and is_v06(ome.get("version")):
+                ome = {**ome, "version": "0.5"}  # a labels group reads the same in 0.6
+            names = parse_labels(ome, "0.5" if version == V06_VERSION else version, full).labels
         labels: list[ImageSpec] = []
         label_paths = [_join(path, name) for name in names]
         for name, label_path, opened_label in zip(
@@ -695,7 +694,7 @@ class _Walk:
             node = _node(opened_label, missing=f"{where} is missing")
             ome = None
             if isinstance(node, zarr.Group):
-                ome = _ome_document(node, self.full(label_path))
+                ome = ome_document(node, self.full(label_path))
             if ome is None or ome[0] != version or not isinstance(node, zarr.Group):
                 raise MetadataError(f"{where} is not an OME-Zarr {version} image group")
             labels.extend(self.ome_image(node, *ome, label=name))
@@ -719,54 +718,6 @@ def _node(opened: _Opened, *, missing: str | None = None) -> zarr.Array[Any] | z
 
 
 # -- OME metadata -----------------------------------------------------------
-
-
-def _ome_document(group: zarr.Group, full: str) -> tuple[NgffVersion, dict[str, Any]] | None:
-    """``(version, OME attributes)`` of an OME-Zarr group, else None.
-
-    Only routes on the declared version; `core.ngff` validates the rest. Zarr v3
-    groups keep OME metadata under ``ome`` (0.5), Zarr v2 groups at the top of
-    ``.zattrs`` (0.4, whose version sits in each multiscale, or in none).
-    """
-    attributes = group.attrs.asdict()
-    if group.metadata.zarr_format == 3:
-        document = attributes.get("ome")
-        if not isinstance(document, dict):
-            return None
-        version = document.get("version")
-    else:
-        multiscales = attributes.get("multiscales")
-        if multiscales is None:
-            return None
-        document = attributes
-        first = multiscales[0] if isinstance(multiscales, list) and multiscales else None
-        version = first.get("version", "0.4") if isinstance(first, dict) else "0.4"
-    zarr_format = group.metadata.zarr_format
-    expected: NgffVersion = "0.5" if zarr_format == 3 else "0.4"
-    base = dev_base(version) if isinstance(version, str) else None
-    if isinstance(version, str) and base in _SUPPORTED_VERSIONS:
-        # A draft of the next spec over a supported base (SpatialData: "0.5-dev-spatialdata").
-        warnings.warn(
-            MetadataWarning(
-                f"{full}: OME-Zarr version {version!r} is a development version: "
-                f"read as OME-Zarr {base}"
-            ),
-            stacklevel=3,
-        )
-        document = as_base_version(document, version, base)
-        version = base
-    # A version that is not a string is left to `parse_image` to reject.
-    if isinstance(version, str) and version not in _SUPPORTED_VERSIONS:
-        raise UnsupportedDataError(
-            f"{full}: OME-Zarr version {version} is not supported "
-            f"(supported: {', '.join(_SUPPORTED_VERSIONS)})"
-        )
-    if isinstance(version, str) and version != expected:
-        raise MetadataError(
-            f"{full}: OME-Zarr {version} metadata in a Zarr v{zarr_format} group "
-            f"(OME-Zarr {expected} goes with Zarr v{zarr_format})"
-        )
-    return expected, document
 
 
 # -- plain zarr -------------------------------------------------------------

@@ -16,6 +16,7 @@ base version's validation to refuse by name. The caller warns
 from __future__ import annotations
 
 import copy
+import math
 import re
 from typing import Any, Final
 
@@ -139,8 +140,18 @@ def _compose(transforms: list[Any]) -> tuple[list[float], list[float]] | None:
 
 
 def _is_vector(value: Any) -> bool:
+    """A list of numbers, each finite as a double: what can be composed without overflow
+    (``10**400`` is left for the validator to name, not an ``OverflowError`` here)."""
     return (
         isinstance(value, list)
         and bool(value)
         and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+        and all(_finite(v) for v in value)
     )
+
+
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
