@@ -58,7 +58,7 @@ def test_napari_sees_every_field() -> None:
         for f in dataclasses.fields(Settings)
         if Settings.setting(f.name).preferences  # secrets (headers) are not on the page
     }
-    assert page.display_name == "Lazy Zarr"
+    assert page.display_name == "napari-lazy-zarr"
 
 
 def test_a_changed_value_persists_into_a_new_napari(store: Path) -> None:

@@ -42,7 +42,7 @@ overriding the earlier ones:
 
    It is the fallback for a napari without plugin preferences, and for Python
    scripts;
-3. napari's *Preferences* (*Lazy Zarr* under *Plugin Preferences*), when the
+3. napari's *Preferences* (*napari-lazy-zarr* under *Plugin Preferences*), when the
    plugin runs inside napari: the napari glue registers them with
    `use_preferences`. Only values that differ from the default count, as
    napari saves only those;
@@ -684,7 +684,7 @@ def _preference_values() -> dict[str, tuple[Any, str]]:
         for key, value in table.items():
             name = _BY_KEY.get((section, key))
             if name is not None and Settings.setting(name).preferences:
-                values[name] = (value, f"napari Preferences: Lazy Zarr {section}.{key}")
+                values[name] = (value, f"napari Preferences: napari-lazy-zarr {section}.{key}")
     return values
 
 

@@ -294,7 +294,7 @@ class ChunkInspector(QLiveWhileShown):
                 "No chunk map: select a layer opened with napari-lazy-zarr."
                 if layer is None
                 else f"Layer {layer.name!r} is not backed by napari-lazy-zarr: it has no chunks "
-                "to show. Select a layer opened with the Lazy Zarr reader."
+                "to show. Select a layer opened with the napari-lazy-zarr reader."
             )
             self.note.setVisible(True)
             return
