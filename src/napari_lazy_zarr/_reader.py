@@ -74,7 +74,7 @@ _remote_caches: weakref.WeakSet[ChunkCache] = weakref.WeakSet()
 # The 3D voxel budget the open layers were given (a change of the setting re-applies it).
 _applied_voxels: int | None = None
 # The settings applied live to the open layers and their cache.
-_LIVE = ("total_bytes_limit_mib", "concurrency", "remote_concurrency", "volume_voxels")
+_LIVE = ("total_bytes_limit_mib", "concurrency", "remote_concurrency", "volume_mivoxels")
 # The contrast sample (in the background, when the metadata gives no limits): at most this
 # many stored chunks, of at most this many decoded bytes in all, waited for at most this long.
 _CONTRAST_CHUNKS = 64

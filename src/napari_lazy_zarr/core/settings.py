@@ -21,7 +21,7 @@ overriding the earlier ones:
 
        [reading]
        backend = "auto"               # or "zarr", "tensorstore", "zarrs"
-       volume_voxels = 134217728      # a 3D view's voxel budget (512³)
+       volume_mivoxels = 128          # a 3D view's voxel budget in Mi voxels (512³)
 
        [references]
        allowed_roots = ["/data/hdf5", "~/scans"]   # relative to the file
@@ -47,7 +47,8 @@ overriding the earlier ones:
    `use_preferences`. Only values that differ from the default count, as
    napari saves only those;
 4. the environment variables (`Setting.variable`; the capacity
-   ``NAPARI_LAZY_ZARR_TOTAL_BYTES_LIMIT`` is in bytes, rounded up to MiB).
+   ``NAPARI_LAZY_ZARR_TOTAL_BYTES_LIMIT`` is in bytes, rounded up to MiB, and
+   the voxel budget ``NAPARI_LAZY_ZARR_VOLUME_VOXELS`` in voxels, rounded up to Mi).
 
 The two allow-lists (``allowed_roots``, ``allowed_remotes``) add up instead:
 what any source allows is allowed. Request headers (``[remote.headers]``,
@@ -117,7 +118,6 @@ SETTINGS_SECTIONS: Final[dict[Section, str]] = {
 }
 """The settings' sections (TOML tables, napari configuration keys) and their titles."""
 _MIB: Final = 1 << 20
-_INT32_MAX: Final = 2**31 - 1  # napari's Preferences edit integers in a 32-bit spin box
 _SETTINGS_BYTES: Final = 1 << 20  # a settings file is a few lines
 _BACKEND_NAMES: Final = ("auto", "zarr", "tensorstore", "zarrs")
 
@@ -233,8 +233,10 @@ class Settings:
     backend
         What reads and decodes zarr arrays: ``"auto"`` (zarr-python),
         ``"zarr"``, ``"tensorstore"`` or ``"zarrs"`` (`core.backends`).
-    volume_voxels
-        A 3D view shows the finest level with at most this many voxels.
+    volume_mivoxels
+        A 3D view shows the finest level with at most this many Mi voxels (1024²
+        voxels each: 128 is 512³). In Mi, not voxels: napari's Preferences field
+        showed "13421772" of 134217728 under PyQt5, too narrow for nine digits.
     allowed_roots
         Folders reference files may also point into, separated by
         ``os.pathsep`` (``:``; ``;`` on Windows).
@@ -349,15 +351,15 @@ class Settings:
         variable="NAPARI_LAZY_ZARR_BACKEND",
         choices=_BACKEND_NAMES,
     )
-    volume_voxels: int = _field(
-        512**3,
+    volume_mivoxels: int = _field(
+        128,
         section="reading",
-        title="3D voxel budget",
-        description="A 3D view shows the finest level with at most this many voxels "
-        "(512³ by default).",
+        title="3D voxel budget (Mi voxels)",
+        description="A 3D view shows the finest level with at most this many Mi voxels "
+        "(1 Mi = 1024² voxels; 128 by default: 512³).",
         variable="NAPARI_LAZY_ZARR_VOLUME_VOXELS",
         minimum=1,
-        maximum=_INT32_MAX,
+        maximum=8192,  # 2048³: the largest 3D texture of most desktop GPUs
     )
     allowed_roots: str = _field(
         "",
@@ -458,6 +460,11 @@ class Settings:
     def total_bytes_limit(self) -> int:
         """The cache's capacity in bytes."""
         return self.total_bytes_limit_mib * _MIB
+
+    @property
+    def volume_voxels(self) -> int:
+        """A 3D view's voxel budget in voxels."""
+        return self.volume_mivoxels * _MIB
 
     @property
     def timeouts(self) -> Timeouts:
@@ -688,6 +695,10 @@ def _preference_values() -> dict[str, tuple[Any, str]]:
     return values
 
 
+# The fields whose environment variable counts units, not Mi units: what it counts.
+_MEBI_VARIABLES: Final = {"total_bytes_limit_mib": "bytes", "volume_mivoxels": "voxels"}
+
+
 def _environment_values(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
     values: dict[str, tuple[Any, str]] = {}
     for name in _FIELDS:
@@ -696,9 +707,11 @@ def _environment_values(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
         if not text:
             continue
         value: Any = text
-        if name == "total_bytes_limit_mib":  # the variable is in bytes (as it always was)
+        if name in _MEBI_VARIABLES:  # bytes (as it always was), voxels: rounded up to Mi
             if not re.fullmatch(r"\s*\d+\s*", text):
-                raise MetadataError(f"{variable}: a number of bytes is needed, got {text!r}")
+                raise MetadataError(
+                    f"{variable}: a number of {_MEBI_VARIABLES[name]} is needed, got {text!r}"
+                )
             value = max(1, -(-int(text) // _MIB))
         values[name] = (value, variable)
     return values
