@@ -20,9 +20,12 @@ level is read in the background and the layer takes its limits when it lands.
 from __future__ import annotations
 
 import os
+import posixpath
+import sys
 import threading
 import warnings
 import weakref
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from napari_lazy_zarr._layer_data import LayerLoader, loader_of
@@ -43,13 +46,13 @@ from napari_lazy_zarr.core.formats.ome import (
 )
 from napari_lazy_zarr.core.formats.plate import describe_plate, field_opener, plate_level_sources
 from napari_lazy_zarr.core.formats.stack import reference_file_kind
-from napari_lazy_zarr.core.settings import Settings, current_settings
+from napari_lazy_zarr.core.settings import Settings, current_settings, settings_path
 from napari_lazy_zarr.core.sources.decimated import DecimatedSource, virtual_levels
 from napari_lazy_zarr.core.storage.vetting import dtype_refusal, is_remote
 from napari_lazy_zarr.core.viewport import AxisMap, ContrastSample, ViewController
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping, Sequence
 
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
 
@@ -237,19 +240,42 @@ def read_zarr(path: PathOrPaths) -> list[LayerDataTuple]:
             + ", ".join(f"{spec.name!r} has shape {spec.levels[0].shape}" for spec in specs)
             + " (images need at least two dimensions)"
         )
-    layers: list[LayerDataTuple] = []
+    made: list[tuple[ImageSpec, LayerDataTuple]] = []
     refused: list[UnsupportedDtypeError] = []
     for spec in images:
         try:
-            layers.extend(layer_data(location, spec, cache))
+            made.extend((spec, layer) for layer in layer_data(location, spec, cache))
         except UnsupportedDtypeError as error:  # a complex array beside the images
             refused.append(error)
-    if refused and not layers:
+    if refused and not made:
         raise refused[0]
     for skipped in refused:  # napari shows a warning as a notification
         warnings.warn(f"not shown: {skipped}", UserWarning, stacklevel=2)
+    _name_apart(made)
     _watch_current_viewer()
-    return layers
+    return [layer for _, layer in made]
+
+
+def _name_apart(made: list[tuple[ImageSpec, LayerDataTuple]]) -> None:
+    """Give the layers of one store names that never clash (napari would add " [1]").
+
+    A label image named as an image (both "coins") becomes "coins (labels)"; layers
+    still sharing a name (two groups' images both named "image", as ome-zarr-py names
+    them by default) get their group's path: "image (a)", "image (b)".
+    """
+
+    def clashing() -> set[str]:
+        names = Counter(kwargs["name"] for _, (_, kwargs, _) in made)
+        return {name for name, count in names.items() if count > 1}
+
+    for _, (_, kwargs, kind) in made:
+        if kind == "labels" and kwargs["name"] in clashing():
+            kwargs["name"] = f"{kwargs['name']} (labels)"
+    twice = clashing()
+    for spec, (_, kwargs, _) in made:
+        group = posixpath.dirname(spec.levels[0].path)
+        if kwargs["name"] in twice and group:
+            kwargs["name"] = f"{kwargs['name']} ({group})"
 
 
 def _plate_layers(
@@ -345,8 +371,8 @@ def layer_data(
         if layer_type == "image":
             kwargs["rgb"] = rgb  # never left to napari's guess (its axes would disagree)
             kwargs.update(_image_kwargs(spec, channel, loader))
-        elif spec.label_colors:
-            kwargs["colormap"] = _label_colormap(spec.label_colors)
+        else:
+            kwargs.update(_labels_kwargs(spec))
         data: Any = views if len(views) > 1 else views[0]
         results.append((data, kwargs, layer_type))
     return results
@@ -389,6 +415,39 @@ def _channel_name(spec: ImageSpec, channel: int | None) -> str:
     if spec.channel_names and channel < len(spec.channel_names):
         return spec.channel_names[channel]
     return f"{spec.name} [{channel}]"
+
+
+def _labels_kwargs(spec: ImageSpec) -> dict[str, Any]:
+    """A label image's layer settings, as napari-ome-zarr gives them: hidden at open (the
+    image is what a user looks at first; a label layer over it hides it), its
+    ``image-label`` colours, and its ``properties`` as the layer's features."""
+    kwargs: dict[str, Any] = {"visible": False}
+    if spec.label_colors:
+        kwargs["colormap"] = _label_colormap(spec.label_colors)
+    if spec.label_properties:
+        kwargs["features"] = label_features(spec.label_properties)
+    return kwargs
+
+
+def label_features(properties: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """A labels layer's features from OME ``image-label`` properties (one per label value).
+
+    The columns napari-ome-zarr gives (``label_value`` and each property, absent
+    values None), and ``index``, the label value, by which napari finds the row
+    of the label under the cursor (without it napari takes row *n* for label *n*).
+
+    Examples
+    --------
+    >>> label_features([{"label-value": 3, "area": 9}, {"label-value": 7, "class": "dust"}])
+    {'index': [3, 7], 'label_value': [3, 7], 'area': [9, None], 'class': [None, 'dust']}
+    """
+    columns = dict.fromkeys(key for entry in properties for key in entry if key != "label-value")
+    features: dict[str, list[Any]] = {
+        "index": [entry["label-value"] for entry in properties],
+        "label_value": [entry["label-value"] for entry in properties],
+    }
+    features.update({key: [entry.get(key) for entry in properties] for key in columns})
+    return features
 
 
 def _image_kwargs(spec: ImageSpec, channel: int | None, loader: LayerLoader) -> dict[str, Any]:

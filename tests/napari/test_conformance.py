@@ -49,8 +49,6 @@ ACCEPTED_DIFFERENCES: tuple[str, ...] = (
     # Without an omero window the limits come from the whole coarsest level (every plane);
     # napari-ome-zarr leaves them to napari, which uses the plane shown first.
     r"ome-zarr-py/0\.[45] t?z?yx: layer 0 contrast_limits: .*",
-    # napari-ome-zarr hides an image's label layers; this plugin shows them.
-    r"ome-zarr-py/.* \+ labels: layer 3 visible: True != False",
 )
 
 

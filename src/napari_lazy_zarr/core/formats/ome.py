@@ -44,7 +44,12 @@ from napari_lazy_zarr.core.errors import (
 )
 from napari_lazy_zarr.core.formats.ngff import parse_image, parse_labels
 from napari_lazy_zarr.core.formats.ome_dev import as_base_version, dev_base
-from napari_lazy_zarr.core.formats.rendering import ChannelDisplay, label_colors, warn_ignored
+from napari_lazy_zarr.core.formats.rendering import (
+    ChannelDisplay,
+    label_colors,
+    label_properties,
+    warn_ignored,
+)
 from napari_lazy_zarr.core.formats.spatialdata import (
     IMAGE_GROUPS,
     OTHER_GROUPS,
@@ -193,6 +198,9 @@ class ImageSpec:
     label_colors
         For a label image, ``(label value, (r, g, b, a))`` pairs (0-255) from its
         ``image-label`` ``colors``, in order; None when it gives none.
+    label_properties
+        For a label image, its ``image-label`` ``properties`` (`label_properties`):
+        one dict per label value, sorted by it; None when it gives none.
     version
         The NGFF version (``"0.4"``, ``"0.5"``), or None for plain zarr.
     """
@@ -208,6 +216,7 @@ class ImageSpec:
     contrast_limits: tuple[tuple[float, float], ...] | None = None
     channel_visible: tuple[bool, ...] | None = None
     label_colors: tuple[tuple[int, tuple[int, int, int, int]], ...] | None = None
+    label_properties: tuple[dict[str, Any], ...] | None = None
     version: str | None = None
 
 
@@ -574,13 +583,23 @@ class _Walk:
         channels = ChannelDisplay()
         if kind == "image" and omero is not None:
             n_channels = 1 if channel_axis is None else levels[0].shape[channel_axis]
-            # Channel layers are named after the image too; an image without a channel axis
-            # is one layer, named after the image alone.
-            title = (element or multiscale.name or None) if channel_axis is not None else None
+            # Channel layers are named after the image too ("<name>: <label>"), and so is an
+            # image without a channel axis whose one omero channel has a label, as
+            # napari-ome-zarr names them: "coins: Channel 0" never clashes with its labels'
+            # "coins".
+            title = element or multiscale.name or None
             channels = ChannelDisplay.from_omero(omero, n_channels, layer_name, full, titled=title)
-        colors = None
+            if (
+                channel_axis is None
+                and title
+                and channels.names  # None when omero lists another number of channels
+                and omero.channels[0].label is not None
+            ):
+                layer_name = channels.names[0]
+        colors = properties = None
         if kind == "labels":
             colors = label_colors(document.get("image-label"), full)
+            properties = label_properties(document.get("image-label"), full)
         image = ImageSpec(
             name=layer_name,
             kind=kind,
@@ -593,6 +612,7 @@ class _Walk:
             contrast_limits=channels.limits,
             channel_visible=channels.visible,
             label_colors=colors,
+            label_properties=properties,
             version=version,
         )
         if label:
