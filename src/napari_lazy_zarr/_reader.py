@@ -106,7 +106,8 @@ def shared_cache(*, remote: bool = False) -> ChunkCache:
     global _shared_cache, _applied_voxels
     with _cache_lock:
         if _shared_cache is None:
-            watch_preferences(apply_settings)
+            if not watch_preferences(apply_settings):
+                _tell_where_the_settings_are()
             settings = current_settings(names=_LIVE)
             _applied_voxels = settings.volume_voxels
             _shared_cache = ChunkCache(
@@ -119,6 +120,28 @@ def shared_cache(*, remote: bool = False) -> ChunkCache:
     if raise_loaders:
         _apply(cache, current_settings(names=_LIVE))
     return cache
+
+
+def _tell_where_the_settings_are() -> None:
+    """In a napari without plugin preferences (before 0.9), say once where the settings are.
+
+    napari 0.5 and 0.6 show no *Plugin Preferences* page: nothing would tell a
+    user that the plugin has settings at all. napari shows the warning as a
+    notification. Outside napari (a script) nothing is said.
+    """
+    napari_settings = sys.modules.get("napari.settings")
+    if napari_settings is None or hasattr(napari_settings, "get_plugin_settings"):
+        return  # not inside napari, or a napari with the page (the plugin is then disabled)
+    napari = sys.modules.get("napari")
+    version = getattr(napari, "__version__", "")
+    warnings.warn(
+        f"napari {version} has no Plugin Preferences page (napari 0.9 and later have one): "
+        "napari-lazy-zarr's settings (cache capacity, loaders, timeouts, decode backend, 3D "
+        f"voxel budget) are read from the file {settings_path()} and from "
+        "NAPARI_LAZY_ZARR_* environment variables (the user guide's 'Settings' lists them).",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def _apply(cache: ChunkCache, settings: Settings) -> None:

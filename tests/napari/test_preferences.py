@@ -150,6 +150,22 @@ def test_the_settings_file_is_the_fallback_without_napari_preferences(
     assert current_settings().concurrency == 4
 
 
+def test_an_older_napari_is_told_where_the_settings_are(
+    monkeypatch: pytest.MonkeyPatch, store: Path
+) -> None:
+    import types
+
+    from napari_lazy_zarr._reader import read_zarr
+    from napari_lazy_zarr.core.settings import settings_path
+
+    # napari before 0.9: its settings module has no plugin pages (no get_plugin_settings).
+    monkeypatch.setitem(sys.modules, "napari.settings", types.ModuleType("napari.settings"))
+    with pytest.warns(UserWarning, match="has no Plugin Preferences page") as told:
+        read_zarr(str(store))
+    assert settings_path() in str(told[0].message)
+    assert "NAPARI_LAZY_ZARR_" in str(told[0].message)
+
+
 def test_the_inspectors_controls_write_to_the_page(
     make_napari_viewer: Callable[..., Any], qtbot: QtBot, store: Path
 ) -> None:

@@ -436,9 +436,15 @@ def zarr_errors(full: str) -> Iterator[None]:
         except (FileNotFoundError, zarr.errors.NodeNotFoundError) as error:
             raise NotAZarrStoreError(f"{full}: no zarr array or group found: {error}") from error
         except ImportError as error:
+            # fsspec itself (the [remote] extra), or the package of the URL's protocol that
+            # fsspec names ("Install s3fs to access S3"): never an extra that lacks it.
+            how = (
+                "install it with pip install 'napari-lazy-zarr[remote]'"
+                if error.name in ("fsspec", "aiohttp")
+                else "install the package it names"
+            )
             raise NotAZarrStoreError(
-                f"{full}: opening this URL needs a package that is not installed ({error}); "
-                "install napari-lazy-zarr[remote]"
+                f"{full}: opening this URL needs a package that is not installed ({error}); {how}"
             ) from error
         except zipfile.BadZipFile as error:
             raise NotAZarrStoreError(f"{full}: not a zip archive: {error}") from error
