@@ -29,7 +29,12 @@ missing inputs are queued as ordinary loads with the chunk's own queue item
 the chunk is *deferred*: it stays QUEUED, out of the queue, holding the input
 arrays gathered so far, until its last input lands READY and it is queued
 again. An input that FAILS fails its deferred dependents (QUEUED -> LOADING ->
-FAILED, with a `ChunkReadError` naming the input). An input parked because its
+FAILED, with a `ChunkReadError` naming the input), unless their source leaves
+failed inputs out (``leaves_out_failed_inputs``: a virtual level): they are then
+combined from the inputs that loaded and become READY *partial* — returned to
+views (``lookup(..., partial=True)``), refused to blocking reads (FAILED to
+them, with the input's error), and evicted when the input is retried
+(`_dependencies`). An input parked because its
 view moved on parks the dependents waiting for it (their gathered arrays are
 dropped); asking for a dependent again drives it, and its inputs, again.
 
@@ -346,10 +351,16 @@ class ChunkCache:
         self._flush(outbox)
         return request
 
-    def lookup(self, key: ChunkKey) -> np.ndarray[Any, Any] | None:
-        """The decoded chunk if READY (read-only array), else None. Marks it recently used."""
+    def lookup(self, key: ChunkKey, *, partial: bool = False) -> np.ndarray[Any, Any] | None:
+        """The decoded chunk if READY (read-only array), else None. Marks it recently used.
+
+        A derived chunk combined without a failed input (a virtual level over an
+        unreadable stored chunk: see "Derived chunks") is returned only with
+        `partial`, for a view that shows what it can; a blocking read gets None
+        and its error from `error`.
+        """
         with self._lock:
-            return self._residency.lookup(key)
+            return self._residency.lookup(key, partial)
 
     @property
     def closed(self) -> bool:
@@ -357,17 +368,19 @@ class ChunkCache:
         return self._scheduler.closed
 
     def lookup_many(
-        self, keys: Iterable[ChunkKey], *, count_hits: bool = False
+        self, keys: Iterable[ChunkKey], *, count_hits: bool = False, partial: bool = False
     ) -> tuple[dict[ChunkKey, np.ndarray[Any, Any]], set[ChunkKey]]:
         """The READY chunks among `keys` (marked recently used) and the FAILED ones.
 
         One lock acquisition for a whole view: a thread that reads many chunks
         (napari's, for a volume) does not queue for the lock once per chunk.
         `count_hits` counts the READY ones as cache hits (a read served from them;
-        its missing chunks are counted as misses when requested).
+        its missing chunks are counted as misses when requested). A derived chunk
+        combined without a failed input is among the READY ones with `partial` (a
+        view), else among the FAILED ones (a blocking read: `error` says why).
         """
         with self._lock:
-            return self._residency.lookup_many(keys, count_hits)
+            return self._residency.lookup_many(keys, count_hits, partial)
 
     # -- inspection --------------------------------------------------------
 
@@ -383,10 +396,10 @@ class ChunkCache:
             return {key: entry.state for key, entry in self._entries.items()}
 
     def error(self, key: ChunkKey) -> BaseException | None:
-        """The exception a FAILED chunk failed with."""
+        """The exception a FAILED chunk failed with (for a derived chunk combined without
+        a failed input, the error naming that input)."""
         with self._lock:
-            entry = self._entries.get(key)
-            return None if entry is None else entry.error
+            return self._residency.errors((key,)).get(key)
 
     def events(self) -> tuple[ChunkEvent, ...]:
         """The most recent events, oldest first (bounded by `event_log_size`)."""

@@ -176,7 +176,7 @@ class Shown:
     def _copy_resident(self, cache: ChunkCache) -> bool:
         """Copy every chunk it lacks in (`lock` held), for `_RESIDENT_SECONDS` at most, if all
         are READY or FAILED now; whether nothing is left to copy."""
-        ready, failed = cache.lookup_many(self.missing)
+        ready, failed = cache.lookup_many(self.missing, partial=True)
         if len(ready) + len(failed) < len(self.missing):
             return False  # some still load: it is read again when they land anyway
         self._take(failed, {}, failed)
@@ -332,7 +332,7 @@ class Shown:
         keys = self.missing if among is None else self.missing.intersection(among)
         if not keys:
             return False
-        ready, failed = cache.lookup_many(keys)
+        ready, failed = cache.lookup_many(keys, partial=True)
         return self._take(keys, ready, failed)
 
     def _take(
