@@ -28,6 +28,8 @@ import weakref
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from napari_lazy_zarr._layer_data import LayerLoader, loader_of
 from napari_lazy_zarr._preferences import watch_preferences
 from napari_lazy_zarr.core import ChunkCache
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
+    from napari_lazy_zarr.core.viewport import ViewFrame
 
 __all__ = [
     "apply_settings",
@@ -534,35 +537,69 @@ def contrast_sample(loader: LayerLoader) -> ContrastSample | None:
 
 
 def _watch_contrast(loader: LayerLoader, layer: Any) -> None:
-    """Give `layer` its sampled limits when they are known (main thread; at once if known)."""
+    """Give `layer` its sampled limits when they are known (main thread; at once if known).
+
+    Until then, the first view napari reads with chunks resident gives interim limits
+    (the range of what it shows): a float layer opened with (0, 1) showed solid white
+    for the ~10 s a dask graph's sample took, from its first chunks on.
+    """
     sample = _contrast_samples.get(loader)
     if sample is None:
         return
     from superqt.utils import ensure_main_thread
 
     ref = weakref.ref(layer)
+    ours = [sample.provisional]  # the limits this plugin set last (the user's beat them)
+    signal = loader.controller.view_read
+
+    @ensure_main_thread
+    def first_view(frame: ViewFrame) -> None:
+        alive = ref()
+        if alive is None or _contrast_samples.get(loader) is not sample or sample.future.done():
+            signal.disconnect(first_view)
+            return
+        if len(frame.missing) == len(frame.keys):
+            return  # nothing resident yet: the next read may have some
+        signal.disconnect(first_view)
+        limits = _finite_range(frame.data)
+        if limits is not None and _apply_contrast(alive, ours[-1], limits):
+            ours.append(limits)
 
     @ensure_main_thread
     def landed(future: Any) -> None:
+        signal.disconnect(first_view)  # (missing_ok: already gone)
         alive = ref()
         if alive is not None and _contrast_samples.get(loader) is sample:
-            _apply_contrast(alive, sample.provisional, future.result())
+            _apply_contrast(alive, ours[-1], future.result())
         _contrast_samples.pop(loader, None)
 
+    signal.connect(first_view)
     sample.future.add_done_callback(landed)
+
+
+def _finite_range(data: Any) -> tuple[float, float] | None:
+    """The (min, max) of `data`'s finite values, None if it has none or one value only."""
+    values = np.asarray(data)
+    if values.dtype.kind == "f":
+        values = values[np.isfinite(values)]
+    if values.size == 0:
+        return None
+    low, high = float(values.min()), float(values.max())
+    return (low, high) if low < high else None
 
 
 def _apply_contrast(
     layer: Any, provisional: tuple[float, float], limits: tuple[float, float]
-) -> None:
-    """Set the sampled `limits` on `layer`, unless its limits are no longer `provisional`
-    (the user, or a script, chose theirs: they are kept)."""
-    if tuple(float(v) for v in layer.contrast_limits) != provisional:
-        return
+) -> bool:
+    """Set `limits` on `layer`, unless its limits are no longer `provisional` (the user,
+    or a script, chose theirs: they are kept); whether they were set."""
+    if tuple(float(v) for v in layer.contrast_limits) != tuple(float(v) for v in provisional):
+        return False
     low, high = layer.contrast_limits_range
     if limits[0] < low or limits[1] > high:  # float data beyond the provisional (0, 1)
         layer.contrast_limits_range = (min(low, limits[0]), max(high, limits[1]))
     layer.contrast_limits = limits
+    return True
 
 
 def _colormap(color: str) -> Any:
