@@ -199,8 +199,9 @@ class PlaneBars:
         for bar in self.bars[len(planes) :]:
             bar.setVisible(False)
         owner = self.box.parentWidget()
-        if added and owner is not None and owner.layout() is not None:
+        layout = None if owner is None else owner.layout()
+        if added and layout is not None:
             # Placed now, once shown: a new bar keeps a new widget's 640x480 geometry until
             # the layout runs on a later turn of the event loop, and was painted so over the
             # whole inspector when it docked (one giant striped bar for ~0.3 s).
-            owner.layout().activate()
+            layout.activate()
