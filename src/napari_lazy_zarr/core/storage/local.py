@@ -451,7 +451,7 @@ def zarr_errors(full: str) -> Iterator[None]:
             # fsspec itself (the [remote] extra), or the package of the URL's protocol that
             # fsspec names ("Install s3fs to access S3"): never an extra that lacks it.
             how = (
-                "install it with pip install 'napari-lazy-zarr[remote]'"
+                "install it with: pip install fsspec aiohttp (the plugin's [remote] extra)"
                 if error.name in ("fsspec", "aiohttp")
                 else "install the package it names"
             )
