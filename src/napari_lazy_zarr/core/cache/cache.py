@@ -352,13 +352,7 @@ class ChunkCache:
         return request
 
     def lookup(self, key: ChunkKey, *, partial: bool = False) -> np.ndarray[Any, Any] | None:
-        """The decoded chunk if READY (read-only array), else None. Marks it recently used.
-
-        A derived chunk combined without a failed input (a virtual level over an
-        unreadable stored chunk: see "Derived chunks") is returned only with
-        `partial`, for a view that shows what it can; a blocking read gets None
-        and its error from `error`.
-        """
+        """The READY chunk (read-only; if partial, only with `partial`), else None; touches it."""
         with self._lock:
             return self._residency.lookup(key, partial)
 
@@ -375,9 +369,8 @@ class ChunkCache:
         One lock acquisition for a whole view: a thread that reads many chunks
         (napari's, for a volume) does not queue for the lock once per chunk.
         `count_hits` counts the READY ones as cache hits (a read served from them;
-        its missing chunks are counted as misses when requested). A derived chunk
-        combined without a failed input is among the READY ones with `partial` (a
-        view), else among the FAILED ones (a blocking read: `error` says why).
+        its missing chunks are counted as misses when requested). A partial derived
+        chunk is READY with `partial` (a view's read), else FAILED (`error` says why).
         """
         with self._lock:
             return self._residency.lookup_many(keys, count_hits, partial)
@@ -396,8 +389,7 @@ class ChunkCache:
             return {key: entry.state for key, entry in self._entries.items()}
 
     def error(self, key: ChunkKey) -> BaseException | None:
-        """The exception a FAILED chunk failed with (for a derived chunk combined without
-        a failed input, the error naming that input)."""
+        """The exception a FAILED chunk failed with (a partial derived chunk: its input's)."""
         with self._lock:
             return self._residency.errors((key,)).get(key)
 

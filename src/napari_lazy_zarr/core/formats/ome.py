@@ -199,8 +199,7 @@ class ImageSpec:
         For a label image, ``(label value, (r, g, b, a))`` pairs (0-255) from its
         ``image-label`` ``colors``, in order; None when it gives none.
     label_properties
-        For a label image, its ``image-label`` ``properties`` (`label_properties`):
-        one dict per label value, sorted by it; None when it gives none.
+        For a label image, its ``image-label`` ``properties``, by label value (or None).
     version
         The NGFF version (``"0.4"``, ``"0.5"``), or None for plain zarr.
     """
@@ -583,19 +582,16 @@ class _Walk:
         channels = ChannelDisplay()
         if kind == "image" and omero is not None:
             n_channels = 1 if channel_axis is None else levels[0].shape[channel_axis]
-            # Channel layers are named after the image too ("<name>: <label>"), and so is an
-            # image without a channel axis whose one omero channel has a label, as
-            # napari-ome-zarr names them: "coins: Channel 0" never clashes with its labels'
-            # "coins".
+            # Named after the image too, as by napari-ome-zarr: each channel, and an image without
+            # a channel axis whose omero label is its own ("coins: Channel 0", not "cells: cells").
             title = element or multiscale.name or None
-            channels = ChannelDisplay.from_omero(omero, n_channels, layer_name, full, titled=title)
-            if (
-                channel_axis is None
-                and title
-                and channels.names  # None when omero lists another number of channels
-                and omero.channels[0].label is not None
-            ):
-                layer_name = channels.names[0]
+            titled = title if channel_axis is not None else None
+            channels = ChannelDisplay.from_omero(
+                omero, n_channels, layer_name, full, titled=titled
+            )
+            own = omero.channels[0].label if channels.names else None  # None: omero ignored
+            if channel_axis is None and title and own not in (None, title):
+                layer_name = f"{title}: {own}"
         colors = properties = None
         if kind == "labels":
             colors = label_colors(document.get("image-label"), full)

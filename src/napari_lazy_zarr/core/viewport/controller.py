@@ -426,8 +426,7 @@ class ViewController:
             current = any(shown is other for other in self._shown.values())
         if self._closed or not current or not waiting:
             return  # the viewer has moved on, or everything landed
-        lookup = functools.partial(self.cache.lookup, partial=True)  # a stand-in may be one
-        if shown.compose(request, waiting, self.sources, lookup):
+        if shown.compose(request, waiting, self.sources, self.cache.lookup):
             self._signal_change((shown,))
 
     # -- issuing (dispatch thread) --------------------------------------------
