@@ -2,9 +2,10 @@
 
 A real viewer under a display (Xvfb), 1600x1000, in a fresh subprocess per run
 (``python -m bench.sample_startup SPEC``; its own napari settings and user cache
-directory). The sample is opened the way *File ▸ Open Sample ▸ Lazy Zarr* does
-it, through napari's public route: ``viewer.open_sample("napari-lazy-zarr",
-"pyramid")``, called from the event loop. Variants:
+directory). The sample is opened the way *File ▸ Open Sample ▸ Synthetic 32768²
+OME-Zarr pyramid (napari-lazy-zarr)* does it, through napari's public route:
+``viewer.open_sample("napari-lazy-zarr", "pyramid")``, called from the event loop.
+Variants:
 
 - *sample*: served from its generator (a `FunctionSource` per level, computed
   by the chunk cache's workers); nothing is written.

@@ -77,9 +77,12 @@ _FAILURE_MAX_MS = 30_000  # ...then, while summaries follow each other, ever les
 _FAILURE_BURST = 3  # failures shown one by one per cache within _FAILURE_WINDOW...
 _FAILURE_WINDOW = 10.0  # ...seconds; the others are summarised
 _FAILURES_TOLD = 1024  # root causes remembered across layers (each holds an exception)
+# What to do, whatever the cause: a permanent error ("not retried" by the reader's policy) may
+# still be read again once the data or the server is fixed, so never "not retryable".
 _RETRY_HINT = (
-    "It shows the fill value. To retry: Plugins > Chunk inspector (Lazy Zarr) > "
-    "'Retry all failed' (or click the chunk in its map), or cache.retry_failed() from Python."
+    "It shows the fill value. To read it again (e.g. once the data is fixed): Plugins > "
+    "Chunk inspector (napari-lazy-zarr) > 'Retry all failed' (or click the chunk in its map), "
+    "or cache.retry_failed() from Python."
 )
 
 DEFAULT_VOLUME_VOXELS = Settings().volume_voxels

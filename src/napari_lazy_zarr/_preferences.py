@@ -1,6 +1,6 @@
 """The plugin's page in napari's *Preferences*: reading it, following it, writing to it.
 
-napari builds the page (*Plugin Preferences ▸ Lazy Zarr*) from the manifest's
+napari builds the page (*Plugin Preferences ▸ napari-lazy-zarr*) from the manifest's
 ``contributions.configurations`` (`core.settings.configuration_schema`, the
 `Settings` model's JSON schema) and
 saves it beside its own settings (``napari-lazy-zarr.yaml`` in napari's

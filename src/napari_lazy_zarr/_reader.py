@@ -20,10 +20,15 @@ level is read in the background and the layer takes its limits when it lands.
 from __future__ import annotations
 
 import os
+import posixpath
+import sys
 import threading
 import warnings
 import weakref
+from collections import Counter
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from napari_lazy_zarr._layer_data import LayerLoader, loader_of
 from napari_lazy_zarr._preferences import watch_preferences
@@ -43,15 +48,16 @@ from napari_lazy_zarr.core.formats.ome import (
 )
 from napari_lazy_zarr.core.formats.plate import describe_plate, field_opener, plate_level_sources
 from napari_lazy_zarr.core.formats.stack import reference_file_kind
-from napari_lazy_zarr.core.settings import Settings, current_settings
+from napari_lazy_zarr.core.settings import Settings, current_settings, settings_path
 from napari_lazy_zarr.core.sources.decimated import DecimatedSource, virtual_levels
 from napari_lazy_zarr.core.storage.vetting import dtype_refusal, is_remote
 from napari_lazy_zarr.core.viewport import AxisMap, ContrastSample, ViewController
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping, Sequence
 
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
+    from napari_lazy_zarr.core.viewport import ViewFrame
 
 __all__ = [
     "apply_settings",
@@ -74,7 +80,7 @@ _remote_caches: weakref.WeakSet[ChunkCache] = weakref.WeakSet()
 # The 3D voxel budget the open layers were given (a change of the setting re-applies it).
 _applied_voxels: int | None = None
 # The settings applied live to the open layers and their cache.
-_LIVE = ("total_bytes_limit_mib", "concurrency", "remote_concurrency", "volume_voxels")
+_LIVE = ("total_bytes_limit_mib", "concurrency", "remote_concurrency", "volume_mivoxels")
 # The contrast sample (in the background, when the metadata gives no limits): at most this
 # many stored chunks, of at most this many decoded bytes in all, waited for at most this long.
 _CONTRAST_CHUNKS = 64
@@ -103,7 +109,8 @@ def shared_cache(*, remote: bool = False) -> ChunkCache:
     global _shared_cache, _applied_voxels
     with _cache_lock:
         if _shared_cache is None:
-            watch_preferences(apply_settings)
+            if not watch_preferences(apply_settings):
+                _tell_where_the_settings_are()
             settings = current_settings(names=_LIVE)
             _applied_voxels = settings.volume_voxels
             _shared_cache = ChunkCache(
@@ -116,6 +123,28 @@ def shared_cache(*, remote: bool = False) -> ChunkCache:
     if raise_loaders:
         _apply(cache, current_settings(names=_LIVE))
     return cache
+
+
+def _tell_where_the_settings_are() -> None:
+    """In a napari without plugin preferences (before 0.9), say once where the settings are.
+
+    napari 0.5 and 0.6 show no *Plugin Preferences* page: nothing would tell a
+    user that the plugin has settings at all. napari shows the warning as a
+    notification. Outside napari (a script) nothing is said.
+    """
+    napari_settings = sys.modules.get("napari.settings")
+    if napari_settings is None or hasattr(napari_settings, "get_plugin_settings"):
+        return  # not inside napari, or a napari with the page (the plugin is then disabled)
+    napari = sys.modules.get("napari")
+    version = getattr(napari, "__version__", "")
+    warnings.warn(
+        f"napari {version} has no Plugin Preferences page (napari 0.9 and later have one): "
+        "napari-lazy-zarr's settings (cache capacity, loaders, timeouts, decode backend, 3D "
+        f"voxel budget) are read from the file {settings_path()} and from "
+        "NAPARI_LAZY_ZARR_* environment variables (the user guide's 'Settings' lists them).",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def _apply(cache: ChunkCache, settings: Settings) -> None:
@@ -243,19 +272,42 @@ def read_zarr(
             + ", ".join(f"{spec.name!r} has shape {spec.levels[0].shape}" for spec in specs)
             + " (images need at least two dimensions)"
         )
-    layers: list[LayerDataTuple] = []
+    made: list[tuple[ImageSpec, LayerDataTuple]] = []
     refused: list[UnsupportedDtypeError] = []
     for spec in images:
         try:
-            layers.extend(layer_data(location, spec, cache))
+            made.extend((spec, layer) for layer in layer_data(location, spec, cache))
         except UnsupportedDtypeError as error:  # a complex array beside the images
             refused.append(error)
-    if refused and not layers:
+    if refused and not made:
         raise refused[0]
     for skipped in refused:  # napari shows a warning as a notification
         warnings.warn(f"not shown: {skipped}", UserWarning, stacklevel=2)
+    _name_apart(made)
     _watch_current_viewer()
-    return layers
+    return [layer for _, layer in made]
+
+
+def _name_apart(made: list[tuple[ImageSpec, LayerDataTuple]]) -> None:
+    """Give the layers of one store names that never clash (napari would add " [1]").
+
+    A label image named as an image (both "coins") becomes "coins (labels)"; layers
+    still sharing a name (two groups' images both named "image", as ome-zarr-py names
+    them by default) get their group's path: "image (a)", "image (b)".
+    """
+
+    def clashing() -> set[str]:
+        names = Counter(kwargs["name"] for _, (_, kwargs, _) in made)
+        return {name for name, count in names.items() if count > 1}
+
+    for _, (_, kwargs, kind) in made:
+        if kind == "labels" and kwargs["name"] in clashing():
+            kwargs["name"] = f"{kwargs['name']} (labels)"
+    twice = clashing()
+    for spec, (_, kwargs, _) in made:
+        group = posixpath.dirname(spec.levels[0].path)
+        if kwargs["name"] in twice and group:
+            kwargs["name"] = f"{kwargs['name']} ({group})"
 
 
 def _plate_layers(
@@ -344,8 +396,8 @@ def layer_data(
         if layer_type == "image":
             kwargs["rgb"] = rgb  # never left to napari's guess (its axes would disagree)
             kwargs.update(_image_kwargs(spec, channel, loader))
-        elif spec.label_colors:
-            kwargs["colormap"] = _label_colormap(spec.label_colors)
+        else:
+            kwargs.update(_labels_kwargs(spec))
         data: Any = views if len(views) > 1 else views[0]
         results.append((data, kwargs, layer_type))
     return results
@@ -427,6 +479,39 @@ def _channel_name(spec: ImageSpec, channel: int | None) -> str:
     return f"{spec.name} [{channel}]"
 
 
+def _labels_kwargs(spec: ImageSpec) -> dict[str, Any]:
+    """A label image's layer settings, as napari-ome-zarr gives them: hidden at open (the
+    image is what a user looks at first; a label layer over it hides it), its
+    ``image-label`` colours, and its ``properties`` as the layer's features."""
+    kwargs: dict[str, Any] = {"visible": False}
+    if spec.label_colors:
+        kwargs["colormap"] = _label_colormap(spec.label_colors)
+    if spec.label_properties:
+        kwargs["features"] = label_features(spec.label_properties)
+    return kwargs
+
+
+def label_features(properties: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """A labels layer's features from OME ``image-label`` properties (one per label value).
+
+    The columns napari-ome-zarr gives (``label_value`` and each property, absent
+    values None), and ``index``, the label value, by which napari finds the row
+    of the label under the cursor (without it napari takes row *n* for label *n*).
+
+    Examples
+    --------
+    >>> label_features([{"label-value": 3, "area": 9}, {"label-value": 7, "class": "dust"}])
+    {'index': [3, 7], 'label_value': [3, 7], 'area': [9, None], 'class': [None, 'dust']}
+    """
+    columns = dict.fromkeys(key for entry in properties for key in entry if key != "label-value")
+    features: dict[str, list[Any]] = {
+        "index": [entry["label-value"] for entry in properties],
+        "label_value": [entry["label-value"] for entry in properties],
+    }
+    features.update({key: [entry.get(key) for entry in properties] for key in columns})
+    return features
+
+
 def _image_kwargs(spec: ImageSpec, channel: int | None, loader: LayerLoader) -> dict[str, Any]:
     kwargs: dict[str, Any] = {}
     index = 0 if channel is None else channel
@@ -488,35 +573,69 @@ def contrast_sample(loader: LayerLoader) -> ContrastSample | None:
 
 
 def _watch_contrast(loader: LayerLoader, layer: Any) -> None:
-    """Give `layer` its sampled limits when they are known (main thread; at once if known)."""
+    """Give `layer` its sampled limits when they are known (main thread; at once if known).
+
+    Until then, the first view napari reads with chunks resident gives interim limits
+    (the range of what it shows): a float layer opened with (0, 1) showed solid white
+    for the ~10 s a dask graph's sample took, from its first chunks on.
+    """
     sample = _contrast_samples.get(loader)
     if sample is None:
         return
     from superqt.utils import ensure_main_thread
 
     ref = weakref.ref(layer)
+    ours = [sample.provisional]  # the limits this plugin set last (the user's beat them)
+    signal = loader.controller.view_read
+
+    @ensure_main_thread
+    def first_view(frame: ViewFrame) -> None:
+        alive = ref()
+        if alive is None or _contrast_samples.get(loader) is not sample or sample.future.done():
+            signal.disconnect(first_view)
+            return
+        if len(frame.missing) == len(frame.keys):
+            return  # nothing resident yet: the next read may have some
+        signal.disconnect(first_view)
+        limits = _finite_range(frame.data)
+        if limits is not None and _apply_contrast(alive, ours[-1], limits):
+            ours.append(limits)
 
     @ensure_main_thread
     def landed(future: Any) -> None:
+        signal.disconnect(first_view)  # (missing_ok: already gone)
         alive = ref()
         if alive is not None and _contrast_samples.get(loader) is sample:
-            _apply_contrast(alive, sample.provisional, future.result())
+            _apply_contrast(alive, ours[-1], future.result())
         _contrast_samples.pop(loader, None)
 
+    signal.connect(first_view)
     sample.future.add_done_callback(landed)
+
+
+def _finite_range(data: Any) -> tuple[float, float] | None:
+    """The (min, max) of `data`'s finite values, None if it has none or one value only."""
+    values = np.asarray(data)
+    if values.dtype.kind == "f":
+        values = values[np.isfinite(values)]
+    if values.size == 0:
+        return None
+    low, high = float(values.min()), float(values.max())
+    return (low, high) if low < high else None
 
 
 def _apply_contrast(
     layer: Any, provisional: tuple[float, float], limits: tuple[float, float]
-) -> None:
-    """Set the sampled `limits` on `layer`, unless its limits are no longer `provisional`
-    (the user, or a script, chose theirs: they are kept)."""
-    if tuple(float(v) for v in layer.contrast_limits) != provisional:
-        return
+) -> bool:
+    """Set `limits` on `layer`, unless its limits are no longer `provisional` (the user,
+    or a script, chose theirs: they are kept); whether they were set."""
+    if tuple(float(v) for v in layer.contrast_limits) != tuple(float(v) for v in provisional):
+        return False
     low, high = layer.contrast_limits_range
     if limits[0] < low or limits[1] > high:  # float data beyond the provisional (0, 1)
         layer.contrast_limits_range = (min(low, limits[0]), max(high, limits[1]))
     layer.contrast_limits = limits
+    return True
 
 
 def _colormap(color: str) -> Any:

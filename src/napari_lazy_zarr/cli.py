@@ -13,6 +13,11 @@
 - `napari-lazy-zarr engine-demo` reads a generated store (`--image-size N`)
   through the chunk engine alone (no napari) and prints what it read and the
   cache statistics.
+
+A store that cannot be opened (a missing path, a folder or file that is not zarr, a URL
+answering 404, a server refusing the connection...) ends the command before any window
+opens: one line naming the path and the cause, exit code 2 (`EXIT_BAD_INPUT`);
+``--debug`` shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from napari_lazy_zarr.core import ChunkedArray, open_array
+from napari_lazy_zarr.core import ChunkedArray, LazyZarrError, NotAZarrStoreError, open_array
 from napari_lazy_zarr.core.sample import (
     SAMPLE_SIZE,
     default_cache_dir,
@@ -37,6 +42,15 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from napari_lazy_zarr.core import CacheStatistics
+
+EXIT_BAD_INPUT: Final = 2
+"""The exit code of a command given input it cannot open (argparse's for a bad option)."""
+
+WHAT_IT_OPENS: Final = (
+    "a Zarr store (Zarr v2 or v3, OME-Zarr 0.1 to 0.6, an HCS plate, SpatialData): a local "
+    "folder, an http(s):// or s3:// URL, a zipped store (.ozx, .zarr.zip), or a reference "
+    "file (kerchunk .json, .zstack.json)"
+)
 
 
 def _sample_store(directory: Path, size: int) -> Path:
@@ -210,13 +224,20 @@ def view(
     A screenshot is of the canvas at `size` (the inspector is not docked, so it
     does not squeeze the canvas), or with `window` of the whole window at `size`,
     the chunk inspector docked beside the canvas.
+
+    The store is described (its metadata read, no chunk) before the window
+    opens: what cannot be opened raises its `LazyZarrError` before napari starts.
     """
+    from napari_lazy_zarr._reader import configure, read_zarr
+
+    configure(total_bytes_limit=total_bytes_limit, concurrency=concurrency)
+    data = read_zarr(location) if layers is None else None
+
     import napari
 
     from napari_lazy_zarr._layer_data import loader_of, wait_until_complete
-    from napari_lazy_zarr._reader import configure, watch_viewer
+    from napari_lazy_zarr._reader import watch_viewer
 
-    configure(total_bytes_limit=total_bytes_limit, concurrency=concurrency)
     viewer = napari.Viewer(show=True, title=f"napari-lazy-zarr: {location}")
     watch_viewer(viewer)
     canvas_only = screenshot is not None and not window
@@ -224,10 +245,10 @@ def view(
     if not canvas_only:
         viewer.window.resize(width, height)
         viewer.window.add_plugin_dock_widget("napari-lazy-zarr", "Chunk inspector")
-    if layers is None:
-        added = viewer.open(location, plugin="napari-lazy-zarr")
-    else:
-        added = [getattr(viewer, f"add_{kind}")(data, **kwargs) for data, kwargs, kind in layers()]
+    if data is None:  # the demo's layers, made once the window is up
+        assert layers is not None
+        data = layers()
+    added = [getattr(viewer, f"add_{kind}")(levels, **kwargs) for levels, kwargs, kind in data]
     for layer in added:
         loader = loader_of(layer)
         if loader is not None:
@@ -278,6 +299,11 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
         "--total-bytes-limit", type=int, default=None, help="chunk cache capacity in bytes"
     )
     parser.add_argument("--concurrency", type=int, default=None, help="chunk loader threads")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="on an error, show the traceback instead of one line",
+    )
 
 
 def _viewer_options(parser: argparse.ArgumentParser) -> None:
@@ -315,17 +341,45 @@ def _check_viewer_options(parser: argparse.ArgumentParser, args: argparse.Namesp
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; the exit code (`EXIT_BAD_INPUT` for input it cannot open)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _run(args_list)
+    except (LazyZarrError, OSError) as error:
+        if "--debug" in args_list:
+            raise
+        print(f"napari-lazy-zarr: {_one_line(error)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _one_line(error: BaseException) -> str:
+    """`error` as one line a person reads, with what to do where it helps."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    if isinstance(error, NotAZarrStoreError) and "://" not in text.split(" ", 1)[0]:
+        text += (
+            " (napari-lazy-zarr opens Zarr stores, zipped stores and reference files: see "
+            "napari-lazy-zarr --help; other images open in napari itself: napari PATH)"
+        )
+    elif not isinstance(error, LazyZarrError):  # the OS's (a screenshot that cannot be saved)
+        text = f"{type(error).__name__}: {text}"
+    return text
+
+
+def _run(args_list: list[str]) -> int:
     command = args_list[0] if args_list else ""
     description = "View Zarr arrays far larger than memory in napari, lazily, without blocking."
     if command == "demo":
         parser = argparse.ArgumentParser(
             prog="napari-lazy-zarr demo",
             description="Open the synthetic OME-Zarr pyramid in napari, at once: its chunks "
-            "are computed as the view needs them (nothing is written).",
+            "are computed as the view needs them (nothing is written; 'napari-lazy-zarr "
+            "sample --write PATH' writes it).",
         )
         parser.add_argument(
-            "--image-size", type=int, default=SAMPLE_SIZE, help="side of the image (px)"
+            "--image-size",
+            type=int,
+            default=SAMPLE_SIZE,
+            help="side of the image in pixels (default: %(default)s)",
         )
         _viewer_options(parser)
         args = parser.parse_args(args_list[1:])
@@ -357,7 +411,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             help="the store to write: a new folder (e.g. cells.ome.zarr)",
         )
         parser.add_argument(
-            "--image-size", type=int, default=SAMPLE_SIZE, help="side of the image (px)"
+            "--image-size",
+            type=int,
+            default=SAMPLE_SIZE,
+            help="side of the image in pixels (default: %(default)s)",
         )
         args = parser.parse_args(args_list[1:])
         if args.image_size < 1:
@@ -371,7 +428,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.add_argument(
             "--directory", type=Path, default=default_cache_dir(), help="where it is kept"
         )
-        parser.add_argument("--image-size", type=int, default=8192, help="side of the image (px)")
+        parser.add_argument(
+            "--image-size",
+            type=int,
+            default=8192,
+            help="side of the image in pixels (default: %(default)s)",
+        )
         _common_options(parser)
         args = parser.parse_args(args_list[1:])
         if args.image_size < 1:
@@ -386,7 +448,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "'napari-lazy-zarr sample --write PATH' (the same pyramid written to disk) and "
         "'napari-lazy-zarr engine-demo' (the chunk engine alone, no napari).",
     )
-    parser.add_argument("location", help="a .zarr store: a local path or an http(s):// URL")
+    parser.add_argument("location", help=f"what to open: {WHAT_IT_OPENS}")
     _viewer_options(parser)
     args = parser.parse_args(args_list)
     _check_viewer_options(parser, args)

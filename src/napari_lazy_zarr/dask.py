@@ -13,7 +13,7 @@ needs are cancelled. See docs/dask.md.
     smooth = da.from_zarr("scan.zarr").map_overlap(blur, depth=4, dtype="f4")
     tile = from_dask(smooth)[0:1024, 0:1024].result()      # blocks; computes 4 chunks
     viewer = napari.Viewer()
-    add_image(viewer, smooth, client=client, contrast_limits=(0, 1))  # never blocks
+    add_image(viewer, smooth, client=client, name="smoothed")  # never blocks
 """
 
 from __future__ import annotations
@@ -159,8 +159,10 @@ def layer_data(
     are computed. By default the plugin's shared chunk cache is used (its worker
     count raised to twice the cluster's threads with a client). Give
     `contrast_limits` to open without computing anything; without them a bounded
-    sample of the coarsest level is computed first (at most 10 s, blocking), as
-    for a zarr store without contrast metadata. `prefetch_ring` blocks beyond
+    sample of the coarsest level is computed in the background, as for a zarr
+    store without contrast metadata (the first view shown with chunks computed
+    gives the limits meanwhile). The layer is named `name`, else after its
+    shape and dtype (``"dask 16384×16384 float32"``). `prefetch_ring` blocks beyond
     the view are computed ahead (none by default: each is a whole computation,
     and a local one cannot be stopped once running); `prefetch=False` also stops
     loading ahead of a walk through z or t. The layer's loader must be
@@ -188,7 +190,9 @@ def layer_data(
         )
         for index, source in enumerate(sources)
     )
-    label = name or f"dask {str(base.identity)[5:-1][:40]}"
+    # "dask 16384×16384 float32": what a person reads in the layer list (the array's dask
+    # name, "mul-b841084a…", is a token hash); `name=` gives one of the caller's.
+    label = name or f"dask {'×'.join(str(n) for n in base.shape)} {base.dtype}"
     spec = ImageSpec(
         name=label,
         kind="image",

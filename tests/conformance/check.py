@@ -130,6 +130,10 @@ def open_case(viewer: Any, written: Written, reader: str, wait: Wait) -> Outcome
         outcome.layers = len(layers)
         outcome.structure = [_structure(layer) for layer in layers]
         if reader == "napari-lazy-zarr":
+            # Label layers open hidden (as napari-ome-zarr's): shown, so that what napari
+            # displays of them is compared too.
+            for layer in layers:
+                layer.visible = True
             viewer.window._qt_viewer.canvas.on_draw(None)  # napari re-slices on draw
             loaders = [loader_of(layer) for layer in layers]
             wait(lambda: all(lo is not None and lo.settled for lo in loaders), timeout=30_000)

@@ -16,6 +16,7 @@ from napari_lazy_zarr.core import (
     ChunkedArray,
     ChunkReadError,
     InlineExecutor,
+    NotAZarrStoreError,
 )
 from napari_lazy_zarr.core.reading.plans import PointPlan
 from napari_lazy_zarr.core.testing import FaultySource
@@ -233,3 +234,14 @@ def test_result_is_woken_by_close_from_another_thread() -> None:
     reader.join(timeout=30)
     assert not reader.is_alive()
     assert [type(e) for e in errors] == [CacheClosedError]
+
+
+def test_a_url_whose_protocol_needs_a_package_names_it() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("gcsfs") is not None:
+        pytest.skip("gcsfs is installed here")
+    with pytest.raises(NotAZarrStoreError, match="gcsfs") as raised:
+        napari_lazy_zarr.open_array("gs://bucket/image.zarr")
+    # What to install is the package fsspec names, not an extra that does not hold it.
+    assert "napari-lazy-zarr[remote]" not in str(raised.value)

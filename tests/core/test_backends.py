@@ -321,7 +321,10 @@ def test_a_backend_not_installed_says_what_to_install(
         lambda name, *args: None if name == backend else find_spec(name, *args),
     )
     assert backend not in available_backends()
-    with pytest.raises(UnsupportedDataError, match=rf"napari-lazy-zarr\[{backend}\]"):
+    # What pip can install today (the plugin is not on the package index), and its extra.
+    with pytest.raises(
+        UnsupportedDataError, match=rf"pip install {backend} \(the plugin's \[{backend}\] extra\)"
+    ):
         open_backend_source(layouts["v3-zstd-i2"].path, backend=backend)
 
 

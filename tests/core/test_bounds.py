@@ -294,7 +294,7 @@ def test_a_decompression_bomb_is_refused_without_expanding(
     assert "MemoryError" not in outcome["chain"], outcome
     assert outcome["type"] == "ChunkReadError", outcome
     assert "expands beyond its expected" in outcome["message"], outcome
-    assert "(not retryable)" in outcome["message"], outcome
+    assert "(a permanent error, not retried)" in outcome["message"], outcome
     assert "c/0/0" in outcome["message"] or "'0.0'" in outcome["message"], outcome
     assert outcome["peak"] < PEAK_LIMIT, outcome
 

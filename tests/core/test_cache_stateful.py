@@ -254,12 +254,28 @@ class CacheMachine(RuleBasedStateMachine):
             key = self.ref((level, coords)).key
             if self.cache.state(key) is not ChunkState.READY:
                 continue  # `lookup` would mark it used: the check must not change the LRU
-            data = self.cache.lookup(key)
             box = tuple(
                 slice(lo, hi) for lo, hi in zip(key.inclusive_min, key.exclusive_max, strict=True)
             )
             step = 2**level
-            np.testing.assert_array_equal(data, _DATA[::step, ::step][box])
+            expected = _DATA[::step, ::step][box].copy()
+            with self.cache._lock:
+                left_out = dict(self.cache._entries[key].left_out or {})
+            # A derived chunk combined without failed inputs: their samples at the fill value
+            # (0), everything else the source's; blocking reads never get it.
+            for out_key in left_out:
+                out_level = next(
+                    i for i, s in enumerate(self.levels) if s.identity == out_key.source
+                )
+                ratio = 2 ** (level - out_level)  # this level's cell x samples theirs x * ratio
+                rows, cols = (
+                    np.arange(lo, hi) * ratio
+                    for lo, hi in zip(key.inclusive_min, key.exclusive_max, strict=True)
+                )
+                (r0, c0), (r1, c1) = out_key.inclusive_min, out_key.exclusive_max
+                expected[np.ix_((rows >= r0) & (rows < r1), (cols >= c0) & (cols < c1))] = 0
+            np.testing.assert_array_equal(self.cache.lookup(key, partial=True), expected)
+            assert (self.cache.lookup(key) is None) == bool(left_out)
 
     @invariant()
     def finished_requests_are_complete(self) -> None:

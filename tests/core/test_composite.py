@@ -515,14 +515,3 @@ def test_cast_source_parameters() -> None:
         CastSource(base, "u1", casting="safe")
     with pytest.raises(UnsupportedDataError, match="dtype object cannot be shown"):
         CastSource(base, object)
-
-
-def test_the_documentation_examples_run() -> None:
-    import doctest
-
-    docs = Path(__file__).parents[2] / "docs" / "composite-sources.md"
-    result = doctest.testfile(
-        str(docs), module_relative=False, optionflags=doctest.ELLIPSIS, verbose=False
-    )
-    assert result.attempted > 20
-    assert result.failed == 0

@@ -528,8 +528,8 @@ def test_kerchunk_output_elsewhere_is_refused_with_how_to_allow_it(
         UnsafeDataError,
         match=rf"t0\.json: key 'data/\d\.\d': reference {reference} is outside the reference "
         rf"file's folder\. .*To allow the files under {re.escape(str(h5.parent))}, add that "
-        rf"folder to Allowed folders in napari's Preferences \(Plugin Preferences > Lazy "
-        rf"Zarr\), to the environment variable {ALLOWED_ROOTS_VARIABLE}",
+        rf"folder to Allowed folders in napari's Preferences \(Plugin Preferences > "
+        rf"napari-lazy-zarr\), to the environment variable {ALLOWED_ROOTS_VARIABLE}",
     ):
         describe_store(manifest)
     monkeypatch.setenv(ALLOWED_ROOTS_VARIABLE, str(h5.parent))

@@ -294,7 +294,11 @@ def test_invalid_label_properties_never_refuse(
         version,
         _image_label(lambda d: d.update(properties=properties)),
     )
-    specs = describe_store(path)  # properties are not read: nothing to warn about
+    with pytest.warns(
+        MetadataWarning, match=r"labels/cells: invalid optional image-label properties metadata"
+    ):
+        specs = describe_store(path)  # the label image opens, without features
+    assert specs[1].label_properties is None
     assert specs[1].label_colors == ((1, (255, 0, 0, 255)), (2, (0, 0, 255, 255)))
 
 

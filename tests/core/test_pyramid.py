@@ -313,42 +313,66 @@ def test_the_stale_class_is_not_for_callers(manual_cache: ChunkCache) -> None:
 # -- failures ------------------------------------------------------------------------
 
 
-def test_a_failing_input_fails_its_dependents_and_retry_recovers() -> None:
-    data = np.arange(16 * 16, dtype=np.int32).reshape(16, 16)
+def test_a_failed_stored_chunk_is_left_out_of_the_levels_above_and_a_retry_restores_it() -> None:
+    # No zero in the data: the fill value (0) shows exactly where the failed chunk was.
+    data = np.arange(1, 16 * 16 + 1, dtype=np.int32).reshape(16, 16)
     faulty = FaultySource(ArraySource(data, chunks=(4, 4), name="f"), failing={(1, 1)})
     level1 = DecimatedSource(faulty, 2, chunk_size=4)
     level2 = DecimatedSource(faulty, 4, parent=level1, chunk_size=4)
-    broken_input = ChunkRef.of(faulty, (1, 1)).key
-    broken = ChunkRef.of(level1, (0, 0)).key
+    broken_input = ChunkRef.of(faulty, (1, 1)).key  # rows and columns 4:8
+    partial = ChunkRef.of(level1, (0, 0)).key
     top = ChunkRef.of(level2, (0, 0)).key
+    # NumPy's decimation with the failed chunk's samples at the fill value, and only those.
+    expected1, expected2 = data[::2, ::2].copy(), data[::4, ::4].copy()
+    expected1[2:4, 2:4] = 0
+    expected2[1, 1] = 0
     with ChunkCache(1 << 20, executor=InlineExecutor()) as cache:
-        partial = ChunkedArray(level1, cache).read_nonblocking(placeholder=-1)
-        partial.request.done.result(timeout=TIMEOUT)
-        (error,) = partial.request.failed().values()
-        assert isinstance(error, ChunkReadError)
-        assert f"input chunk {broken_input} failed" in str(error)
-        assert "injected fault reading chunk (1, 1)" in str(error)
-        assert [(e.previous, e.current) for e in cache.events() if e.key == broken] == [
-            (ChunkState.NEW, ChunkState.QUEUED),
-            (ChunkState.QUEUED, ChunkState.LOADING),
-            (ChunkState.LOADING, ChunkState.FAILED),
+        for level, expected in ((level1, expected1), (level2, expected2)):
+            ChunkedArray(level, cache).read_nonblocking(placeholder=-1).request.release()
+            shown = ChunkedArray(level, cache).read_nonblocking(placeholder=-1)
+            np.testing.assert_array_equal(shown.data, expected)  # what a view shows
+            shown.request.release()
+        assert [cache.state(k) for k in (broken_input, partial, top)] == [
+            ChunkState.FAILED,
+            ChunkState.READY,
+            ChunkState.READY,
         ]
-        shown = ChunkedArray(level1, cache).read_nonblocking(placeholder=-1).data
-        assert (shown[:4, :4] == -1).all()
-        np.testing.assert_array_equal(shown[4:, :], data[::2, ::2][4:, :])
-        # The next level fails naming the failed chunk of the level below.
-        with pytest.raises(ChunkReadError, match=rf"input chunk {re_escape(broken)} failed"):
-            ChunkedArray(level2, cache).result(timeout=TIMEOUT)
-        assert cache.state(top) is ChunkState.FAILED
-        # Retrying the top chunk retries what it failed through; the fault is gone.
+        assert cache.statistics.failures == 1  # the stored chunk alone
+        # A blocking read (the exact door) never returns the partial chunks: it names the
+        # stored chunk left out, also two levels up.
+        for level in (level1, level2):
+            with pytest.raises(
+                ChunkReadError, match=rf"input chunk {re_escape(broken_input)} failed"
+            ):
+                ChunkedArray(level, cache).result(timeout=TIMEOUT)
+        # The fault is gone; a view still showing the partial chunk pins it while it is
+        # retried: it is evicted when released, and combined again when asked for.
         faulty.failing.clear()
-        assert cache.retry(top)
-        assert [cache.state(k) for k in (top, broken, broken_input)] == [ChunkState.READY] * 3
+        held = cache.request([ChunkRef.of(level1, (0, 0))])
+        assert cache.retry_failed() == 1
+        assert cache.state(broken_input) is ChunkState.READY
+        assert cache.state(top) is ChunkState.EVICTED  # unpinned: at once
+        assert cache.state(partial) is ChunkState.READY  # pinned: kept while shown
+        held.release()
+        assert cache.state(partial) is ChunkState.EVICTED
         np.testing.assert_array_equal(ChunkedArray(level2, cache).result(), data[::4, ::4])
         np.testing.assert_array_equal(ChunkedArray(level1, cache).result(), data[::2, ::2])
         assert faulty.reads.count((1, 1)) == 2
         assert faulty.reads.count((0, 0)) == 1
-        assert not cache.retry(top)
+
+
+def test_a_coarse_chunk_whose_inputs_all_failed_fails() -> None:
+    data = np.arange(16 * 16, dtype=np.int32).reshape(16, 16)
+    failing = {(y, x) for y in range(2) for x in range(2)}  # all four under level 1's (0, 0)
+    faulty = FaultySource(ArraySource(data, chunks=(4, 4), name="f"), failing=failing)
+    level1 = DecimatedSource(faulty, 2, chunk_size=4)
+    with ChunkCache(1 << 20, executor=InlineExecutor()) as cache:
+        with pytest.raises(ChunkReadError, match=r"input chunk .* failed: injected fault"):
+            ChunkedArray(level1, cache)[0:4, 0:4].result(timeout=TIMEOUT)
+        assert cache.state(ChunkRef.of(level1, (0, 0)).key) is ChunkState.FAILED
+        np.testing.assert_array_equal(  # the chunks beside it are whole
+            ChunkedArray(level1, cache)[4:8, 4:8].result(timeout=TIMEOUT), data[8::2, 8::2]
+        )
 
 
 def re_escape(key: ChunkKey) -> str:

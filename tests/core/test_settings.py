@@ -189,7 +189,7 @@ def test_the_backend_choices_are_the_backends() -> None:
         ("total_bytes_limit_mib", 0, "Settings.total_bytes_limit_mib: an integer >= 1"),
         ("concurrency", 1.0, "Settings.concurrency: an integer"),
         ("concurrency", True, "Settings.concurrency: an integer"),
-        ("volume_voxels", 2**31, "Settings.volume_voxels: an integer"),
+        ("volume_mivoxels", 8193, "Settings.volume_mivoxels: an integer"),
         ("read_timeout", 0, "Settings.read_timeout: a number of seconds >= 0.01"),
         ("backend", "fast", "Settings.backend: unknown backend 'fast'"),
         ("allowed_remotes", "file", "Settings.allowed_remotes: 'file': local"),
@@ -215,18 +215,18 @@ def test_the_model_accepts_every_value_in_bounds() -> None:
         mib=st.integers(1, 1 << 20),
         workers=st.integers(0, 256),
         seconds=st.floats(0.01, 3600),
-        voxels=st.integers(1, 2**31 - 1),
+        mivoxels=st.integers(1, 8192),
     )
-    def check(mib: int, workers: int, seconds: float, voxels: int) -> None:
+    def check(mib: int, workers: int, seconds: float, mivoxels: int) -> None:
         settings = Settings(
             total_bytes_limit_mib=mib,
             concurrency=workers,
             read_timeout=seconds,
-            volume_voxels=voxels,
+            volume_mivoxels=mivoxels,
         )
         assert settings.total_bytes_limit == mib << 20
         assert settings.timeouts.read == seconds
-        assert (settings.concurrency, settings.volume_voxels) == (workers, voxels)
+        assert (settings.concurrency, settings.volume_voxels) == (workers, mivoxels << 20)
 
     check()
 
@@ -237,7 +237,7 @@ def test_sources_in_order_defaults_file_preferences_environment(tmp_path: Path) 
     settings = tmp_path / "settings.toml"
     settings.write_text(
         "[cache]\ntotal_bytes_limit_mib = 64\nconcurrency = 3\nremote_concurrency = 7\n"
-        '[reading]\nvolume_voxels = 1000\n[references]\nallowed_remotes = ["s3"]\n'
+        '[reading]\nvolume_mivoxels = 3\n[references]\nallowed_remotes = ["s3"]\n'
     )
     env = _env(settings)
     assert current_settings(env).total_bytes_limit_mib == 64
@@ -249,7 +249,7 @@ def test_sources_in_order_defaults_file_preferences_environment(tmp_path: Path) 
     try:
         chosen = current_settings(env)
         assert (chosen.total_bytes_limit_mib, chosen.concurrency) == (128, 5)
-        assert (chosen.remote_concurrency, chosen.volume_voxels) == (7, 1000)  # the file's
+        assert (chosen.remote_concurrency, chosen.volume_mivoxels) == (7, 3)  # the file's
         assert chosen.remotes == ("gs", "s3")  # allow-lists add up
         env |= {
             "NAPARI_LAZY_ZARR_TOTAL_BYTES_LIMIT": str(3 << 20),
@@ -272,6 +272,13 @@ def test_sources_in_order_defaults_file_preferences_environment(tmp_path: Path) 
     )
     with pytest.raises(MetadataError, match="NAPARI_LAZY_ZARR_TOTAL_BYTES_LIMIT: a number"):
         current_settings(_env(tmp_path / "none.toml", NAPARI_LAZY_ZARR_TOTAL_BYTES_LIMIT="1G"))
+    # The voxel budget's variable is in voxels (the field in Mi voxels), rounded up the same.
+    budget = current_settings(
+        _env(tmp_path / "none.toml", NAPARI_LAZY_ZARR_VOLUME_VOXELS=str(512**3 + 1))
+    )
+    assert (budget.volume_mivoxels, budget.volume_voxels) == (129, 129 << 20)
+    with pytest.raises(MetadataError, match="NAPARI_LAZY_ZARR_VOLUME_VOXELS: a number of voxels"):
+        current_settings(_env(tmp_path / "none.toml", NAPARI_LAZY_ZARR_VOLUME_VOXELS="512^3"))
 
 
 def test_the_folders_come_from_platformdirs(

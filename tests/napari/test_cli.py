@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import subprocess
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from tests.napari.conftest import write_ome_pyramid
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
 
 QUADRANTS = {(0, 0): 1000, (0, 1): 5000, (1, 0): 9000, (1, 1): 13000}
@@ -40,8 +42,13 @@ def _quadrant_store(tmp_path: Path) -> Path:
     return store
 
 
-def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "NAPARI_CONFIG": str(tmp_path / "settings.yaml")}
+def _run(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {
+        **(os.environ if env is None else env),
+        "NAPARI_CONFIG": str(tmp_path / "settings.yaml"),
+    }
     return subprocess.run(
         [sys.executable, "-m", "napari_lazy_zarr.cli", *args],
         capture_output=True,
@@ -115,6 +122,105 @@ def test_screenshot_options_are_checked() -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["store.zarr", "--window"])  # --window without --screenshot
     assert exit_info.value.code == 2
+
+
+# -- bad input: one line, exit code 2, before any window ------------------------------
+
+
+@pytest.fixture(scope="module")
+def http_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 serving an empty folder (every path answers 404)."""
+    import functools
+    import http.server
+    import threading
+
+    folder = tmp_path_factory.mktemp("served")
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(folder))
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def _refused_url() -> str:
+    """A URL on 127.0.0.1 where nothing listens: a port the OS just gave and took back."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}/image.zarr"
+
+
+def _bad_input(kind: str, tmp_path: Path, http_root: str) -> tuple[str, str]:
+    """A location the command cannot open, and what its one line must say."""
+    import tifffile
+
+    if kind == "missing path":
+        return str(tmp_path / "nowhere.zarr"), "no such file or directory"
+    if kind == "folder of TIFFs":
+        (tmp_path / "tiffs").mkdir()
+        tifffile.imwrite(tmp_path / "tiffs" / "a.tif", np.zeros((8, 8), np.uint8))
+        return str(tmp_path / "tiffs"), "no zarr metadata (zarr.json, .zarray, .zgroup)"
+    if kind == "a .tif":
+        tifffile.imwrite(tmp_path / "image.tif", np.zeros((8, 8), np.uint8))
+        return str(tmp_path / "image.tif"), "not a zarr store"
+    if kind == "URL answering 404":
+        return f"{http_root}/image.zarr", "404 Not Found"
+    assert kind == "refused connection"
+    return _refused_url(), "Connection refused"
+
+
+BAD_INPUTS = [
+    "missing path",
+    "folder of TIFFs",
+    "a .tif",
+    "URL answering 404",
+    "refused connection",
+]
+
+
+@pytest.mark.parametrize("kind", BAD_INPUTS)
+def test_bad_input_is_one_line_and_exit_code_2_before_any_window(
+    tmp_path: Path, http_root: str, kind: str
+) -> None:
+    location, says = _bad_input(kind, tmp_path, http_root)
+    # No display at all: a window napari tried to open would abort the process instead.
+    environment = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    result = _run(tmp_path, location, env=environment | {"QT_QPA_PLATFORM": "xcb"})
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"napari-lazy-zarr: {location}: "), lines[0]
+    assert says in lines[0]
+    assert "Traceback" not in result.stderr
+    # --debug shows where it came from.
+    debug = _run(tmp_path, location, "--debug", env=environment)
+    assert "Traceback" in debug.stderr
+    assert debug.returncode != 0
+
+
+def test_help_says_what_it_opens(capsys: pytest.CaptureFixture[str]) -> None:
+    from napari_lazy_zarr.cli import main
+    from napari_lazy_zarr.core.sample import SAMPLE_SIZE, default_cache_dir
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for opens in ("http(s)://", "s3://", ".ozx", ".zarr.zip", "kerchunk .json", ".zstack.json"):
+        assert opens in text
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"(default: {SAMPLE_SIZE})" in text  # the image's side
+    assert "360 MB on disk" in text
+    assert str(default_cache_dir()) in text  # where it is kept
 
 
 # -- every subcommand's parser ---------------------------------------------------------

@@ -124,3 +124,55 @@ def test_a_dask_graph_on_a_cluster(
     assert source.runner.submitted > 0
     assert threading.main_thread().name not in COMPUTED_ON
     viewer.layers.remove(layer)
+
+
+def test_a_float_layer_takes_interim_limits_from_its_first_chunks(
+    make_napari_viewer: Callable[..., Any], qtbot: QtBot
+) -> None:
+    """Until the contrast sample is computed (from the coarsest level, held here), the first
+    chunks the view shows set the limits: never the provisional (0, 1) over values in the
+    thousands (a solid white layer for the ~10 s a real graph's sample took)."""
+    from napari_lazy_zarr._layer_data import loader_of
+    from napari_lazy_zarr._reader import configure
+    from napari_lazy_zarr.core.sources.dask import DaskRunner
+
+    gate = threading.Event()
+
+    def held(block: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        assert gate.wait(timeout=60)
+        return block
+
+    base = da.from_array(
+        np.linspace(1000, 5000, SIZE * SIZE, dtype=np.float32).reshape(SIZE, SIZE),
+        chunks=256,
+    )
+    # A pyramid given as dask arrays: level 0 computes at once, the coarse levels (the
+    # sample's, the thumbnail's) wait for the gate.
+    pyramid = [base] + [
+        da.coarsen(np.mean, base, {0: f, 1: f}).map_blocks(
+            held, dtype=np.float32, meta=np.empty((0, 0), np.float32)
+        )
+        for f in (2, 4)
+    ]
+    viewer = make_napari_viewer(show=True)
+    viewer.window.resize(800, 600)
+    runner = DaskRunner(num_workers=16)  # threads the held levels do not all take
+    configure(concurrency=16)  # the plugin's shared cache (this test's own)
+    try:
+        layer = add_image(viewer, pyramid, client=runner)
+        assert layer.name == f"dask {SIZE}×{SIZE} float32"  # readable, not a token hash
+        assert tuple(layer.contrast_limits) == (0.0, 1.0)  # provisional: nothing computed
+        viewer.scene.camera.center = (200, 200)
+        viewer.scene.camera.zoom = 3.0  # level 0
+        viewer.window._qt_viewer.canvas.on_draw(None)  # napari re-slices on draw
+        qtbot.waitUntil(lambda: tuple(layer.contrast_limits) != (0.0, 1.0), timeout=10_000)
+        assert layer.data_level == 0
+        low, high = layer.contrast_limits
+        shown = np.asarray(loader_of(layer).controller.latest.data)
+        assert low <= float(shown.min())  # what is shown is within them
+        assert 1000 < float(shown.max()) <= high
+        assert not gate.is_set()  # ... before the sample could be computed
+    finally:
+        gate.set()
+    viewer.layers.remove(layer)
+    runner.close()

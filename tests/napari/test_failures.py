@@ -86,7 +86,7 @@ def test_a_corrupted_chunk_in_view_is_reported_once_naming_it_and_its_cause(
         _idle(qtbot, viewer, loader)
     loader.flush_failures()
     (message,) = _ours(notices)
-    assert len(_failed(loader)) == 1  # the stored chunk (virtual levels built from it fail too)
+    assert len(_failed(loader)) == 1  # the stored chunk (virtual levels leave it out)
     assert f"layer {layer.name!r}" in message
     assert "chunk L0 (4, 4) [1024:1280, 1024:1280] failed to load" in message
     assert "chunk 'c/4/4'" in message  # the store's own name of it
@@ -94,6 +94,11 @@ def test_a_corrupted_chunk_in_view_is_reported_once_naming_it_and_its_cause(
     assert "Chunk inspector" in message
     assert "'Retry all failed'" in message
     assert "cache.retry_failed()" in message
+    # Never "not retryable" and then how to retry: the reader did not retry a permanent
+    # error, the user may (once the data is fixed).
+    assert "retryable" not in message
+    assert "a permanent error, not retried" in message
+    assert "To read it again (e.g. once the data is fixed)" in message
 
 
 def test_five_hundred_failed_chunks_make_a_handful_of_notifications_with_a_summary(

@@ -57,7 +57,7 @@ def test_napari_sees_every_field() -> None:
         for name in Settings.model_fields
         if Settings.setting(name).preferences  # secrets (headers) are not on the page
     }
-    assert page.display_name == "Lazy Zarr"
+    assert page.display_name == "napari-lazy-zarr"
 
 
 def test_a_changed_value_persists_into_a_new_napari(store: Path) -> None:
@@ -116,8 +116,8 @@ def test_the_shared_cache_follows_the_page_live(
     assert cache.concurrency == default_concurrency()
     loader = loader_of(layer)
     assert loader.volume_voxels == Settings().volume_voxels
-    page.reading.volume_voxels = 4096  # the open layers get a new 3D budget
-    assert loader.volume_voxels == 4096
+    page.reading.volume_mivoxels = 3  # the open layers get a new 3D budget
+    assert loader.volume_voxels == 3 * _MIB
 
 
 def test_a_variable_beats_the_page(monkeypatch: pytest.MonkeyPatch, store: Path) -> None:
@@ -149,6 +149,22 @@ def test_the_settings_file_is_the_fallback_without_napari_preferences(
     assert current_settings().concurrency == 4
 
 
+def test_an_older_napari_is_told_where_the_settings_are(
+    monkeypatch: pytest.MonkeyPatch, store: Path
+) -> None:
+    import types
+
+    from napari_lazy_zarr._reader import read_zarr
+    from napari_lazy_zarr.core.settings import settings_path
+
+    # napari before 0.9: its settings module has no plugin pages (no get_plugin_settings).
+    monkeypatch.setitem(sys.modules, "napari.settings", types.ModuleType("napari.settings"))
+    with pytest.warns(UserWarning, match="has no Plugin Preferences page") as told:
+        read_zarr(str(store))
+    assert settings_path() in str(told[0].message)
+    assert "NAPARI_LAZY_ZARR_" in str(told[0].message)
+
+
 def test_the_inspectors_controls_write_to_the_page(
     make_napari_viewer: Callable[..., Any], qtbot: QtBot, store: Path
 ) -> None:
@@ -167,6 +183,34 @@ def test_the_inspectors_controls_write_to_the_page(
     assert (page.cache.total_bytes_limit_mib, page.cache.concurrency) == (300, 7)
     assert "total_bytes_limit_mib: 300" in page.config_path.read_text()  # saved
     assert (shared_cache().total_bytes_limit, shared_cache().concurrency) == (300 * _MIB, 7)
+    viewer.window.remove_dock_widget(dock)
+
+
+def test_the_inspectors_controls_follow_the_page(
+    make_napari_viewer: Callable[..., Any], qtbot: QtBot, store: Path
+) -> None:
+    from qtpy.QtWidgets import QApplication
+
+    from napari_lazy_zarr._reader import configure, watch_viewer
+
+    viewer = make_napari_viewer(show=True)
+    watch_viewer(viewer)
+    viewer.open(str(store), plugin="napari-lazy-zarr")
+    dock, inspector = viewer.window.add_plugin_dock_widget("napari-lazy-zarr", "Chunk inspector")
+    QApplication.processEvents()
+    inspector.tabs.setCurrentWidget(inspector.cache_controls)
+    page = plugin_preferences()
+    page.cache.total_bytes_limit_mib = 200  # typed on the Preferences page: applies live...
+    page.cache.concurrency = 6
+    assert (shared_cache().total_bytes_limit, shared_cache().concurrency) == (200 * _MIB, 6)
+    # ... and the inspector's own controls show it at their next refresh.
+    qtbot.waitUntil(lambda: (inspector.capacity.value, inspector.concurrency.value) == (200, 6))
+    # A capacity of no whole MiB (the command line's --total-bytes-limit) is shown rounded
+    # down, never written back to the cache or the page.
+    configure(total_bytes_limit=1_000_000_000)
+    qtbot.waitUntil(lambda: inspector.capacity.value == 1_000_000_000 // _MIB)
+    assert shared_cache().total_bytes_limit == 1_000_000_000
+    assert page.cache.total_bytes_limit_mib == 200
     viewer.window.remove_dock_widget(dock)
 
 

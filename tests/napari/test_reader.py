@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
 
+    from pytestqt.qtbot import QtBot
+
     OmeStore = Callable[..., tuple[Path, list[np.ndarray[Any, Any]]]]
 
 YX = [
@@ -144,6 +146,45 @@ def test_reader_refuses_what_it_cannot_read(tmp_path: Path) -> None:
     assert napari_get_reader(str(tmp_path / "missing.zarr")) is None
     assert napari_get_reader([str(tmp_path / "a.zarr"), str(tmp_path / "b.zarr")]) is None
     assert napari_get_reader("\x00bad") is None
+
+
+def _folder_of(kind: str, folder: Path) -> Path:
+    """A folder a user may open in napari that is not a zarr store: TIFFs, PNGs, or nothing."""
+    import imageio.v3 as iio
+    import tifffile
+
+    folder.mkdir()
+    frames = np.arange(3 * 32 * 32, dtype=np.uint8).reshape(3, 32, 32)
+    for index, frame in enumerate(frames if kind != "empty" else []):
+        if kind == "tiff":
+            tifffile.imwrite(folder / f"frame{index}.tif", frame)
+        else:
+            iio.imwrite(folder / f"frame{index}.png", frame)
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["tiff", "png", "empty"])
+def test_a_folder_that_is_not_zarr_is_not_claimed(
+    tmp_path: Path, qtbot: QtBot, make_napari_viewer: Callable[..., Any], kind: str
+) -> None:
+    from napari._qt.dialogs.qt_reader_dialog import QtReaderDialog
+    from napari.plugins import _npe2
+
+    viewer = make_napari_viewer()
+    folder = _folder_of(kind, tmp_path / kind)
+    assert napari_get_reader(str(folder)) is None
+    # npe2 offers every folder to every reader accepting folders (it matches no pattern
+    # against a folder), so napari asks which reader: its dialog must not preselect ours.
+    readers = _npe2.get_readers(str(folder))
+    assert "napari-lazy-zarr" in readers
+    dialog = QtReaderDialog(pth=str(folder), readers=readers)
+    qtbot.addWidget(dialog)
+    assert dialog._get_plugin_choice() == readers["napari"]  # napari's own reader
+    if kind != "empty":  # ... which reads it (a stack of its images)
+        (layer,) = viewer.open(str(folder), plugin="napari", stack=False)
+        assert layer.data.shape == (3, 32, 32)
+    with pytest.raises(ValueError, match="refused"):  # and ours never pretends to
+        viewer.open(str(folder), plugin="napari-lazy-zarr")
 
 
 def test_broken_store_raises_a_clear_error(tmp_path: Path) -> None:

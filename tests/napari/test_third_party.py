@@ -178,3 +178,86 @@ def test_arrays_written_with_the_writers_defaults(
     _settle(viewer, qtbot, [layer])
     assert layer.data_level == 0
     _shown_equals(layer, data, viewer)
+
+
+def _coins(path: Path, *, omero: bool) -> np.ndarray[Any, Any]:
+    """An image named "coins" and its label image "coins" with properties, as ome-zarr-py
+    writes them (its ``coins`` sample's layout); label values 3, 7, 12 (not 0, 1, 2)."""
+    from ome_zarr.writer import add_metadata, write_image, write_labels
+
+    image = np.zeros((256, 256), dtype=np.uint8)
+    image[40:80, 40:80], image[120:200, 60:140] = 180, 90
+    labels = np.zeros((256, 256), dtype=np.uint8)
+    labels[40:80, 40:80], labels[120:200, 60:140], labels[200:240, 200:240] = 3, 7, 12
+    root = zarr.open_group(str(path), mode="w")
+    write_image(image, root, axes="yx", name="coins")
+    if omero:
+        window = {"min": 0, "max": 255, "start": 0, "end": 255}
+        channel = {"label": "Channel 0", "color": "FF0000", "window": window}
+        add_metadata(root, {"omero": {"channels": [channel]}})
+    properties = [
+        {"label-value": value, "area": int((labels == value).sum()), "class": kind}
+        for value, kind in ((3, "coin"), (7, "coin"), (12, "dust"))
+    ]
+    write_labels(labels, root, name="coins", axes="yx", label_metadata={"properties": properties})
+    return labels
+
+
+# napari-ome-zarr 0.11 sorts the features with pandas' deprecated `inplace=True`.
+@pytest.mark.filterwarnings("ignore:The inplace keyword in DataFrame.sort_values")
+def test_label_images_open_as_napari_ome_zarr_opens_them(
+    make_napari_viewer: Callable[..., Any], qtbot: QtBot, tmp_path: Path
+) -> None:
+    import pandas as pd
+
+    path = tmp_path / "coins.ome.zarr"
+    labels = _coins(path, omero=True)
+    viewer = make_napari_viewer(show=True)
+    reference = viewer.open(str(path), plugin="napari-ome-zarr")
+    theirs = [(layer.name, type(layer).__name__, layer.visible) for layer in reference]
+    their_features = reference[1].features
+    for layer in reference:
+        viewer.layers.remove(layer)
+    ours = viewer.open(str(path), plugin="napari-lazy-zarr")
+    # Named, typed and shown as napari-ome-zarr does: the image "coins: Channel 0" (its
+    # omero channel's label), never clashing with its labels "coins", hidden at open.
+    assert [(layer.name, type(layer).__name__, layer.visible) for layer in ours] == theirs
+    assert theirs == [("coins: Channel 0", "Image", True), ("coins", "Labels", False)]
+    image, label_layer = ours
+    # The label properties are the layer's features, as napari-ome-zarr's, plus napari's
+    # "index" (the label value): the row napari shows for the label under the cursor.
+    features = label_layer.features
+    pd.testing.assert_frame_equal(
+        features.drop(columns="index").reset_index(drop=True),
+        their_features.reset_index(drop=True),
+        check_dtype=False,
+    )
+    assert features["index"].tolist() == [3, 7, 12]
+    _settle(viewer, qtbot, [image])
+    _screenshot(viewer, "labels-at-open.png")
+    label_layer.visible = True
+    _settle(viewer, qtbot, ours)
+    np.testing.assert_array_equal(label_layer.data[0].array.result(), labels)
+    y, x = 150, 100  # inside label 7 (class "coin", 6400 pixels)
+    status = label_layer.get_status((y, x), world=True)["coordinates"]
+    assert "area: 6400" in status, status
+    viewer.layers.selection.active = label_layer
+    _screenshot(viewer, "labels-shown.png")
+
+
+def test_an_image_and_its_labels_of_one_name_never_clash(tmp_path: Path) -> None:
+    from napari_lazy_zarr._reader import read_zarr
+
+    path = tmp_path / "coins.ome.zarr"
+    _coins(path, omero=False)  # no omero: both are plainly "coins"
+    names = [kwargs["name"] for _, kwargs, _ in read_zarr(str(path))]
+    assert names == ["coins", "coins (labels)"]
+
+
+def _screenshot(viewer: Any, name: str) -> None:
+    """Save what the window shows under $LAZY_ZARR_SHOTS (a folder), when it is set."""
+    import os
+
+    folder = os.environ.get("LAZY_ZARR_SHOTS")
+    if folder:
+        viewer.screenshot(os.path.join(folder, name), canvas_only=False, flash=False)

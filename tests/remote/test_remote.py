@@ -165,7 +165,9 @@ def test_missing_remote_support_names_the_extra(monkeypatch: pytest.MonkeyPatch)
     # sys.modules makes an import of it fail as a missing package does.
     for name in ("fsspec", "fsspec.core", "fsspec.utils"):
         monkeypatch.setitem(sys.modules, name, None)
-    with pytest.raises(NotAZarrStoreError, match=r"napari-lazy-zarr\[remote\]"):
+    with pytest.raises(
+        NotAZarrStoreError, match=r"pip install fsspec aiohttp \(the plugin's \[remote\] extra\)"
+    ):
         open_array("s3://bucket/image.zarr")
 
 

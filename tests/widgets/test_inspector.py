@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
+import zarr
 from qtpy.compat import isalive
 from qtpy.QtCore import Qt
 from qtpy.QtWidgets import QApplication
@@ -609,3 +610,26 @@ def test_a_user_docks_the_inspector_shows_every_tab_zooms_and_removes_it(
     viewer.window.remove_dock_widget(inspector)
     assert not inspector.live
     qtbot.waitUntil(lambda: deleted(inspector), timeout=5_000)
+
+
+def test_docking_shows_the_planes_bar_in_place_from_the_first_paint(
+    make_napari_viewer: Callable[..., Any], tmp_path: Path
+) -> None:
+    """The bar of an axis the view does not show (z) is made when the inspector first
+    refreshes: it must be laid out before it paints. It kept a new widget's 640x480 and
+    covered the whole inspector, striped, for ~0.3 s after docking."""
+    path = tmp_path / "stack.zarr"
+    array = zarr.create_array(str(path), shape=(16, 512, 512), chunks=(1, 256, 256), dtype="u2")
+    array[...] = 7
+    viewer = make_napari_viewer(show=True)
+    viewer.window.resize(1400, 900)
+    watch_viewer(viewer)
+    viewer.open(str(path), plugin="napari-lazy-zarr")
+    _, inspector = viewer.window.add_plugin_dock_widget("napari-lazy-zarr", "Chunk inspector")
+    QApplication.processEvents()  # shown: live, its first refresh made the z bar
+    assert inspector.live
+    (bar,) = [b for b in inspector.plane_bars if b.isVisible()]
+    geometry = bar.geometry()
+    assert geometry.height() == bar.sizeHint().height()  # its row, not 480 pixels
+    assert geometry.top() > inspector.chunk_map.geometry().bottom()  # below the map
+    assert geometry.right() < inspector.width()

@@ -94,7 +94,7 @@ class MetadataWarning(UserWarning):
 
 class MissingCodecError(UnsupportedDataError):
     """The array's codec is valid but no installed package provides it; the message names
-    the codec and what to install (``napari-lazy-zarr[codecs]`` for imagecodecs' codecs)."""
+    the codec and what to install (``imagecodecs``, the ``[codecs]`` extra, for its codecs)."""
 
 
 class DisabledFeatureError(UnsupportedDataError):

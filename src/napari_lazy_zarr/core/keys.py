@@ -110,14 +110,16 @@ class ChunkLookup(Protocol):
     not depend on the cache itself.
     """
 
-    def lookup(self, key: ChunkKey) -> np.ndarray[Any, Any] | None:
-        """The decoded chunk if READY, else None."""
+    def lookup(self, key: ChunkKey, *, partial: bool = False) -> np.ndarray[Any, Any] | None:
+        """The decoded chunk if READY, else None (a partial derived chunk: only with
+        `partial`)."""
         ...
 
     def lookup_many(
-        self, keys: Iterable[ChunkKey], *, count_hits: bool = False
+        self, keys: Iterable[ChunkKey], *, count_hits: bool = False, partial: bool = False
     ) -> tuple[dict[ChunkKey, np.ndarray[Any, Any]], set[ChunkKey]]:
-        """The READY chunks among `keys`, and the FAILED ones."""
+        """The READY chunks among `keys`, and the FAILED ones (a partial derived chunk is
+        READY with `partial`, else FAILED)."""
         ...
 
 

@@ -21,7 +21,7 @@ overriding the earlier ones:
 
        [reading]
        backend = "auto"               # or "zarr", "tensorstore", "zarrs"
-       volume_voxels = 134217728      # a 3D view's voxel budget (512³)
+       volume_mivoxels = 128          # a 3D view's voxel budget in Mi voxels (512³)
 
        [references]
        allowed_roots = ["/data/hdf5", "~/scans"]   # relative to the file
@@ -42,12 +42,13 @@ overriding the earlier ones:
 
    It is the fallback for a napari without plugin preferences, and for Python
    scripts;
-3. napari's *Preferences* (*Lazy Zarr* under *Plugin Preferences*), when the
+3. napari's *Preferences* (*napari-lazy-zarr* under *Plugin Preferences*), when the
    plugin runs inside napari: the napari glue registers them with
    `use_preferences`. Only values that differ from the default count, as
    napari saves only those;
 4. the environment variables (`Setting.variable`; the capacity
-   ``NAPARI_LAZY_ZARR_TOTAL_BYTES_LIMIT`` is in bytes, rounded up to MiB).
+   ``NAPARI_LAZY_ZARR_TOTAL_BYTES_LIMIT`` is in bytes, rounded up to MiB, and
+   the voxel budget ``NAPARI_LAZY_ZARR_VOLUME_VOXELS`` in voxels, rounded up to Mi).
 
 The two allow-lists (``allowed_roots``, ``allowed_remotes``) add up instead:
 what any source allows is allowed. Request headers (``[remote.headers]``,
@@ -132,7 +133,6 @@ SETTINGS_SECTIONS: Final[dict[Section, str]] = {
 }
 """The settings' sections (TOML tables, napari configuration keys) and their titles."""
 _MIB: Final = 1 << 20
-_INT32_MAX: Final = 2**31 - 1  # napari's Preferences edit integers in a 32-bit spin box
 _SETTINGS_BYTES: Final = 1 << 20  # a settings file is a few lines
 
 
@@ -336,17 +336,17 @@ class _Fields(BaseModel):
         ),
         _Where("reading", "NAPARI_LAZY_ZARR_BACKEND"),
     ] = "auto"
-    volume_voxels: Annotated[
+    volume_mivoxels: Annotated[
         int,
         Field(
             ge=1,
-            le=_INT32_MAX,
-            title="3D voxel budget",
-            description="A 3D view shows the finest level with at most this many voxels "
-            "(512³ by default).",
+            le=8192,  # 2048³: the largest 3D texture of most desktop GPUs
+            title="3D voxel budget (Mi voxels)",
+            description="A 3D view shows the finest level with at most this many Mi voxels "
+            "(1 Mi = 1024² voxels; 128 by default: 512³).",
         ),
         _Where("reading", "NAPARI_LAZY_ZARR_VOLUME_VOXELS"),
-    ] = 512**3
+    ] = 128
     allowed_roots: Annotated[
         str,
         Field(
@@ -487,8 +487,10 @@ class Settings(_Fields):
     backend
         What reads and decodes zarr arrays: ``"auto"`` (zarr-python),
         ``"zarr"``, ``"tensorstore"`` or ``"zarrs"`` (`core.backends`).
-    volume_voxels
-        A 3D view shows the finest level with at most this many voxels.
+    volume_mivoxels
+        A 3D view shows the finest level with at most this many Mi voxels (1024²
+        voxels each: 128 is 512³). In Mi, not voxels: napari's Preferences field
+        showed "13421772" of 134217728 under PyQt5, too narrow for nine digits.
     allowed_roots
         Folders reference files may also point into, separated by
         ``os.pathsep`` (``:``; ``;`` on Windows).
@@ -568,6 +570,11 @@ class Settings(_Fields):
     def total_bytes_limit(self) -> int:
         """The cache's capacity in bytes."""
         return self.total_bytes_limit_mib * _MIB
+
+    @property
+    def volume_voxels(self) -> int:
+        """A 3D view's voxel budget in voxels."""
+        return self.volume_mivoxels * _MIB
 
     @property
     def timeouts(self) -> Timeouts:
@@ -816,8 +823,12 @@ def _preference_values() -> dict[str, tuple[Any, str]]:
         for key, value in table.items():
             name = _BY_KEY.get((section, key))
             if name is not None and _SETTINGS[name].preferences:
-                values[name] = (value, f"napari Preferences: Lazy Zarr {section}.{key}")
+                values[name] = (value, f"napari Preferences: napari-lazy-zarr {section}.{key}")
     return values
+
+
+# The fields whose environment variable counts units, not Mi units: what it counts.
+_MEBI_VARIABLES: Final = {"total_bytes_limit_mib": "bytes", "volume_mivoxels": "voxels"}
 
 
 def _environment_values(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
@@ -827,10 +838,11 @@ def _environment_values(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
         if not text:
             continue
         value: Any = text
-        if name == "total_bytes_limit_mib":  # the variable is in bytes (as it always was)
+        if name in _MEBI_VARIABLES:  # bytes (as it always was), voxels: rounded up to Mi
             if not re.fullmatch(r"\s*\d{1,40}\s*", text):
                 raise MetadataError(
-                    f"{setting.variable}: a number of bytes is needed, got {_shown(text)}"
+                    f"{setting.variable}: a number of {_MEBI_VARIABLES[name]} is needed, "
+                    f"got {_shown(text)}"
                 )
             value = max(1, -(-int(text) // _MIB))
         values[name] = (value, setting.variable)

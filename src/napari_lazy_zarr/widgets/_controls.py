@@ -112,8 +112,27 @@ class QCacheControls(QWidget):
         """Show the inspected layer's loader options and cache."""
         self.prefetch.value = loader.prefetch
         self.mode.value = "blocking" if loader.blocking else "progressive"
-        self.capacity.value = loader.controller.cache.total_bytes_limit // MIB
-        self.concurrency.value = loader.controller.cache.concurrency
+        self.follow_cache()
+
+    def follow_cache(self) -> None:
+        """Show the inspected cache's capacity and concurrency, as they are now.
+
+        Whoever changed them — napari's Preferences page, `configure`, a script —
+        the controls show it (the inspector calls this on every refresh: two
+        attribute reads). Shown, not applied: a capacity that is no whole number
+        of MiB (``--total-bytes-limit 1000000000``) is shown rounded down, never
+        written back to the cache or the Preferences.
+        """
+        cache = self._cache()
+        if cache is None:
+            return
+        for control, value in (
+            (self.capacity, cache.total_bytes_limit // MIB),
+            (self.concurrency, cache.concurrency),
+        ):
+            if control.value != value:
+                with control.changed.blocked():
+                    control.value = value
 
     def _cache(self) -> ChunkCache | None:
         inspected = self._inspected()

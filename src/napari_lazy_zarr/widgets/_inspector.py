@@ -294,7 +294,7 @@ class ChunkInspector(QLiveWhileShown):
                 "No chunk map: select a layer opened with napari-lazy-zarr."
                 if layer is None
                 else f"Layer {layer.name!r} is not backed by napari-lazy-zarr: it has no chunks "
-                "to show. Select a layer opened with the Lazy Zarr reader."
+                "to show. Select a layer opened with the napari-lazy-zarr reader."
             )
             self.note.setVisible(True)
             return
@@ -417,6 +417,9 @@ class ChunkInspector(QLiveWhileShown):
         shown_changed = view_changed or bool(changed_grids.intersection(self._grids))
         if self._tab == "event log":
             self.log.model.flush()
+        # The Preferences (or a script) may have changed the cache's capacity or loaders:
+        # two attribute reads, no lock; the controls repaint only when they did.
+        self.cache_controls.follow_cache()
         active = bool(changed_grids or loaded_chunks or arrived or self._dirty)
         if not active and self._quiet:
             return  # nothing happened: no lock taken, nothing repainted

@@ -180,6 +180,7 @@ class PlaneBars:
         axis_name: Callable[[int], str],
     ) -> None:
         """Show the residency of `planes` (of the level `grid`), each bar titled `axis_name`."""
+        added = len(self.bars) < len(planes)
         while len(self.bars) < len(planes):
             bar = QResidencyBar()
             self.bars.append(bar)
@@ -197,3 +198,10 @@ class PlaneBars:
             bar.setVisible(True)
         for bar in self.bars[len(planes) :]:
             bar.setVisible(False)
+        owner = self.box.parentWidget()
+        layout = None if owner is None else owner.layout()
+        if added and layout is not None:
+            # Placed now, once shown: a new bar keeps a new widget's 640x480 geometry until
+            # the layout runs on a later turn of the event loop, and was painted so over the
+            # whole inspector when it docked (one giant striped bar for ~0.3 s).
+            layout.activate()

@@ -144,8 +144,12 @@ class Demand:
             return
         request._released = True
         residency, entries, all_waiting = self._residency, self._residency.entries, self.waiting
+        stale = self._dependencies.stale
         for key in request.keys:
-            residency.unpin(entries[key])
+            entry = entries[key]
+            residency.unpin(entry)
+            if stale and entry.pins == 0:
+                self._dependencies.unpinned(entry, outbox)
             waiting = all_waiting.get(key)
             if waiting is not None and request in waiting:
                 waiting.remove(request)
@@ -193,16 +197,21 @@ class Demand:
             self._transition(entry, ChunkState.READY, EventReason.LOADED, outbox)
             self._counters.loads += 1
             self._residency.hold(entry)
+            if entry.left_out:
+                self._dependencies.partial_landed(entry, outbox)
         else:
+            entry.left_out = None
             entry.error = error
             self._transition(entry, ChunkState.FAILED, EventReason.FAILED, outbox)
             self._counters.failures += 1
         key = entry.key
+        # A partial derived chunk is FAILED to whoever waits (views read it with `partial`).
+        failed = data is None or bool(entry.left_out)
         for request in self.waiting.pop(key, ()):
-            if data is not None and request.on_ready is not None:
+            if data is not None and not failed and request.on_ready is not None:
                 outbox.deliveries.append((request, key, data))  # on_ready, then landed
             else:
-                request._land(key, failed=data is None)
+                request._land(key, failed=failed)
             request._remaining -= 1
             if request._remaining == 0:
                 outbox.finished.append(request)
@@ -265,6 +274,8 @@ class Demand:
         entry.error = None
         self._transition(entry, ChunkState.QUEUED, EventReason.RETRY, outbox)
         self._scheduler.queue_as_needed(entry)
+        if self._dependencies.partial:
+            self._dependencies.input_retried(entry.key, outbox)
         count = 1
         if entry.derived:
             # It failed because an input did, typically: retrying it alone would fail again.

@@ -7,6 +7,17 @@ out of the queue) until its last input lands (see the façade's module
 docstring, "Derived chunks"). This helper owns the deferred chunks (with the
 input arrays gathered so far) and, per input, the chunks waiting for it.
 
+**Failed inputs.** A FAILED input fails the chunks waiting for it, unless their
+source leaves failed inputs out (``leaves_out_failed_inputs``: a virtual pyramid
+level, where one unreadable stored chunk would otherwise black out a 2048² overview
+chunk): such a chunk is combined from the inputs that loaded and becomes READY
+with its `Entry.left_out` inputs named; only when none loaded does it fail. Views
+show it (the left-out region at the fill value, the stored chunk's failure
+reported as such); blocking reads refuse it (`Residency.errors`). Retrying a
+left-out input makes the chunks left partial by it stale: evicted at once if no
+request pins them, else when the last pin goes, so the next view combines them
+again (`partial`, `stale`).
+
 Thread contract
 ---------------
 Every field is read and written only under the owning cache's lock.
@@ -44,12 +55,17 @@ type Fail = Callable[[Entry, BaseException, Outbox], None]
 class Deferred:
     """A derived chunk waiting for inputs (QUEUED, out of the queue); guarded by the lock."""
 
-    __slots__ = ("gathered", "item", "missing")
+    __slots__ = ("failed", "gathered", "inherited", "item", "missing")
 
     def __init__(self, inputs: Sequence[ChunkRef], item: QueueItem) -> None:
         self.item = item  # the queue item it was last taken with; its inputs inherit it
         self.missing: dict[ChunkKey, ChunkRef] = {ref.key: ref for ref in inputs}
         self.gathered: dict[ChunkKey, np.ndarray[Any, Any]] = {}
+        # The FAILED inputs left out (a source that `leaves_out_failed_inputs`), with errors,
+        # and what the READY inputs gathered had left out themselves (a coarser level of a
+        # chain is as partial as the finer chunk it samples).
+        self.failed: dict[ChunkKey, BaseException | None] = {}
+        self.inherited: dict[ChunkKey, BaseException | None] = {}
 
 
 class Dependencies:
@@ -61,7 +77,7 @@ class Dependencies:
     them).
     """
 
-    __slots__ = ("_residency", "deferred", "dependents", "fail", "scheduler")
+    __slots__ = ("_residency", "deferred", "dependents", "fail", "partial", "scheduler", "stale")
 
     def __init__(self, residency: Residency) -> None:
         self._residency = residency
@@ -70,6 +86,10 @@ class Dependencies:
         self.deferred: dict[ChunkKey, Deferred] = {}  # derived chunks awaiting inputs
         # input key -> the deferred chunks waiting for it (dicts: deterministic order)
         self.dependents: dict[ChunkKey, dict[ChunkKey, None]] = {}
+        # FAILED input key -> the READY chunks combined without it (`Entry.left_out`)
+        self.partial: dict[ChunkKey, dict[ChunkKey, None]] = {}
+        # READY chunks left partial by an input read again, evicted when no longer pinned
+        self.stale: set[ChunkKey] = set()
 
     def gather(self, entry: Entry, item: QueueItem, outbox: Outbox) -> bool:
         """Collect a derived chunk's READY inputs; True when all are there.
@@ -100,20 +120,71 @@ class Dependencies:
             if found.state is ChunkState.READY:
                 assert found.data is not None
                 record.gathered[key] = found.data
+                if found.left_out:
+                    record.inherited.update(found.left_out)
                 residency.touch(key)
                 del record.missing[key]
                 self.forget_dependent(key, entry.key)
             elif found.state is ChunkState.FAILED:
-                self.fail(entry, input_error(entry.key, key, found.error), outbox)
-                return False
+                if not _leaves_out(entry):
+                    self.fail(entry, input_error(entry.key, key, found.error), outbox)
+                    return False
+                record.failed[key] = found.error
+                del record.missing[key]
             else:
                 self.dependents.setdefault(key, {})[entry.key] = None
                 self.scheduler.enqueue_input(found, item, outbox)
         if record.missing:
             return False
+        return self._gathered(entry, record, outbox)
+
+    def _gathered(self, entry: Entry, record: Deferred, outbox: Outbox) -> bool:
+        """Every input of `entry` landed: hand it its inputs (True), or fail it when all of
+        them failed (False)."""
         del self.deferred[entry.key]
+        if record.failed and not record.gathered:  # nothing to combine: a failure, shown so
+            failed, cause = next(iter(record.failed.items()))
+            self.fail(entry, input_error(entry.key, failed, cause), outbox)
+            return False
         entry.inputs = record.gathered
+        entry.left_out = {**record.failed, **record.inherited} or None
         return True
+
+    def partial_landed(self, entry: Entry, outbox: Outbox) -> None:
+        """`entry` became READY combined without its `left_out` inputs (stored chunks that
+        FAILED, under it or under the finer chunks it samples): remember it under each; one
+        already read again meanwhile makes it stale at once."""
+        assert entry.left_out is not None
+        entries = self._residency.entries
+        for key in entry.left_out:
+            found = entries.get(key)
+            if found is not None and found.state is ChunkState.FAILED:
+                self.partial.setdefault(key, {})[entry.key] = None
+            else:
+                self._make_stale(entry, outbox)
+
+    def input_retried(self, key: ChunkKey, outbox: Outbox) -> None:
+        """FAILED input `key` is read again: the chunks combined without it are stale."""
+        entries = self._residency.entries
+        for dependent in self.partial.pop(key, {}):
+            entry = entries.get(dependent)
+            if entry is not None and entry.left_out and key in entry.left_out:
+                self._make_stale(entry, outbox)
+
+    def _make_stale(self, entry: Entry, outbox: Outbox) -> None:
+        if entry.state is not ChunkState.READY:
+            return
+        if entry.pins:
+            self.stale.add(entry.key)  # evicted when its last pin goes (`unpinned`)
+        else:
+            self._residency.evict(entry, outbox)
+
+    def unpinned(self, entry: Entry, outbox: Outbox) -> None:
+        """`entry` lost its last pin: evict it if it is stale."""
+        if entry.key in self.stale:
+            self.stale.discard(entry.key)
+            if entry.state is ChunkState.READY:
+                self._residency.evict(entry, outbox)
 
     def awaits_inputs(self, entry: Entry) -> bool:
         """Whether `entry` is deferred for a view that still wants it."""
@@ -144,6 +215,7 @@ class Dependencies:
     def drop_deferred(self, entry: Entry) -> None:
         """Forget `entry`'s deferral and gathered inputs, if any."""
         entry.inputs = None
+        entry.left_out = None
         record = self.deferred.pop(entry.key, None)
         if record is not None:
             for key in record.missing:
@@ -180,22 +252,31 @@ class Dependencies:
             return
         for key in waiting:
             dependent = self._residency.entries[key]
-            if data is None:
+            if data is None and not _leaves_out(dependent):
                 self.fail(dependent, input_error(key, entry.key, error), outbox)
                 continue
             record = self.deferred[key]
             del record.missing[entry.key]
-            # Held by reference: evicting the input later does not lose it.
-            record.gathered[entry.key] = data
-            if not record.missing:
-                del self.deferred[key]
-                dependent.inputs = record.gathered
+            if data is None:
+                record.failed[entry.key] = error
+            else:  # held by reference: evicting the input later does not lose it
+                record.gathered[entry.key] = data
+                if entry.left_out:
+                    record.inherited.update(entry.left_out)
+            if not record.missing and self._gathered(dependent, record, outbox):
                 self.scheduler.push(dependent, record.item)
                 self.scheduler.queue.push_item(record.item)
 
     def clear(self) -> None:
         self.deferred.clear()
         self.dependents.clear()
+        self.partial.clear()
+        self.stale.clear()
+
+
+def _leaves_out(entry: Entry) -> bool:
+    """Whether `entry`'s source combines a chunk without its FAILED inputs."""
+    return bool(getattr(entry.source, "leaves_out_failed_inputs", False))
 
 
 def input_error(

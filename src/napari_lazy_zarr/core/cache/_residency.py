@@ -30,6 +30,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, cast
 
+from napari_lazy_zarr.core.cache._dependencies import input_error
 from napari_lazy_zarr.core.errors import ChunkReadError
 from napari_lazy_zarr.core.executors import ThreadStartError
 from napari_lazy_zarr.core.sources.protocol import KeepingSource, is_derived
@@ -69,6 +70,7 @@ class Entry:
         "error",
         "inputs",
         "key",
+        "left_out",
         "nbytes",
         "pins",
         "queue_items",
@@ -107,6 +109,10 @@ class Entry:
         # A derived chunk's gathered input arrays, once complete (QUEUED, ready to
         # combine, or LOADING: then only its worker reads them).
         self.inputs: dict[ChunkKey, np.ndarray[Any, Any]] | None = None
+        # A derived chunk combined without some FAILED inputs (`Dependencies`): their keys
+        # and errors, from the moment it is combined until it is evicted. READY so, it
+        # shows in views (their region at the fill value); the exact door refuses it.
+        self.left_out: dict[ChunkKey, BaseException | None] | None = None
         # The batch this chunk may be read with (`BatchSource`), and while it leads a
         # batched load, the other chunks read with it (riders: never counted as tasks).
         self.batch: Hashable | None = None
@@ -193,6 +199,7 @@ class Residency:
         del self.lru[entry.key]
         self.resident -= entry.nbytes
         entry.data = None
+        entry.left_out = None
         entry.nbytes = 0
         self._counters.evictions += 1
         self.remember_evicted(entry)
@@ -257,20 +264,23 @@ class Residency:
             self.evict(self.entries[key], outbox)
         return self._counters.evictions - before
 
-    def lookup(self, key: ChunkKey) -> np.ndarray[Any, Any] | None:
-        """The decoded chunk if READY, else None; marks it recently used."""
+    def lookup(self, key: ChunkKey, partial: bool = False) -> np.ndarray[Any, Any] | None:
+        """The decoded chunk if READY (a partial one only with `partial`), else None; marks
+        it recently used."""
         entry = self.entries.get(key)
         if entry is None or entry.state is not ChunkState.READY:
+            return None
+        if entry.left_out and not partial:
             return None
         if key in self.lru:  # `touch`, inline: the hot path of every read
             self.lru.move_to_end(key)
         return entry.data
 
     def lookup_many(
-        self, keys: Iterable[ChunkKey], count_hits: bool
+        self, keys: Iterable[ChunkKey], count_hits: bool, partial: bool = False
     ) -> tuple[dict[ChunkKey, np.ndarray[Any, Any]], set[ChunkKey]]:
         """The READY chunks among `keys` (marked recently used) and the FAILED ones
-        (`ChunkCache.lookup_many`)."""
+        (`ChunkCache.lookup_many`; a partial chunk is READY with `partial`, else FAILED)."""
         ready: dict[ChunkKey, np.ndarray[Any, Any]] = {}
         failed: set[ChunkKey] = set()
         entries, lru = self.entries, self.lru
@@ -279,6 +289,9 @@ class Residency:
             if entry is None:
                 continue
             if entry.state is ChunkState.READY:
+                if entry.left_out and not partial:
+                    failed.add(key)
+                    continue
                 if key in lru:  # `touch`, inline: this loop runs once per chunk of a view
                     lru.move_to_end(key)
                 assert entry.data is not None
@@ -290,12 +303,19 @@ class Residency:
         return ready, failed
 
     def errors(self, keys: Iterable[ChunkKey]) -> dict[ChunkKey, BaseException]:
-        """The FAILED chunks among `keys`, with their errors."""
+        """The FAILED chunks among `keys`, with their errors, and the READY derived chunks
+        combined without a failed input (`Entry.left_out`), with the input's: what a
+        blocking read refuses (nothing partial leaves through it)."""
         found: dict[ChunkKey, BaseException] = {}
         for key in keys:
             entry = self.entries.get(key)
-            if entry is not None and entry.state is ChunkState.FAILED and entry.error:
+            if entry is None:
+                continue
+            if entry.state is ChunkState.FAILED and entry.error:
                 found[key] = entry.error
+            elif entry.state is ChunkState.READY and entry.left_out:
+                failed, cause = next(iter(entry.left_out.items()))
+                found[key] = input_error(key, failed, cause)
         return found
 
 

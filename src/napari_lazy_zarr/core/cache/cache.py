@@ -29,7 +29,12 @@ missing inputs are queued as ordinary loads with the chunk's own queue item
 the chunk is *deferred*: it stays QUEUED, out of the queue, holding the input
 arrays gathered so far, until its last input lands READY and it is queued
 again. An input that FAILS fails its deferred dependents (QUEUED -> LOADING ->
-FAILED, with a `ChunkReadError` naming the input). An input parked because its
+FAILED, with a `ChunkReadError` naming the input), unless their source leaves
+failed inputs out (``leaves_out_failed_inputs``: a virtual level): they are then
+combined from the inputs that loaded and become READY *partial* — returned to
+views (``lookup(..., partial=True)``), refused to blocking reads (FAILED to
+them, with the input's error), and evicted when the input is retried
+(`_dependencies`). An input parked because its
 view moved on parks the dependents waiting for it (their gathered arrays are
 dropped); asking for a dependent again drives it, and its inputs, again.
 
@@ -346,10 +351,10 @@ class ChunkCache:
         self._flush(outbox)
         return request
 
-    def lookup(self, key: ChunkKey) -> np.ndarray[Any, Any] | None:
-        """The decoded chunk if READY (read-only array), else None. Marks it recently used."""
+    def lookup(self, key: ChunkKey, *, partial: bool = False) -> np.ndarray[Any, Any] | None:
+        """The READY chunk (read-only; if partial, only with `partial`), else None; touches it."""
         with self._lock:
-            return self._residency.lookup(key)
+            return self._residency.lookup(key, partial)
 
     @property
     def closed(self) -> bool:
@@ -357,17 +362,18 @@ class ChunkCache:
         return self._scheduler.closed
 
     def lookup_many(
-        self, keys: Iterable[ChunkKey], *, count_hits: bool = False
+        self, keys: Iterable[ChunkKey], *, count_hits: bool = False, partial: bool = False
     ) -> tuple[dict[ChunkKey, np.ndarray[Any, Any]], set[ChunkKey]]:
         """The READY chunks among `keys` (marked recently used) and the FAILED ones.
 
         One lock acquisition for a whole view: a thread that reads many chunks
         (napari's, for a volume) does not queue for the lock once per chunk.
         `count_hits` counts the READY ones as cache hits (a read served from them;
-        its missing chunks are counted as misses when requested).
+        its missing chunks are counted as misses when requested). A partial derived
+        chunk is READY with `partial` (a view's read), else FAILED (`error` says why).
         """
         with self._lock:
-            return self._residency.lookup_many(keys, count_hits)
+            return self._residency.lookup_many(keys, count_hits, partial)
 
     # -- inspection --------------------------------------------------------
 
@@ -383,10 +389,9 @@ class ChunkCache:
             return {key: entry.state for key, entry in self._entries.items()}
 
     def error(self, key: ChunkKey) -> BaseException | None:
-        """The exception a FAILED chunk failed with."""
+        """The exception a FAILED chunk failed with (a partial derived chunk: its input's)."""
         with self._lock:
-            entry = self._entries.get(key)
-            return None if entry is None else entry.error
+            return self._residency.errors((key,)).get(key)
 
     def events(self) -> tuple[ChunkEvent, ...]:
         """The most recent events, oldest first (bounded by `event_log_size`)."""

@@ -45,7 +45,12 @@ from napari_lazy_zarr.core.formats.ngff import parse_image, parse_labels
 from napari_lazy_zarr.core.formats.ome_dev import dev_base
 from napari_lazy_zarr.core.formats.ome_v06 import V06_VERSION, is_v06, split_v06
 from napari_lazy_zarr.core.formats.placement import TransformWarning, place_specs
-from napari_lazy_zarr.core.formats.rendering import ChannelDisplay, label_colors, warn_ignored
+from napari_lazy_zarr.core.formats.rendering import (
+    ChannelDisplay,
+    label_colors,
+    label_properties,
+    warn_ignored,
+)
 from napari_lazy_zarr.core.formats.scene import scene_specs, transformation_edges
 from napari_lazy_zarr.core.formats.spatialdata import (
     IMAGE_GROUPS,
@@ -522,13 +527,20 @@ class _Walk:
         channels = ChannelDisplay()
         if kind == "image" and omero is not None:
             n_channels = 1 if channel_axis is None else levels[0].shape[channel_axis]
-            # Channel layers are named after the image too; an image without a channel axis
-            # is one layer, named after the image alone.
-            title = (element or multiscale.name or None) if channel_axis is not None else None
-            channels = ChannelDisplay.from_omero(omero, n_channels, layer_name, full, titled=title)
-        colors = None
+            # Named after the image too, as by napari-ome-zarr: each channel, and an image without
+            # a channel axis whose omero label is its own ("coins: Channel 0", not "cells: cells").
+            title = element or multiscale.name or None
+            titled = title if channel_axis is not None else None
+            channels = ChannelDisplay.from_omero(
+                omero, n_channels, layer_name, full, titled=titled
+            )
+            own = omero.channels[0].label if channels.names else None  # None: omero ignored
+            if channel_axis is None and title and own not in (None, title):
+                layer_name = f"{title}: {own}"
+        colors = properties = None
         if kind == "labels":
             colors = label_colors(document.get("image-label"), full)
+            properties = label_properties(document.get("image-label"), full)
         image = ImageSpec(
             name=layer_name,
             kind=kind,
@@ -541,6 +553,7 @@ class _Walk:
             contrast_limits=channels.limits,
             channel_visible=channels.visible,
             label_colors=colors,
+            label_properties=properties,
             version=version,
         )
         if v06 is not None:

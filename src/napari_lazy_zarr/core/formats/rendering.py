@@ -1,6 +1,6 @@
-"""Optional rendering metadata as layer settings: ``omero`` channels and label colours.
+"""Optional display metadata as layer settings: ``omero`` channels, label colours and properties.
 
-Rendering metadata never decides whether an image opens: what is invalid in it
+Display metadata never decides whether an image opens: what is invalid in it
 (`core.formats.ngff` lists the rules) gives one `MetadataWarning` naming the
 path, the keys and the causes, and the reader's defaults for those parts — the
 defaults it uses when the metadata is absent: a channel named
@@ -24,12 +24,13 @@ if TYPE_CHECKING:
 
     from napari_lazy_zarr.core.formats.ngff import LabelColor, Omero
 
-__all__ = ["DEFAULT_COLOR", "ChannelDisplay", "label_colors", "warn_ignored"]
+__all__ = ["DEFAULT_COLOR", "ChannelDisplay", "label_colors", "label_properties", "warn_ignored"]
 
 DEFAULT_COLOR: Final = "#FFFFFF"
 """A channel's colour when ``omero`` gives none (or an invalid one): napari's gray colormap."""
 
 _MAX_QUOTED: Final = 4  # problems quoted in one warning
+_LABEL_VALUE: Final = "label-value"
 
 
 def warn_ignored(full: str, what: str, problems: Sequence[str], *, stacklevel: int = 2) -> None:
@@ -180,3 +181,50 @@ def _valid_entries(colors: Any, full: str) -> tuple[list[LabelColor], list[str]]
         seen.add(color.value)
         kept.append(color)
     return kept, problems
+
+
+def label_properties(document: Any, full: str) -> tuple[dict[str, Any], ...] | None:
+    """The ``properties`` of a label image's ``image-label``, one dict per label value, sorted
+    by it (None when it gives none).
+
+    Each entry is an object with an integer ``label-value`` and any other keys
+    (an area, a class...). Entries without an integer ``label-value`` are left out,
+    as is a label value listed again (the first entry counts); one
+    `MetadataWarning` names them.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> properties = [{"label-value": 2, "area": 40}, {"label-value": 1, "class": "cell"}]
+    >>> label_properties({"properties": properties}, "labels/cells")
+    ({'label-value': 1, 'class': 'cell'}, {'label-value': 2, 'area': 40})
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     label_properties({"properties": [{"area": 3}]}, "labels/cells") is None
+    True
+    >>> print(caught[0].message)  # doctest: +ELLIPSIS
+    labels/cells: invalid optional image-label properties ...: properties.0: no integer label-value
+    """
+    if not isinstance(document, dict) or document.get("properties") is None:
+        return None
+    entries = document["properties"]
+    if not isinstance(entries, list | tuple):
+        warn_ignored(
+            full,
+            "image-label properties",
+            [f"properties: must be a list, got {type(entries).__name__}"],
+        )
+        return None
+    kept: dict[int, dict[str, Any]] = {}
+    problems: list[str] = []
+    for index, entry in enumerate(entries):
+        value = entry.get(_LABEL_VALUE) if isinstance(entry, dict) else None
+        if not isinstance(value, int) or isinstance(value, bool):
+            problems.append(f"properties.{index}: no integer {_LABEL_VALUE}")
+        elif value in kept:
+            problems.append(f"properties.{index}: label value {value} listed again")
+        else:
+            kept[value] = dict(entry)
+    if problems:
+        warn_ignored(full, "image-label properties", problems)
+    return tuple(kept[value] for value in sorted(kept)) or None

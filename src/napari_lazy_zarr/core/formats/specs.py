@@ -96,6 +96,8 @@ class ImageSpec:
     label_colors
         For a label image, ``(label value, (r, g, b, a))`` pairs (0-255) from its
         ``image-label`` ``colors``, in order; None when it gives none.
+    label_properties
+        For a label image, its ``image-label`` ``properties``, by label value (or None).
     version
         The NGFF version (``"0.1"`` to ``"0.6"``), or None for plain zarr.
     affine
@@ -127,6 +129,7 @@ class ImageSpec:
     contrast_limits: tuple[tuple[float, float], ...] | None = None
     channel_visible: tuple[bool, ...] | None = None
     label_colors: tuple[tuple[int, tuple[int, int, int, int]], ...] | None = None
+    label_properties: tuple[dict[str, Any], ...] | None = None
     version: str | None = None
     affine: tuple[tuple[float, ...], ...] | None = None
     warps: tuple[PointMap, ...] | None = None

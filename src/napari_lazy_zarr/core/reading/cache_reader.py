@@ -186,7 +186,7 @@ class CacheReader:
         key = self.key(context)
         projection = context.projection
         assert projection is not None  # checked by key()
-        data = self._cache.lookup(key)
+        data = self._cache.lookup(key, partial=not self._blocking)
         if data is not None:
             apply_transform(data, projection.chunk_transform, out)
         elif self._blocking:

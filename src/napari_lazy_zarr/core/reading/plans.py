@@ -155,7 +155,7 @@ class ReadPlan:
         """
         value = self._source.fill_value if placeholder is None else placeholder
         # One lock acquisition for the whole view (napari's main thread calls this).
-        ready, failed = cache.lookup_many(ref.key for ref in self.refs)
+        ready, failed = cache.lookup_many((ref.key for ref in self.refs), partial=True)
         missing = {ref.key for ref in self.refs if ref.key not in ready}
         values = fallback(missing) if missing and callable(fallback) else fallback
         if callable(values):  # nothing is missing: the callable is never needed

@@ -13,11 +13,11 @@ the same pixels:
 ``"tensorstore"``
     `TensorStoreChunkSource`: TensorStore reads and decodes each chunk with
     its own I/O threads and codecs (its cache off: ours caches). Local
-    directories and ``http(s)://`` URLs. ``pip install napari-lazy-zarr[tensorstore]``.
+    directories and ``http(s)://`` URLs. ``pip install tensorstore`` (the ``[tensorstore]`` extra).
 ``"zarrs"``
     `ZarrsChunkSource`: zarr-python with the zarrs Rust codec pipeline
     (``codec_pipeline.path = "zarrs.ZarrsCodecPipeline"``). Local directories
-    only. ``pip install napari-lazy-zarr[zarrs]``.
+    only. ``pip install zarrs`` (the ``[zarrs]`` extra).
 
 The rule (`choose_backend`): ``"auto"`` is ``"zarr"``. TensorStore and zarrs
 open and read the files themselves, outside the byte, decompression and
@@ -150,7 +150,7 @@ def choose_backend(requested: str, location: str | os.PathLike[str]) -> Backend:
     if importlib.util.find_spec(package) is None:
         raise UnsupportedDataError(
             f"{where}: the {backend!r} backend needs the {package!r} package; "
-            f"install it with: pip install napari-lazy-zarr[{backend}]"
+            f"install it with: pip install {package} (the plugin's [{backend}] extra)"
         )
     scheme = where.split("://", 1)[0].lower() if is_remote(where) else None
     readable = scheme is None or (backend == "tensorstore" and scheme in ("http", "https"))

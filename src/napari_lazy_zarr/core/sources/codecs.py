@@ -11,7 +11,7 @@ JPEG, deflate, delta predictors ...) -- but registers them only when asked
 `with_installed_codecs` asks for them, one provider at a time, once per
 process and only when opening a node meets a codec zarr does not know, so a
 store of zarr's own codecs costs nothing; a codec still unknown afterwards is a `MissingCodecError`
-naming it and the package to install (``napari-lazy-zarr[codecs]``).
+naming it and the package to install (``imagecodecs``: the ``[codecs]`` extra).
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def _missing(full: str, error: zarr.errors.UnknownCodecError) -> MissingCodecErr
     found = _CODEC_NAME.search(str(error))
     name = found.group(1) if found else str(error)
     if name.startswith("imagecodecs_"):
-        remedy = "install it with: pip install 'napari-lazy-zarr[codecs]' (imagecodecs)"
+        remedy = "install it with: pip install imagecodecs (the plugin's [codecs] extra)"
     else:
         known = _KNOWN_PACKAGES.search(str(error))
         remedy = (

@@ -7,7 +7,12 @@ level k is the base array sampled with step 2^k on its last two axes.
 
 A `DecimatedSource` is a `ChunkSource` of its own (its chunks are cached under
 their own keys, a few KiB each), so a coarse level never keeps full-resolution
-chunks resident. It is also a `DerivedSource`: in a `ChunkCache`, each of its
+chunks resident. A stored chunk that cannot be read is left out of the coarse
+chunks sampling it (`leaves_out_failed_inputs`): its region shows the fill value
+there, as it does at full resolution, instead of the whole coarse chunk failing
+(one bad 256² chunk blacked out a 2048² block of the overview).
+
+It is also a `DerivedSource`: in a `ChunkCache`, each of its
 chunks is built from the chunks of the next finer level it samples (level 1
 from the stored chunks), which the cache loads first as ordinary entries. So
 `virtual_levels` chains the levels: every stored chunk is read once for all
@@ -100,6 +105,11 @@ class DecimatedSource(SourceFields):
     >>> level2.chunk_cost((1, 1))
     1
     """
+
+    leaves_out_failed_inputs = True
+    """In a cache, a chunk whose inputs partly FAILED is combined from the others, their
+    region at the fill value (`core.cache._dependencies`); one whose inputs all failed
+    fails."""
 
     def __init__(
         self,
@@ -213,9 +223,33 @@ class DecimatedSource(SourceFields):
     def combine(
         self, coords: tuple[int, ...], inputs: Mapping[ChunkKey, np.ndarray[Any, Any]]
     ) -> np.ndarray[Any, Any]:
-        """Chunk `coords` from the finer chunks it samples (keyed as `chunk_inputs` names them)."""
+        """Chunk `coords` from the finer chunks it samples (keyed as `chunk_inputs` names them).
+
+        An input absent from `inputs` (it FAILED: `leaves_out_failed_inputs`) leaves its
+        region at the fill value.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from napari_lazy_zarr.core.sources.protocol import ArraySource
+        >>> base = ArraySource(np.arange(1, 65).reshape(8, 8), chunks=(4, 4), name="b")
+        >>> level = DecimatedSource(base, 2)
+        >>> refs = level.chunk_inputs((0, 0))
+        >>> inputs = {ref.key: base.read_chunk(ref.coords) for ref in refs[1:]}  # one failed
+        >>> level.combine((0, 0), inputs)
+        array([[ 0,  0,  5,  7],
+               [ 0,  0, 21, 23],
+               [33, 35, 37, 39],
+               [49, 51, 53, 55]])
+        """
+        refs = self.chunk_inputs(coords)
+        present = [ref for ref in refs if ref.key in inputs]
         return self._sampled(
-            coords, self.chunk_inputs(coords), self._step, lambda ref: inputs[ref.key]
+            coords,
+            present,
+            self._step,
+            lambda ref: inputs[ref.key],
+            whole=len(present) == len(refs),
         )
 
     def _sampled(
@@ -224,11 +258,16 @@ class DecimatedSource(SourceFields):
         refs: list[ChunkRef],
         step: int,
         data_of: Callable[[ChunkRef], np.ndarray[Any, Any]],
+        *,
+        whole: bool = True,
     ) -> np.ndarray[Any, Any]:
         """Chunk `coords` from the chunks `refs` of a finer grid sampled every `step`
-        cells along the decimated axes (the same grid along the others)."""
+        cells along the decimated axes (the same grid along the others); unless `whole`
+        (`refs` cover the chunk), what they leave uncovered is the fill value."""
         lo, hi = chunk_bounds(self._grid, coords, self._shape)
-        out = np.empty(tuple(b - a for a, b in zip(lo, hi, strict=True)), dtype=self.dtype)
+        shape = tuple(b - a for a, b in zip(lo, hi, strict=True))
+        fill = self.fill_value if self.fill_value is not None else 0
+        out = np.empty(shape, dtype=self.dtype) if whole else np.full(shape, fill, self.dtype)
         for ref in refs:
             data = data_of(ref)
             source_selection: list[slice] = []

@@ -490,7 +490,7 @@ class ZarrChunkSource(SourceFields):
                 if isinstance(data, BaseException):
                     failure = ChunkReadError(
                         f"{self._location}: chunk {key!r} (grid position {tuple(coords[i])}): "
-                        f"{type(data).__name__}: {data} (not retryable)"
+                        f"{type(data).__name__}: {data} (a permanent error, not retried)"
                     )
                     failure.__cause__ = data
                     results[i] = failure

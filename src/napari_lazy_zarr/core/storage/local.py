@@ -44,7 +44,12 @@ from napari_lazy_zarr.core.storage.files import (
 from napari_lazy_zarr.core.storage.memo import MetadataMemoStore, is_metadata_key
 from napari_lazy_zarr.core.storage.retry import classify
 from napari_lazy_zarr.core.storage.s3 import s3_errors, s3_options
-from napari_lazy_zarr.core.storage.vetting import MAX_METADATA_BYTES, check_local, is_url
+from napari_lazy_zarr.core.storage.vetting import (
+    MAX_METADATA_BYTES,
+    METADATA_FILES,
+    check_local,
+    is_url,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -434,11 +439,24 @@ def zarr_errors(full: str) -> Iterator[None]:
         try:
             yield
         except (FileNotFoundError, zarr.errors.NodeNotFoundError) as error:
+            if full.startswith(("http://", "https://")):
+                # A remote store answers None (absent) for HTTP 404 alone: say so, not
+                # zarr's "No group found in store MetadataMemoStore(HttpStore(...))".
+                raise NotAZarrStoreError(
+                    f"{full}: not a zarr store: the server answered 404 Not Found for its "
+                    f"zarr metadata ({', '.join(METADATA_FILES)})"
+                ) from error
             raise NotAZarrStoreError(f"{full}: no zarr array or group found: {error}") from error
         except ImportError as error:
+            # fsspec itself (the [remote] extra), or the package of the URL's protocol that
+            # fsspec names ("Install s3fs to access S3"): never an extra that lacks it.
+            how = (
+                "install it with: pip install fsspec aiohttp (the plugin's [remote] extra)"
+                if error.name in ("fsspec", "aiohttp")
+                else "install the package it names"
+            )
             raise NotAZarrStoreError(
-                f"{full}: opening this URL needs a package that is not installed ({error}); "
-                "install napari-lazy-zarr[remote]"
+                f"{full}: opening this URL needs a package that is not installed ({error}); {how}"
             ) from error
         except zipfile.BadZipFile as error:
             raise NotAZarrStoreError(f"{full}: not a zip archive: {error}") from error
@@ -449,18 +467,21 @@ def zarr_errors(full: str) -> Iterator[None]:
                 f"{full}: malformed zarr metadata: {type(error).__name__}: {error}"
             ) from error
         except OSError as error:  # refused, unknown host, timed out, an HTTP status, a cut body
-            raise MetadataError(
-                f"{full}: cannot read zarr metadata: {type(error).__name__}: {error}"
-            ) from error
+            raise MetadataError(f"{full}: cannot read zarr metadata: {_named(error)}") from error
         except Exception as error:
             # aiohttp's and botocore's own errors (a dropped connection, an unreachable
             # endpoint) are no OSError: mapped too, never shown raw.
             library = type(error).__module__.split(".", 1)[0]
             if classify(error) == "permanent" and library not in ("aiohttp", "botocore", "s3fs"):
                 raise
-            raise MetadataError(
-                f"{full}: cannot read zarr metadata: {type(error).__name__}: {error}"
-            ) from error
+            raise MetadataError(f"{full}: cannot read zarr metadata: {_named(error)}") from error
+
+
+def _named(error: BaseException) -> str:
+    """`error` with its type's name, unless that name is private (``_ConnectError``): a
+    class the user can neither look up nor catch says nothing its message does not."""
+    name = type(error).__name__
+    return str(error) if name.startswith("_") else f"{name}: {error}"
 
 
 def range_size(byte_range: ByteRequest | None) -> int | None:

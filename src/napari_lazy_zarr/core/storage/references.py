@@ -272,7 +272,7 @@ class Resolver:
             f"{self._document}: {where}: reference {reference!r} {why}. References may point "
             f"only inside {self._real_base} unless allowed. To allow the files under {folder}, "
             f"add that folder to Allowed folders in napari's Preferences (Plugin Preferences > "
-            f"Lazy Zarr), to the environment variable {ALLOWED_ROOTS_VARIABLE} or to "
+            f"napari-lazy-zarr), to the environment variable {ALLOWED_ROOTS_VARIABLE} or to "
             f"[references] allowed_roots in {settings_path()} "
             f"(in Python: policy=ReferencePolicy(roots=[{folder!r}]))"
         )
@@ -319,7 +319,7 @@ class Resolver:
     ) -> NoReturn:
         raise UnsafeDataError(
             f"{self._document}: {where}: reference {reference!r} {why}. To allow it, {how} to "
-            "Allowed remotes in napari's Preferences (Plugin Preferences > Lazy Zarr), to "
+            "Allowed remotes in napari's Preferences (Plugin Preferences > napari-lazy-zarr), to "
             f"the environment variable {ALLOWED_REMOTES_VARIABLE} or to [references] "
             f"allowed_remotes in {settings_path()} "
             f"(in Python: policy=ReferencePolicy(remotes=[{location!r}]))"

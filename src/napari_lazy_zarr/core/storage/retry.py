@@ -103,7 +103,9 @@ def attempts_note(error: BaseException, attempts: int) -> str:
         return "access denied, not retried"
     if attempts > 1:
         return f"after {attempts} attempts"
-    return "not retryable" if verdict == "permanent" else "1 attempt"
+    # "not retried", never "not retryable": the user may still retry it (the inspector's
+    # "Retry all failed"), e.g. once the file is fixed.
+    return "a permanent error, not retried" if verdict == "permanent" else "1 attempt"
 
 
 def retry_after(error: BaseException) -> float | None:

@@ -99,7 +99,7 @@ __all__ = [
 CA_BUNDLE_HINT: Final = (
     "if the server's certificate is signed by your own certificate authority, name "
     "its PEM file in the setting [remote] ca_bundle (NAPARI_LAZY_ZARR_CA_BUNDLE, or "
-    "Preferences > Lazy Zarr > Remote access), or in SSL_CERT_FILE"
+    "Preferences > Plugin Preferences > napari-lazy-zarr > Remote access), or in SSL_CERT_FILE"
 )
 """What an untrusted-certificate error tells the user to do."""
 DEFAULT_MAX_REDIRECTS: Final = 5

@@ -4,7 +4,12 @@ A frame (`ViewFrame`) is built whole by one thread and then never written
 again: `first_frame` from the cache alone, `next_frame` from the previous
 frame of the same view (one copy) plus what landed since. Both read the cache
 only through `ChunkCache.lookup_many` / `lookup` and write nothing but the new
-frame's own buffer, which is made read-only before it is returned.
+frame's own buffer, which is made read-only before it is returned. A frame is a
+view: it takes a *partial* chunk (an overview chunk combined without a failed
+stored chunk, that chunk's cells at the fill value) as resident
+(``partial=True``); the exact door (`ChunkedArray.result`) never does, and
+neither does a stand-in (a partial coarse chunk does not stand in for a finer
+one: the next coarser level or the placeholder does).
 
 Frames of up to `POOLED_FRAME_BYTES` take their memory from `FRAME_MEMORY`, a
 `BlockPool`: a frame's block returns to the pool once nothing references it
@@ -67,7 +72,7 @@ def first_frame(
     others the placeholder (or, with `compose`, a coarser level's values)."""
     keys = tuple(ref.key for ref in plan.refs)
     source = sources[request.level]
-    ready, failed = cache.lookup_many(keys)
+    ready, failed = cache.lookup_many(keys, partial=True)
     missing = set(keys).difference(ready)
     buffer, clean = _new_buffer(plan, source)
     if missing and not clean:
@@ -89,7 +94,7 @@ def next_frame(
     and the failures since; with `compose`, the stand-ins drawn again from what coarser
     levels hold now. None when nothing changed and nothing is to be composed."""
     assert base.buffer is not None
-    ready, failed = cache.lookup_many(base.missing)
+    ready, failed = cache.lookup_many(base.missing, partial=True)
     newly_failed = failed - base.failed
     retried = base.failed - failed  # queued again: still the placeholder until it lands
     if not ready and not newly_failed and not retried and not (compose and base.waiting):

@@ -393,7 +393,7 @@ class ViewController:
             waiting.update(slot.waiting(slot.frame))
         if not waiting:
             return True
-        ready, failed = self.cache.lookup_many(waiting)
+        ready, failed = self.cache.lookup_many(waiting, partial=True)
         return len(ready) + len(failed) == len(waiting)
 
     def _settled(self) -> bool:  # `_lock` held
@@ -408,7 +408,7 @@ class ViewController:
         if not keys:
             return True
         # Final: everything the frames shown lack has FAILED (shown as the placeholder).
-        _, failed = self.cache.lookup_many(keys)
+        _, failed = self.cache.lookup_many(keys, partial=True)
         return len(failed) == len(keys)
 
     # -- reading (any thread) -------------------------------------------------
@@ -529,7 +529,7 @@ class ViewController:
         if presentable is not None and is_plane_step(presentable.request, request):
             return None
         keys = [ref.key for ref in plan.refs]
-        ready, failed = self.cache.lookup_many(keys)
+        ready, failed = self.cache.lookup_many(keys, partial=True)
         nbytes = math.prod(plan.buffer_shape) * self.sources[request.level].dtype.itemsize
         if len(ready) + len(failed) == len(keys) and nbytes <= INLINE_VOLUME_BYTES:
             return first_frame(request, plan, self.cache, self.sources)
@@ -687,7 +687,7 @@ class ViewController:
         waiting = slot.waiting(base)
         if not waiting:
             return bool(base.missing)  # a FAILED chunk retried and landed
-        ready, failed = self.cache.lookup_many(waiting)
+        ready, failed = self.cache.lookup_many(waiting, partial=True)
         landed = len(ready) + len(failed)
         return landed == len(waiting) or 2 * landed >= len(waiting)
 

@@ -168,7 +168,7 @@ class PreparedPlanes:
             pending = [(request, plan) for request, plan, frame in self.staged if frame is None]
         for request, plan in pending:
             keys = [ref.key for ref in plan.refs]
-            ready, _ = self._cache.lookup_many(keys)
+            ready, _ = self._cache.lookup_many(keys, partial=True)
             if len(ready) < len(keys):
                 continue
             frame = first_frame(request, plan, self._cache, self._sources)
