@@ -81,7 +81,7 @@ _FAILURES_TOLD = 1024  # root causes remembered across layers (each holds an exc
 # still be read again once the data or the server is fixed, so never "not retryable".
 _RETRY_HINT = (
     "It shows the fill value. To read it again (e.g. once the data is fixed): Plugins > "
-    "Chunk inspector (napari-lazy-zarr) > 'Retry all failed' (or click the chunk in its map), "
+    "napari-lazy-zarr > Chunk inspector > 'Retry all failed' (or click the chunk in its map), "
     "or cache.retry_failed() from Python."
 )
 
