@@ -20,6 +20,8 @@ import numpy as np
 import pytest
 import zarr
 
+from tests.conformance.cases_ome_versions import write_scene
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -55,6 +57,9 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
     scan[...] = ((y[:2048, :2048] ^ x[:2048, :2048]) % 1024).astype("u2")
     plate = zarr.open_group(str(folder / "plate.zarr"), mode="w")
     plate.create_array("A/1/0", shape=(64, 64), dtype="u1")[...] = 1
+    # The user guide's coordinate systems: an OME-Zarr 0.6 scene with a system "atlas"
+    # (ngff-zarr writes it: scene.ome.zarr).
+    write_scene(folder)
     return folder
 
 
