@@ -208,7 +208,7 @@ def test_bad_input_is_one_line_and_exit_code_2_before_any_window(
 
 def test_help_says_what_it_opens(capsys: pytest.CaptureFixture[str]) -> None:
     from napari_lazy_zarr.cli import main
-    from napari_lazy_zarr.core.sample import SAMPLE_SIZE, default_cache_dir
+    from napari_lazy_zarr.core.sample import SAMPLE_SIZE
 
     with pytest.raises(SystemExit):
         main(["--help"])
@@ -219,8 +219,13 @@ def test_help_says_what_it_opens(capsys: pytest.CaptureFixture[str]) -> None:
         main(["demo", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert f"(default: {SAMPLE_SIZE})" in text  # the image's side
-    assert "360 MB on disk" in text
-    assert str(default_cache_dir()) in text  # where it is kept
+    assert "nothing is written" in text  # computed as the view needs it...
+    assert "sample --write PATH" in text  # ...and written by the command it names
+    with pytest.raises(SystemExit):
+        main(["sample", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"(default: {SAMPLE_SIZE})" in text
+    assert "about 360 MB" in text  # what the write takes
 
 
 # -- every subcommand's parser ---------------------------------------------------------
