@@ -40,6 +40,12 @@ def test_the_file_then_the_environment(tmp_path: Path) -> None:
         ("[cache]\nconcurrency = 999\n", None, "<= 256"),
         ("[caches]\nconcurrency = 1\n", None, r"\[caches\] is not a settings table"),
         ("[timeouts]\nidle = 1\n", None, "'idle' is not a setting"),
+        # The voxel budget's key before it counted Mi voxels: refused by name, the new key named.
+        (
+            "[reading]\nvolume_voxels = 134217728\n",
+            None,
+            r"\[reading\] 'volume_voxels' is not a setting \(backend, volume_mivoxels\)",
+        ),
         ("timeouts = 3\n", None, "must be a table"),
         ("[timeouts\n", None, "cannot read"),
         ("", "inf", "NAPARI_LAZY_ZARR_TIMEOUT_CONNECT"),
