@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from napari_lazy_zarr.core import (
     ArraySource,
     ChunkCache,
+    ChunkedArray,
+    ChunkReadError,
     ChunkRef,
     ChunkState,
     InlineExecutor,
@@ -21,6 +23,8 @@ from napari_lazy_zarr.core import (
 )
 from napari_lazy_zarr.core.cache import LoadClass
 from napari_lazy_zarr.core.keys import grid_shape
+from napari_lazy_zarr.core.sources.decimated import DecimatedSource
+from napari_lazy_zarr.core.testing import FaultySource
 from napari_lazy_zarr.core.viewport import (
     AxisMap,
     MotionTracker,
@@ -487,6 +491,38 @@ def test_a_failed_chunk_shows_the_placeholder_and_is_reported_once() -> None:
         assert controller.settled  # the placeholder of a failure is final
     finally:
         controller.close()
+        cache.close()
+
+
+def test_an_overview_frame_shows_the_level_without_a_failed_stored_chunk() -> None:
+    """A virtual level's chunk combined without a failed stored chunk is READY *partial*:
+    a frame shows it (that chunk's cells at the fill value, the rest the data), built
+    after the loads (`next_frame`) and from a warm cache (`first_frame`) alike, and the
+    view settles on it; the exact door refuses it."""
+    # No zero in the data: the fill value (0) shows exactly where the failed chunk was.
+    data = np.arange(1, 16 * 16 + 1, dtype=np.int32).reshape(16, 16)
+    faulty = FaultySource(ArraySource(data, chunks=(4, 4), name="f"), failing={(1, 1)})
+    overview = DecimatedSource(faulty, 2, chunk_size=4)
+    expected = data[::2, ::2].copy()
+    expected[2:4, 2:4] = 0  # rows and columns 4:8 of the stored level
+    cache = ChunkCache(1 << 20, executor=InlineExecutor())
+    controllers = [
+        ViewController([faulty, overview], cache, prefetch=False, dispatch=InlineExecutor())
+        for _ in range(2)
+    ]
+    try:
+        for controller in controllers:  # cold (frames after the loads), then warm
+            shown = _show(controller, 1, controller.arrays[1][:, :])
+            np.testing.assert_array_equal(shown, expected)
+            assert controller.latest is not None
+            assert not controller.latest.missing  # the partial chunk is not waited for
+            controller.slice_applied()
+            assert controller.settled
+        with pytest.raises(ChunkReadError, match=r"input chunk .* failed"):
+            ChunkedArray(overview, cache).result(timeout=10)
+    finally:
+        for controller in controllers:
+            controller.close()
         cache.close()
 
 
