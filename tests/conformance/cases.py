@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import zarr
 
-from tests.conformance import cases_files
+from tests.conformance import cases_files, cases_odd
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -472,7 +472,7 @@ def _build() -> tuple[Case, ...]:
 def _with_labs() -> tuple[Case, ...]:
     from tests.conformance import cases_labs  # here: it imports Case and Written from this module
 
-    return _build() + cases_labs.build() + cases_files.cases()
+    return _build() + cases_labs.build() + cases_files.cases() + cases_odd.cases()
 
 
 CASES: tuple[Case, ...] = _with_labs()

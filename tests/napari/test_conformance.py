@@ -22,6 +22,7 @@ import pytest
 from napari_lazy_zarr.core.errors import MetadataWarning
 from tests.conformance.cases import GROUPS, cases_of
 from tests.conformance.cases_labs import SPATIALDATA_WARNINGS
+from tests.conformance.cases_odd import NOT_IMAGES_WARNING
 from tests.conformance.check import open_case, structure_differences
 
 if TYPE_CHECKING:
@@ -35,7 +36,10 @@ KNOWN_FAILURES: dict[str, str] = {}
 
 # Warnings this plugin gives by design for a writer's stores (MetadataWarning messages, as
 # regular expressions; docs/user-guide.md says why). Any other warning fails the case.
-EXPECTED_WARNINGS: dict[str, str] = {"spatialdata": SPATIALDATA_WARNINGS}
+EXPECTED_WARNINGS: dict[str, str] = {
+    "spatialdata": SPATIALDATA_WARNINGS,
+    "zarr-python + strings": NOT_IMAGES_WARNING,
+}
 
 # Lab writers whose stores this plugin shows as napari-ome-zarr does (layer by layer). Not
 # ngff-zarr (napari-ome-zarr drops its translations; unlabelled channels are named apart) nor

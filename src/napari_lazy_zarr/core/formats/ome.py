@@ -109,6 +109,10 @@ MAX_LEVELS: Final = 64  # pyramid levels: 2**64 pixels would need no more
 # Nodes opened at once (levels, label images). Each open is one round trip of metadata
 # over HTTP (`prefetch_metadata`); 16 keep a pyramid's levels (and its labels group) in one.
 _OPEN_CONCURRENCY: Final = 16
+# A plain group's subgroups searched for arrays: this deep, and this many groups in all
+# (each is listed: a metadata read per member).
+_MAX_NESTING: Final = 8
+_MAX_NESTED_GROUPS: Final = 256
 
 
 # Composed OME transforms beyond these are not a place in the world napari can draw (vispy
@@ -505,11 +509,45 @@ class _Walk:
         return tuple(images)
 
     def plain_group(self, group: zarr.Group) -> tuple[ImageSpec, ...]:
+        """A group's arrays and OME-Zarr images, those of its plain subgroups too.
+
+        Arrays that are not images (strings, records ...) are skipped with one
+        `MetadataWarning` naming them; only a group holding nothing else is refused.
+        """
         full = self.full(group.path)
-        members = self.members(group)
-        images: list[ImageSpec] = []
         unsupported: list[UnsupportedDataError] = []
-        for _, node in members:
+        images = self._group_images(group, unsupported, budget=[_MAX_NESTED_GROUPS], depth=0)
+        if images:
+            if unsupported:
+                warnings.warn(
+                    MetadataWarning(
+                        f"{full}: arrays that are not images, not shown: "
+                        + "; ".join(str(error) for error in unsupported[:4])
+                        + ("; ..." if len(unsupported) > 4 else "")
+                    ),
+                    stacklevel=5,
+                )
+            return tuple(images)
+        if unsupported:
+            raise unsupported[0]
+        # Over plain HTTP a group's members can only be listed from consolidated metadata.
+        hint = " (or its members cannot be listed over this URL)" if is_url(full) else ""
+        raise NotAZarrStoreError(
+            f"{full}: zarr group with no arrays (nor OME-Zarr images in its subgroups){hint}"
+        )
+
+    def _group_images(
+        self,
+        group: zarr.Group,
+        unsupported: list[UnsupportedDataError],
+        *,
+        budget: list[int],
+        depth: int,
+    ) -> list[ImageSpec]:
+        """The images in `group` and, below `_MAX_NESTING` levels and within `budget`
+        groups in all, in its plain subgroups (dask's ``to_zarr(component="grp/arr")``)."""
+        images: list[ImageSpec] = []
+        for _, node in self.members(group):
             if isinstance(node, zarr.Array):
                 try:
                     check_safe(self.full(node.path), node)
@@ -522,15 +560,12 @@ class _Walk:
             ome = _ome_document(node, self.full(node.path))
             if ome is not None and "multiscales" in ome[1]:
                 images.extend(self.ome_image(node, *ome))
-        if images:
-            return tuple(images)
-        if unsupported:
-            raise unsupported[0]
-        # Over plain HTTP a group's members can only be listed from consolidated metadata.
-        hint = " (or its members cannot be listed over this URL)" if is_url(full) else ""
-        raise NotAZarrStoreError(
-            f"{full}: zarr group with no arrays (nor OME-Zarr images in its subgroups){hint}"
-        )
+            elif ome is None and depth < _MAX_NESTING and budget[0] > 0:
+                budget[0] -= 1
+                images.extend(
+                    self._group_images(node, unsupported, budget=budget, depth=depth + 1)
+                )
+        return images
 
     def _vet_children(self, directory: str, full: str) -> None:
         """Raw-metadata checks of a local group's children before zarr parses them."""
