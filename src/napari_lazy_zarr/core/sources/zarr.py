@@ -40,7 +40,7 @@ from napari_lazy_zarr.core.executors import DaemonExecutor
 from napari_lazy_zarr.core.keys import chunk_bounds
 from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS, Timeouts
 from napari_lazy_zarr.core.sources import _zarr_compat as compat
-from napari_lazy_zarr.core.sources._decode import BoundedDecode
+from napari_lazy_zarr.core.sources._decode import BoundedDecode, unbounded_codecs
 from napari_lazy_zarr.core.sources._grid import grid_from_sizes
 from napari_lazy_zarr.core.sources._sharding import ShardReader
 from napari_lazy_zarr.core.sources._zarr_compat import (  # per chunk read: bound once here
@@ -309,13 +309,11 @@ class ZarrChunkSource(SourceFields):
         # The synchronous decode path: zarr's FusedCodecPipeline transform, bounded.
         # Codecs without a synchronous form leave None: zarr's async pipeline reads them.
         transform = compat.sync_transform(self._pipeline)
-        self._decoder = None if transform is None else BoundedDecode(transform)
-        if self._decoder is not None and self._decoder.unbounded:
-            raise UnsupportedDataError(
-                f"{self._location}: the filter {self._decoder.unbounded[0]!r} follows a "
-                "filter whose output size cannot be checked, so it could decompress "
-                "without bound; such arrays are not read"
-            )
+        self._decoder = (
+            BoundedDecode(transform)
+            if transform is not None
+            else _bounded_without_sync(self._pipeline)
+        )
         self._shards = ShardReader.for_pipeline(
             self._pipeline, _max_encoded_bytes(chunks, self._dtype)
         )
@@ -336,6 +334,28 @@ class ZarrChunkSource(SourceFields):
         # (~6 µs each).
         self._regular = compat.has_regular_grid(array)
         self._regular_spec: Any = None
+        self._refuse_unbounded()
+
+    def _refuse_unbounded(self) -> None:
+        """Refuse, at open, an array a codec could decompress without bound (a bomb).
+
+        Bounded: the stream codecs `BoundedDecode` decodes itself (the chain of a
+        whole chunk, or of a shard's inner chunks), and codecs whose output size the
+        chunk fixes. A chain zarr decodes alone (a codec without a synchronous
+        form) bounds nothing: its stream codecs are refused too.
+        """
+        if self._shards is not None:
+            unbounded = self._shards.unbounded(self._chunk_spec((0,) * len(self._shape)))
+        elif self._decoder is not None:
+            unbounded = self._decoder.unbounded
+        else:
+            unbounded = unbounded_codecs(_codec_names(self._metadata.to_dict()))
+        if unbounded:
+            raise UnsupportedDataError(
+                f"{self._location}: the codec {unbounded[0]!r} could decompress a chunk "
+                "without bound where it stands in this array's codecs (nothing here "
+                "caps its output at the chunk's size); such arrays are not read"
+            )
 
     # -- ChunkSource -------------------------------------------------------
 
@@ -814,3 +834,39 @@ def open_zarr_source(
         coalesce=coalesce,
         coalesce_gap=coalesce_gap,
     )
+
+
+def _codec_names(metadata: dict[str, Any]) -> list[str]:
+    """The codecs of an array's metadata document, nested (sharding) ones included: a Zarr
+    v2 ``compressor`` and ``filters``, Zarr v3 ``codecs`` (their ``name``)."""
+    found: list[str] = []
+    pending: list[Any] = [
+        metadata.get("compressor"),
+        metadata.get("filters"),
+        metadata.get("codecs"),
+    ]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, list | tuple):
+            pending.extend(node)
+        elif isinstance(node, dict):
+            name = node.get("id", node.get("name"))
+            if isinstance(name, str):
+                found.append(name)
+            configuration = node.get("configuration")
+            if isinstance(configuration, dict):
+                pending.extend((configuration.get("codecs"), configuration.get("index_codecs")))
+    return found
+
+
+def _bounded_without_sync(pipeline: Any) -> BoundedDecode | None:
+    """A bounded decode for a chain zarr cannot run synchronously, when only the
+    compressors it decodes itself lacked a synchronous form (``numcodecs.zlib`` and the
+    other numcodecs and imagecodecs Zarr v3 wrappers); else None (zarr's async pipeline)."""
+    codecs = compat.pipeline_codecs(pipeline)
+    if codecs is None:
+        return None
+    try:
+        return BoundedDecode(None, codecs)
+    except TypeError:
+        return None
