@@ -14,6 +14,7 @@ import json
 import math
 import os
 import threading
+import time
 from concurrent.futures import Future
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -49,6 +50,8 @@ from napari_lazy_zarr.core.sources._zarr_compat import (  # per chunk read: boun
 from napari_lazy_zarr.core.sources.codecs import with_installed_codecs
 from napari_lazy_zarr.core.sources.protocol import SourceFields, fill_value_of
 from napari_lazy_zarr.core.storage.files import (
+    SETTLE_SECONDS,
+    FileChangedError,
     read_stamped,
 )
 from napari_lazy_zarr.core.storage.http import http_store_of
@@ -87,6 +90,7 @@ __all__ = [
 _RUN_THREADS: Final = DaemonExecutor(name="lazy-zarr-range", idle_seconds=1.0)
 DEFAULT_RETRY: Final = RetryPolicy()
 
+_REWRITE_ATTEMPTS: Final = 3  # versions of a local chunk file tried while a writer rewrites it
 LOCAL_BATCH: Final = 4
 """Chunks adjacent along the last axis a worker may read in one task from an unsharded
 array in a local directory (`ZarrChunkSource.batch_key`): the cache's per-chunk
@@ -668,16 +672,51 @@ class ZarrChunkSource(SourceFields):
         clipped at the array's edge.
         """
         assert self._decoder is not None
-        found = self._fetch(key)
         shape = tuple(sel.stop - sel.start for sel in selection)
-        if found is None:
-            return np.full(shape, self._fill_value, dtype=self._dtype)
-        decoded = self._decoder.decode_pooled(found[0], spec)
-        if decoded is None:
-            decoded = np.asarray(self._decoder.decode_chunk(found[0], spec).as_ndarray_like())
+        for _ in range(_REWRITE_ATTEMPTS):
+            found = self._fetch(key)
+            if found is None:
+                return np.full(shape, self._fill_value, dtype=self._dtype)
+            try:
+                decoded = self._decode(found[0], spec)
+                break
+            except Exception:
+                # A writer mid-rewrite (truncated, then written whole): its next version
+                # decodes, or fails for good once the file stays as it is.
+                if not self._changed_after_settling(key, found):
+                    raise
+        else:
+            raise FileChangedError(
+                f"{self._local_prefix}{key}: the file kept changing while it was read "
+                f"({_REWRITE_ATTEMPTS} versions that do not decode); retry later"
+            )
         if decoded.shape == shape:
             return decoded
         return np.array(decoded[selection], copy=True)
+
+    def _decode(self, raw: Any, spec: Any) -> np.ndarray[Any, Any]:
+        assert self._decoder is not None
+        decoded = self._decoder.decode_pooled(raw, spec)
+        if decoded is None:
+            decoded = np.asarray(self._decoder.decode_chunk(raw, spec).as_ndarray_like())
+        return decoded
+
+    def _changed_after_settling(self, key: str, found: Fetched) -> bool:
+        """After a local chunk file failed to decode: whether it is another version once
+        the settle window has passed.
+
+        A writer that truncates a file and writes it whole moments later leaves, for
+        those moments, a short (even empty) file whose stamp may still be the old
+        version's: the kernel does not always mark a truncating open's times (seen
+        here: an empty file stamped 106 ms old, 20 ms after the truncation). So the
+        file is read again after `SETTLE_SECONDS`, and a changed version is decoded
+        instead (the torn-read promise of `core.storage.files`).
+        """
+        if self._local_prefix is None or found is None or found[1] is None:
+            return False
+        time.sleep(SETTLE_SECONDS)
+        again = self._fetch(key)
+        return again is None or again[1] != found[1] or again[0].to_bytes() != found[0].to_bytes()
 
     def _read_async(
         self, key: str, spec: Any, selection: tuple[slice, ...]
