@@ -706,13 +706,15 @@ class ZarrChunkSource(SourceFields):
         the settle window has passed.
 
         A writer that truncates a file and writes it whole moments later leaves, for
-        those moments, a short (even empty) file whose stamp may still be the old
-        version's: the kernel does not always mark a truncating open's times (seen
-        here: an empty file stamped 106 ms old, 20 ms after the truncation). So the
-        file is read again after `SETTLE_SECONDS`, and a changed version is decoded
-        instead (the torn-read promise of `core.storage.files`).
+        those moments, an empty file whose stamp may still be the old version's: the
+        kernel does not always mark a truncating open's times (seen here: an empty
+        file stamped 106 ms old, 20 ms after the truncation). No encoding of a chunk
+        is empty, so an empty file is read again after `SETTLE_SECONDS`, and a changed
+        version is decoded instead (the torn-read promise of `core.storage.files`).
+        A written file that fails (with a fresh stamp the settle window covers
+        already) fails at once.
         """
-        if self._local_prefix is None or found is None or found[1] is None:
+        if self._local_prefix is None or found is None or found[1] is None or len(found[0]):
             return False
         time.sleep(SETTLE_SECONDS)
         again = self._fetch(key)
