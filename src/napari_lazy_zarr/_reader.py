@@ -31,6 +31,7 @@ from napari_lazy_zarr.core import ChunkCache
 from napari_lazy_zarr.core.cache import default_concurrency
 from napari_lazy_zarr.core.errors import (
     LazyZarrError,
+    MetadataError,
     UnsupportedDataError,
     UnsupportedDtypeError,
 )
@@ -223,7 +224,7 @@ def read_zarr(path: PathOrPaths) -> list[LayerDataTuple]:
     location = _single(path)
     cache = shared_cache(remote=is_remote(location))
     try:
-        specs = describe_store(location)
+        specs = _described(location)
     except PlateStoreError as plate_store:
         plate = _plate_layers(location, cache, plate_store)
         _watch_current_viewer()
@@ -250,6 +251,18 @@ def read_zarr(path: PathOrPaths) -> list[LayerDataTuple]:
         warnings.warn(f"not shown: {skipped}", UserWarning, stacklevel=2)
     _watch_current_viewer()
     return layers
+
+
+def _described(location: str) -> tuple[ImageSpec, ...]:
+    """`describe_store`, any arithmetic or recursion failure left in reading its metadata
+    (a number past a float's range, nesting past the stack) a `MetadataError` naming
+    the store: never a raw exception out of napari's reader."""
+    try:
+        return describe_store(location)
+    except (ArithmeticError, RecursionError) as error:
+        raise MetadataError(
+            f"{location}: its metadata cannot be read: {type(error).__name__}: {error}"
+        ) from error
 
 
 def _plate_layers(

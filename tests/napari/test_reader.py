@@ -562,3 +562,34 @@ def test_contrast_limits_of_a_small_top_level_are_napari_s(
         assert limits == tuple(calc_data_range(top))
     read_levels = {str(identity).rsplit("/", 1)[-1] for identity, _ in recorded_reads}
     assert read_levels == {"s2"}  # only the coarsest level
+
+
+def test_arithmetic_failures_in_metadata_name_the_store(tmp_path: Path) -> None:
+    """Issue 50: a scale of 10**400 in an OME 0.5-dev ``sequence`` (SpatialData's draft)
+    raised a raw ``OverflowError`` out of `read_zarr`; now a `MetadataError` naming it."""
+    import warnings
+
+    from napari_lazy_zarr.core.errors import MetadataWarning
+
+    path = tmp_path / "dev.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=3)
+    root.create_array("0", shape=(4, 4), dtype="u1")
+    axes = [{"name": "y", "type": "space"}, {"name": "x", "type": "space"}]
+    sequence = {
+        "type": "sequence",
+        "output": {"name": "global"},
+        "transformations": [{"type": "scale", "scale": [12345.0, 1.0]}],
+    }
+    dataset = {"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1.0, 1.0]}]}
+    root.attrs["ome"] = {
+        "version": "0.5-dev",
+        "multiscales": [
+            {"axes": axes, "datasets": [dataset], "coordinateTransformations": [sequence]}
+        ],
+    }
+    text = (path / "zarr.json").read_text()
+    (path / "zarr.json").write_text(text.replace("12345.0", "1" + "0" * 400))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MetadataWarning)
+        with pytest.raises(MetadataError, match=rf"{path.name}"):
+            read_zarr(str(path))
