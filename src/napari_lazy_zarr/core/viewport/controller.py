@@ -796,6 +796,23 @@ class ViewController:
                 slot.applied = slot.answer
             self._changed.notify_all()
 
+    def nothing_shown(self) -> None:
+        """The viewer shows none of the layer (its slice lies outside the layer's extent, so
+        nothing was read for it): no view to fill in, complete and settled; the views'
+        chunks are released."""
+        with self._changed:
+            self._slots.clear()
+            self._presentable.clear()
+            self._retired = None
+            self.latest = None
+            self._signalled = False
+            self._changed.notify_all()
+        self._dispatch.submit(self._release_views)  # cache events off the viewer's thread
+
+    def _release_views(self) -> None:
+        for kind in ("view", "thumbnail"):
+            self.cache.release_view((self._id, kind))
+
     def refresh_skipped(self) -> None:
         """The viewer will not read again (layer hidden): stop waiting for it."""
         with self._changed:
@@ -815,8 +832,7 @@ class ViewController:
             self._owned.close()
         self._volumes.close()
         self._planes.close()
-        for kind in ("view", "thumbnail"):
-            self.cache.release_view((self._id, kind))
+        self._release_views()
 
 
 def _held(slot: _Slot, frame: ViewFrame | None, shown: ViewFrame) -> ViewFrame:
