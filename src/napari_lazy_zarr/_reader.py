@@ -227,7 +227,7 @@ def read_zarr(path: PathOrPaths) -> list[LayerDataTuple]:
         specs = _described(location)
     except PlateStoreError as plate_store:
         plate = _plate_layers(location, cache, plate_store)
-        _watch_current_viewer()
+        watch_current_viewer()
         return plate
     # napari shows images of two dimensions or more: a 1-D array beside them (the coordinate
     # array kerchunk's MultiZarrToZarr writes, a table) is not a layer.
@@ -249,7 +249,7 @@ def read_zarr(path: PathOrPaths) -> list[LayerDataTuple]:
         raise refused[0]
     for skipped in refused:  # napari shows a warning as a notification
         warnings.warn(f"not shown: {skipped}", UserWarning, stacklevel=2)
-    _watch_current_viewer()
+    watch_current_viewer()
     return layers
 
 
@@ -521,8 +521,9 @@ def _label_colormap(colors: tuple[tuple[int, tuple[int, int, int, int]], ...]) -
 _watched_viewers: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-def _watch_current_viewer() -> None:
-    """Attach loaders to the layers napari creates from our data in the current viewer."""
+def watch_current_viewer() -> None:
+    """Attach loaders to the layers napari creates from our data in the current viewer
+    (main thread; nothing without napari or a viewer)."""
     try:
         import napari
     except ImportError:  # pragma: no cover - the reader runs inside napari

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.keys import ChunkKey
     from napari_lazy_zarr.core.reading.plans import ReadPlan
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
+    from napari_lazy_zarr.core.viewport.axes import Box
     from napari_lazy_zarr.core.viewport.frames import ViewRequest
 
 __all__ = [
@@ -74,7 +75,8 @@ def first_frame(
         _fill(buffer, plan, missing, len(keys), source)
     for key, data in ready.items():
         plan.copy_chunk(buffer, key, data)
-    return _finish(request, plan, buffer, keys, missing, failed, (), sources, cache, compose)
+    drawn = _stand_ins(request, missing - set(failed), sources, cache) if compose else None
+    return _finish(request, plan, buffer, keys, missing, failed, (), sources, drawn)
 
 
 def next_frame(
@@ -92,8 +94,10 @@ def next_frame(
     ready, failed = cache.lookup_many(base.missing)
     newly_failed = failed - base.failed
     retried = base.failed - failed  # queued again: still the placeholder until it lands
-    if not ready and not newly_failed and not retried and not (compose and base.waiting):
-        return None
+    missing = set(base.missing).difference(ready)
+    drawn = _stand_ins(base.request, missing - failed, sources, cache) if compose else None
+    if not ready and not newly_failed and not retried and drawn is None:
+        return None  # the frame would be the same
     source = sources[base.request.level]
     buffer, _ = _new_buffer(plan, source)
     np.copyto(buffer, base.buffer)
@@ -101,20 +105,9 @@ def next_frame(
         plan.copy_chunk(buffer, key, data)
     for key in newly_failed:  # shown as the placeholder, not as a stand-in
         plan.fill_missing(buffer, key, source.fill_value, None)
-    missing = set(base.missing).difference(ready)
     provisional = base.provisional.difference(ready, newly_failed)
-    return _finish(
-        base.request,
-        plan,
-        buffer,
-        base.keys,
-        missing,
-        failed,
-        provisional,
-        sources,
-        cache,
-        compose,
-    )
+    request, keys = base.request, base.keys
+    return _finish(request, plan, buffer, keys, missing, failed, provisional, sources, drawn)
 
 
 def placeholder_frame(
@@ -127,7 +120,7 @@ def placeholder_frame(
     buffer, clean = _new_buffer(plan, source)
     if keys and not clean:
         _fill(buffer, plan, keys, len(keys), source)
-    return _finish(request, plan, buffer, keys, set(keys), set(), (), sources, None, False)
+    return _finish(request, plan, buffer, keys, set(keys), set(), (), sources, None)
 
 
 def held_frame(frame: ViewFrame, shown: ViewFrame) -> ViewFrame:
@@ -146,6 +139,17 @@ def held_frame(frame: ViewFrame, shown: ViewFrame) -> ViewFrame:
     )
 
 
+def _stand_ins(
+    request: ViewRequest,
+    waiting: Collection[ChunkKey],
+    sources: Sequence[ChunkSource],
+    cache: ChunkCache,
+) -> tuple[np.ndarray[Any, Any], Box, np.ndarray[Any, Any]] | None:
+    """The coarser levels' values for the `waiting` chunks' cells (`fallback.stand_ins`),
+    or None when nothing waits or no coarser level has anything resident."""
+    return stand_ins(request, waiting, sources, cache.lookup) if waiting else None
+
+
 def _finish(
     request: ViewRequest,
     plan: ReadPlan,
@@ -155,22 +159,20 @@ def _finish(
     failed: Collection[ChunkKey],
     provisional: Collection[ChunkKey],
     sources: Sequence[ChunkSource],
-    cache: ChunkCache | None,
-    compose: bool,
+    drawn: tuple[np.ndarray[Any, Any], Box, np.ndarray[Any, Any]] | None,
 ) -> ViewFrame:
-    """Draw the stand-ins if asked, seal the buffer and wrap it in a frame."""
+    """Draw the stand-ins (`drawn`) into the cells still waiting, seal the buffer and wrap
+    it in a frame."""
     failed = frozenset(failed)
     waiting = missing - failed
     backdrop = False
-    if compose and waiting and cache is not None:
-        drawn = stand_ins(request, waiting, sources, cache.lookup)
-        if drawn is not None:
-            stand_in, region, found = drawn
-            fill_value = sources[request.level].fill_value
-            for key in waiting:
-                plan.fill_missing(buffer, key, fill_value, stand_in)
-            provisional = {key for key in waiting if covered(key, region, found)}
-            backdrop = bool(found.all())
+    if drawn is not None and waiting:
+        stand_in, region, found = drawn
+        fill_value = sources[request.level].fill_value
+        for key in waiting:
+            plan.fill_missing(buffer, key, fill_value, stand_in)
+        provisional = {key for key in waiting if covered(key, region, found)}
+        backdrop = bool(found.all())
     buffer.flags.writeable = False
     data = plan.finish(buffer)
     data.flags.writeable = False  # a new array when upsampled; a view of `buffer` otherwise

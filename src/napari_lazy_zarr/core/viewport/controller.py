@@ -289,14 +289,16 @@ class ViewController:
         self.lookahead_share = lookahead_share
         self.motion: PlaneMotion | None = None
         """The walk through z or t the latest reads make (None when the view is still)."""
-        self._tracker = MotionTracker()
         index = self.axis_map.store_index()
         # The layer's levels: each store level seen through the axis map.
         self.arrays = [ChunkedArray(source, cache)[index] for source in self.sources]
         self._id = next(_controller_ids)
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)  # `wait_until_settled` sleeps here
-        self._plans = ViewPlans(self.sources, bounds)
+        # The controller's one lock: a condition (`wait_until_settled` sleeps on it) over a
+        # reentrant lock, shared by the parts below, each holding it only around its own
+        # state and never while calling out.
+        self._changed = threading.Condition()
+        self._lock = self._changed
+        self._plans = ViewPlans(self.sources, bounds, lock=self._lock)
         self._owned: SerialDispatch | None = None
         if dispatch is None:
             dispatch = self._owned = SerialDispatch(f"lazy-zarr-view-{name}")
@@ -310,10 +312,12 @@ class ViewController:
             plan=self._plans.plan,
             done=self._volume_landed,
             ready=self._volume_ready,
+            lock=self._lock,
         )
         self._planes = PreparedPlanes(
-            cache, self.sources, self.arrays, self.axis_map, plan=self._plans.plan
+            cache, self.sources, self.arrays, self.axis_map, plan=self._plans.plan, lock=self._lock
         )
+        self._tracker = MotionTracker(lock=self._lock)
         self._generation = 0
         self._reads = 0
         self._slots: dict[ViewKind, _Slot] = {}
@@ -325,7 +329,7 @@ class ViewController:
         self._closed = False
         self.latest: ViewFrame | None = None
         """The latest answered read of the displayed view (not the thumbnail)."""
-        self.failures = FailureLog(self.sources, cache)
+        self.failures = FailureLog(self.sources, cache, lock=self._lock)
         """The layer's failed chunks, reported once each (see `failures_found`)."""
         cache.state_changed.connect(self._on_events)
 
@@ -792,6 +796,23 @@ class ViewController:
                 slot.applied = slot.answer
             self._changed.notify_all()
 
+    def nothing_shown(self) -> None:
+        """The viewer shows none of the layer (its slice lies outside the layer's extent, so
+        nothing was read for it): no view to fill in, complete and settled; the views'
+        chunks are released."""
+        with self._changed:
+            self._slots.clear()
+            self._presentable.clear()
+            self._retired = None
+            self.latest = None
+            self._signalled = False
+            self._changed.notify_all()
+        self._dispatch.submit(self._release_views)  # cache events off the viewer's thread
+
+    def _release_views(self) -> None:
+        for kind in ("view", "thumbnail"):
+            self.cache.release_view((self._id, kind))
+
     def refresh_skipped(self) -> None:
         """The viewer will not read again (layer hidden): stop waiting for it."""
         with self._changed:
@@ -811,8 +832,7 @@ class ViewController:
             self._owned.close()
         self._volumes.close()
         self._planes.close()
-        for kind in ("view", "thumbnail"):
-            self.cache.release_view((self._id, kind))
+        self._release_views()
 
 
 def _held(slot: _Slot, frame: ViewFrame | None, shown: ViewFrame) -> ViewFrame:

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from napari_lazy_zarr.core.keys import box_text, chunk_coords
 from napari_lazy_zarr.core.states import ChunkState
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Hashable, Iterable, Sequence
+    from contextlib import AbstractContextManager
 
     from napari_lazy_zarr.core.cache import ChunkCache
     from napari_lazy_zarr.core.keys import ChunkKey
@@ -164,12 +165,19 @@ class FailureLog:
     >>> cache.close()
     """
 
-    def __init__(self, levels: Sequence[ChunkSource], cache: ChunkCache) -> None:
+    def __init__(
+        self,
+        levels: Sequence[ChunkSource],
+        cache: ChunkCache,
+        *,
+        lock: AbstractContextManager[Any] | None = None,
+    ) -> None:
         self._cache = cache
         self._levels: dict[Hashable, tuple[int, ChunkSource]] = {}
         for level, source in enumerate(levels):
             self._levels.setdefault(source.identity, (level, source))
-        self._lock = threading.Lock()
+        # The owner's lock when given (a controller's: one lock for its whole state).
+        self._lock = lock if lock is not None else threading.Lock()
         self._causes: dict[int, _Cause] = {}  # by id() of the root exception
         self._cause_of: dict[ChunkKey, _Cause] = {}
         self._retried: dict[ChunkKey, int] = {}  # chunk -> the observation that saw its retry

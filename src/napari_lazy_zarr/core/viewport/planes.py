@@ -14,8 +14,7 @@ most `PREPARED_PLANES` frames of the view's own size.
 
 from __future__ import annotations
 
-import threading
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from napari_lazy_zarr.core.sources.protocol import is_derived
 from napari_lazy_zarr.core.viewport.assembly import first_frame
@@ -23,6 +22,7 @@ from napari_lazy_zarr.core.viewport.view_plans import box_view
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
+    from contextlib import AbstractContextManager
 
     from napari_lazy_zarr.core.cache import ChunkCache
     from napari_lazy_zarr.core.keys import ChunkKey, ChunkRef
@@ -65,7 +65,7 @@ class PreparedPlanes:
 
     Thread-safe: `follow`/`prepare` and `build` run on the controller's dispatch
     thread, `take` on the reading thread, `wants` on worker threads; `lock`
-    guards `staged` and is never held while calling out. A staged frame, once
+    (the controller's) guards `staged` and is never held while calling out. A staged frame, once
     built, is never written: it is complete when built.
     """
 
@@ -77,13 +77,14 @@ class PreparedPlanes:
         axis_map: AxisMap,
         *,
         plan: Callable[[ViewRequest, ChunkedArray], ReadPlan],
+        lock: AbstractContextManager[Any],
     ) -> None:
         self._cache = cache
         self._sources = sources
         self._arrays = arrays
         self._axis_map = axis_map
         self._plan = plan
-        self._lock = threading.Lock()
+        self._lock = lock  # the controller's: held only around `staged`
         self.staged: list[tuple[ViewRequest, ReadPlan, ViewFrame | None]] = []
         """The planes prepared, nearest first: request, plan, and its frame once built."""
 

@@ -15,7 +15,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from napari_lazy_zarr.core.keys import ChunkRef, grid_shape
 from napari_lazy_zarr.core.sources.protocol import is_derived
@@ -23,6 +23,7 @@ from napari_lazy_zarr.core.viewport.axes import box_bytes, chunk_ranges, level_b
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
+    from contextlib import AbstractContextManager
 
     from napari_lazy_zarr.core.keys import ChunkKey
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
@@ -209,10 +210,17 @@ class MotionTracker:
     True
     """
 
-    def __init__(self, *, window: int = 6, idle: float = 1.0) -> None:
+    def __init__(
+        self,
+        *,
+        window: int = 6,
+        idle: float = 1.0,
+        lock: AbstractContextManager[Any] | None = None,
+    ) -> None:
         self.window = window
         self.idle = idle
-        self._lock = threading.Lock()
+        # The owner's lock when given (a controller's: one lock for its whole state).
+        self._lock = lock if lock is not None else threading.Lock()
         self._planes: dict[int, int] = {}
         self._steps: deque[tuple[float, int, int]] = deque(maxlen=window + 1)
 

@@ -10,7 +10,7 @@ napari (`volumes`, `planes`).
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from napari_lazy_zarr.core.reading.bounds import DEFAULT_BOUNDS
 from napari_lazy_zarr.core.viewport._coarser import CoarserPlan, view_plan
@@ -19,6 +19,7 @@ from napari_lazy_zarr.core.viewport.frames import ViewRequest
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
+    from contextlib import AbstractContextManager
 
     from zarr_indexing import IndexTransform
 
@@ -63,12 +64,18 @@ class ViewPlans:
     """
 
     def __init__(
-        self, sources: Sequence[ChunkSource], bounds: ViewBounds = DEFAULT_BOUNDS, kept: int = 8
+        self,
+        sources: Sequence[ChunkSource],
+        bounds: ViewBounds = DEFAULT_BOUNDS,
+        kept: int = 8,
+        *,
+        lock: AbstractContextManager[Any] | None = None,
     ) -> None:
         self._sources = list(sources)
         self.bounds = bounds
         self._kept = kept
-        self._lock = threading.Lock()
+        # The owner's lock when given (a controller's), held only around `_served`.
+        self._lock = lock if lock is not None else threading.Lock()
         self._served: dict[tuple[int, IndexTransform], ReadPlan] = {}
 
     def plan(self, request: ViewRequest, view: ChunkedArray) -> ReadPlan:

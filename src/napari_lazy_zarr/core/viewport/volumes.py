@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from napari_lazy_zarr.core.viewport.assembly import first_frame
 from napari_lazy_zarr.core.viewport.view_plans import box_view
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Hashable, Sequence
+    from contextlib import AbstractContextManager
 
     from napari_lazy_zarr.core.cache import ChunkCache, Request
     from napari_lazy_zarr.core.reading.array import ChunkedArray
@@ -221,8 +221,8 @@ class PreparedVolumes:
     """The volumes one controller loads in the background, by level, and their frames.
 
     Thread-safe: `prepare` and `build` run on the controller's dispatch thread,
-    the queries on any; `lock` guards `staged` and is never held while calling
-    out. `done(level)` is called (on a worker thread) when a volume's chunks
+    the queries on any; `lock` (the controller's) guards `staged` and is never
+    held while calling out. `done(level)` is called (on a worker thread) when a volume's chunks
     have all landed, for the controller to have it built; `build` then calls
     `ready(level)`.
     """
@@ -238,6 +238,7 @@ class PreparedVolumes:
         plan: Callable[[ViewRequest, ChunkedArray], ReadPlan],
         done: Callable[[int], None],
         ready: Callable[[int], None],
+        lock: AbstractContextManager[Any],
     ) -> None:
         self._cache = cache
         self._sources = sources
@@ -247,7 +248,7 @@ class PreparedVolumes:
         self._plan = plan
         self._done = done
         self._ready = ready
-        self._lock = threading.Lock()
+        self._lock = lock  # the controller's: held only around `staged`
         self.staged: dict[int, tuple[ViewRequest, ReadPlan, Request, ViewFrame | None]] = {}
         """By level: the volume's request and plan, its live cache request, its frame once
         built (guarded by the lock)."""
