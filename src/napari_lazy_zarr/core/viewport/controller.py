@@ -498,24 +498,29 @@ class ViewController:
     def _new_slot(
         self, request: ViewRequest, view: ChunkedArray, retired: ViewFrame | None
     ) -> _Slot:
-        """A view not shown before: its plan, and a first frame unless one is prepared (a
-        volume or a plane ahead of a walk), or the view napari just let go of is it (it
-        reads the old 3D level as the thumbnail right after locking a finer one)."""
-        plan = self._plans.plan(request, view)
+        """A view not shown before: a frame prepared for it (a plane of a walk, a volume:
+        its plan and frame were made off this thread), the view napari just let go of (it
+        reads the old 3D level as the thumbnail right after locking a finer one), or its
+        plan and a first frame."""
         volume = len(request.spatial) >= 3
+        frame: ViewFrame | None
+        prepared = self._volumes.find(request) or self._planes.take(request)
+        if prepared is not None:
+            plan, frame = prepared
+        else:
+            plan = self._plans.plan(request, view)
+            if retired is not None and request.same_view(retired.request):
+                frame = retired
+            elif volume:
+                frame = self._volume_first(request, plan)
+            else:
+                frame = first_frame(request, plan, self.cache, self.sources)
         composes = (
             not volume
             and not isinstance(plan, CoarserPlan)  # already a coarser level's cells
             and request.level < len(self.sources) - 1
         )
         slot = _Slot(request, plan, composes)
-        frame = self._volumes.find(request) or self._planes.take(request)
-        if frame is None and retired is not None and request.same_view(retired.request):
-            frame = retired
-        if frame is None and volume:
-            frame = self._volume_first(request, plan)
-        elif frame is None:
-            frame = first_frame(request, plan, self.cache, self.sources)
         slot.frame = frame
         return slot
 

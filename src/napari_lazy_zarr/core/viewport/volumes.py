@@ -253,13 +253,13 @@ class PreparedVolumes:
         """By level: the volume's request and plan, its live cache request, its frame once
         built (guarded by the lock)."""
 
-    def find(self, request: ViewRequest) -> ViewFrame | None:
-        """The built frame showing exactly `request`'s cells, if one is prepared."""
+    def find(self, request: ViewRequest) -> tuple[ReadPlan, ViewFrame] | None:
+        """The plan and built frame showing exactly `request`'s cells, if one is prepared."""
         with self._lock:
             staged = list(self.staged.values())
-        for volume, _, _, frame in staged:
+        for volume, plan, _, frame in staged:
             if frame is not None and request.same_view(volume):
-                return frame
+                return plan, frame
         return None
 
     def complete(self, level: int, box: Box | None) -> bool:
