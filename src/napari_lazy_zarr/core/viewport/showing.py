@@ -198,17 +198,33 @@ class Showing:
 
     def due(self, kind: ViewKind, view: ShownView) -> tuple[ViewFrame | None, bool] | None:
         """What `view`'s next frame builds on, and whether it composes stand-ins; None when
-        `view` is no longer shown, or napari has not read its newest frame yet (then no
-        frame is lost: the read asks for the next)."""
+        `view` is no longer shown, or napari has not read its newest frame yet and the next
+        would not complete it (then no frame is lost: the read asks for the next).
+
+        A frame that completes the view is built at once, over one napari has not read
+        (never handed out, it is dropped): the refresh napari was asked for then shows
+        the complete view, where waiting for its read cost a second refresh cycle
+        (measured over 200 ms HTTP: the view complete 0.2 s later, paced behind a paint).
+        """
         with self.lock:
             if self.views.get(kind) is not view:
                 return None
             base = view.frame
-            if base is not view.answered and view.newer():
+            if base is not view.answered and view.newer() and not self._completes(view, base):
                 return None
             compose = view.composes and (view.recompose or not view.composed)
             view.recompose = False
             return base, compose
+
+    def _completes(self, view: ShownView, base: ViewFrame | None) -> bool:
+        """Whether everything `base` still waits for has landed (lock held)."""
+        if base is None:
+            return False
+        waiting = view.waiting(base)
+        if not waiting:
+            return False
+        ready, failed = self.cache.lookup_many(waiting)
+        return len(ready) + len(failed) == len(waiting)
 
     def publish(
         self,
