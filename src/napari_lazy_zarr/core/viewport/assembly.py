@@ -46,6 +46,7 @@ __all__ = [
     "held_frame",
     "next_frame",
     "placeholder_frame",
+    "volume_due",
 ]
 
 POOLED_FRAME_BYTES: Final = 64 << 20
@@ -137,6 +138,17 @@ def held_frame(frame: ViewFrame, shown: ViewFrame) -> ViewFrame:
         backdrop=frame.backdrop,
         buffer=frame.buffer,
     )
+
+
+def volume_due(base: ViewFrame, waiting: Collection[ChunkKey], cache: ChunkCache) -> bool:
+    """Whether a volume's next frame is worth its copy: all that `base` lacked and still
+    waits for (`waiting`) has landed, or half of it (so a volume of n chunks is copied
+    about log2(n) times as it loads, not n); or a FAILED chunk it shows was retried."""
+    if not waiting:
+        return bool(base.missing)
+    ready, failed = cache.lookup_many(waiting)
+    landed = len(ready) + len(failed)
+    return landed == len(waiting) or 2 * landed >= len(waiting)
 
 
 def _stand_ins(
