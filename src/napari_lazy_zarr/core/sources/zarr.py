@@ -338,28 +338,13 @@ class ZarrChunkSource(SourceFields):
         # (~6 µs each).
         self._regular = compat.has_regular_grid(array)
         self._regular_spec: Any = None
-        self._refuse_unbounded()
-
-    def _refuse_unbounded(self) -> None:
-        """Refuse, at open, an array a codec could decompress without bound (a bomb).
-
-        Bounded: the stream codecs `BoundedDecode` decodes itself (the chain of a
-        whole chunk, or of a shard's inner chunks), and codecs whose output size the
-        chunk fixes. A chain zarr decodes alone (a codec without a synchronous
-        form) bounds nothing: its stream codecs are refused too.
-        """
         if self._shards is not None:
             unbounded = self._shards.unbounded(self._chunk_spec((0,) * len(self._shape)))
         elif self._decoder is not None:
             unbounded = self._decoder.unbounded
         else:
             unbounded = unbounded_codecs(_codec_names(self._metadata.to_dict()))
-        if unbounded:
-            raise UnsupportedDataError(
-                f"{self._location}: the codec {unbounded[0]!r} could decompress a chunk "
-                "without bound where it stands in this array's codecs (nothing here "
-                "caps its output at the chunk's size); such arrays are not read"
-            )
+        _refuse_unbounded(self._location, unbounded)
 
     # -- ChunkSource -------------------------------------------------------
 
@@ -683,7 +668,7 @@ class ZarrChunkSource(SourceFields):
             except Exception:
                 # A writer mid-rewrite (truncated, then written whole): its next version
                 # decodes, or fails for good once the file stays as it is.
-                if not self._changed_after_settling(key, found):
+                if not _changed_after_settling(self._fetch, key, found, self._local_prefix):
                     raise
         else:
             raise FileChangedError(
@@ -700,25 +685,6 @@ class ZarrChunkSource(SourceFields):
         if decoded is None:
             decoded = np.asarray(self._decoder.decode_chunk(raw, spec).as_ndarray_like())
         return decoded
-
-    def _changed_after_settling(self, key: str, found: Fetched) -> bool:
-        """After a local chunk file failed to decode: whether it is another version once
-        the settle window has passed.
-
-        A writer that truncates a file and writes it whole moments later leaves, for
-        those moments, an empty file whose stamp may still be the old version's: the
-        kernel does not always mark a truncating open's times (seen here: an empty
-        file stamped 106 ms old, 20 ms after the truncation). No encoding of a chunk
-        is empty, so an empty file is read again after `SETTLE_SECONDS`, and a changed
-        version is decoded instead (the torn-read promise of `core.storage.files`).
-        A written file that fails (with a fresh stamp the settle window covers
-        already) fails at once.
-        """
-        if self._local_prefix is None or found is None or found[1] is None or len(found[0]):
-            return False
-        time.sleep(SETTLE_SECONDS)
-        again = self._fetch(key)
-        return again is None or again[1] != found[1] or again[0].to_bytes() != found[0].to_bytes()
 
     def _read_async(
         self, key: str, spec: Any, selection: tuple[slice, ...]
@@ -911,3 +877,42 @@ def _bounded_without_sync(pipeline: Any) -> BoundedDecode | None:
         return BoundedDecode(None, codecs)
     except TypeError:
         return None
+
+
+def _refuse_unbounded(location: str, unbounded: Sequence[str]) -> None:
+    """Refuse, at open, an array a codec could decompress without bound (a bomb).
+
+    `unbounded` names the codecs nothing caps: bounded are the stream codecs
+    `BoundedDecode` decodes itself (the chain of a whole chunk, or of a shard's
+    inner chunks) and codecs whose output size the chunk fixes; a chain zarr
+    decodes alone (a codec without a synchronous form) bounds nothing, so its
+    stream codecs are named too.
+    """
+    if unbounded:
+        raise UnsupportedDataError(
+            f"{location}: the codec {unbounded[0]!r} could decompress a chunk "
+            "without bound where it stands in this array's codecs (nothing here "
+            "caps its output at the chunk's size); such arrays are not read"
+        )
+
+
+def _changed_after_settling(
+    fetch: Callable[[str], Fetched], key: str, found: Fetched, local_prefix: str | None
+) -> bool:
+    """After a local chunk file failed to decode: whether it is another version once
+    the settle window has passed (`fetch` reads it again).
+
+    A writer that truncates a file and writes it whole moments later leaves, for
+    those moments, an empty file whose stamp may still be the old version's: the
+    kernel does not always mark a truncating open's times (seen here: an empty
+    file stamped 106 ms old, 20 ms after the truncation). No encoding of a chunk
+    is empty, so an empty file is read again after `SETTLE_SECONDS`, and a changed
+    version is decoded instead (the torn-read promise of `core.storage.files`).
+    A written file that fails (with a fresh stamp the settle window covers
+    already) fails at once.
+    """
+    if local_prefix is None or found is None or found[1] is None or len(found[0]):
+        return False
+    time.sleep(SETTLE_SECONDS)
+    again = fetch(key)
+    return again is None or again[1] != found[1] or again[0].to_bytes() != found[0].to_bytes()
