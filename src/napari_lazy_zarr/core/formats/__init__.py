@@ -1,7 +1,8 @@
 """Formats: metadata turned into layer specs; nothing here reads a chunk.
 
 OME-NGFF attributes validated (`ngff`), what a store holds as layers (`ome`: OME-Zarr
-images and labels, plain zarr arrays), optional rendering metadata as layer settings
+images and labels, plain zarr arrays), their levels in world space (`levels`: transforms
+napari can draw), optional rendering metadata as layer settings
 (`rendering`), OME development versions read as their base (`ome_dev`), SpatialData's
 layout (`spatialdata`), HCS plates as mosaics (`plate`) and stack files (`stack`). A
 format reads metadata documents through `storage` and opens the `sources` its layers are

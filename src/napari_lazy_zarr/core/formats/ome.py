@@ -23,7 +23,7 @@ import os
 import re
 import time
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import numpy as np
@@ -42,6 +42,7 @@ from napari_lazy_zarr.core.errors import (
     UnsupportedDataError,
 )
 from napari_lazy_zarr.core.executors import run_concurrently
+from napari_lazy_zarr.core.formats.levels import TransformWarning, drawable_levels
 from napari_lazy_zarr.core.formats.ngff import parse_image, parse_labels
 from napari_lazy_zarr.core.formats.ome_dev import as_base_version, dev_base
 from napari_lazy_zarr.core.formats.rendering import ChannelDisplay, label_colors, warn_ignored
@@ -113,20 +114,6 @@ _OPEN_CONCURRENCY: Final = 16
 # (each is listed: a metadata read per member).
 _MAX_NESTING: Final = 8
 _MAX_NESTED_GROUPS: Final = 256
-
-
-# Composed OME transforms beyond these are not a place in the world napari can draw (vispy
-# draws in float32: 7 digits, and 3.4e38 at most, which a 2**63-pixel axis at a scale of
-# 1e15 still fits). Neither napari-ome-zarr nor ome-zarr-models bounds a finite non-zero
-# scale: such an image opens, with a warning, at the identity transform (pixel units).
-_SCALE_BOUNDS: Final = (1e-15, 1e15)  # a positive world size of one pixel, in any unit
-_MAX_TRANSLATION: Final = 1e15
-_MAX_SCALE_RATIO: Final = 1e9  # between two axes of a level, or one axis of two levels
-
-
-class TransformWarning(UserWarning):
-    """An OME image's transforms are not drawable (non-positive, absurd, or wildly unequal
-    scales); it opens at the identity transform, and the message names the path and values."""
 
 
 class PlateStoreError(NotAZarrStoreError):
@@ -691,7 +678,7 @@ class _Walk:
                     _array=node if self.keep_arrays else None,
                 )
             )
-        return _drawable(tuple(levels), full)
+        return drawable_levels(tuple(levels), full)
 
     def _labels(
         self, image: zarr.Group, version: NgffVersion, opened: _Opened
@@ -946,67 +933,4 @@ def _stack_image(location: str) -> ImageSpec:
         levels=(LevelSpec("", shape, (1.0,) * ndim, (0.0,) * ndim),),
         axis_names=names,
         axis_units=(None,) * ndim,
-    )
-
-
-def _transform_problem(levels: Sequence[LevelSpec]) -> str | None:
-    """What makes `levels`' composed transforms undrawable, or None.
-
-    Examples
-    --------
-    >>> level = LevelSpec("0", (64, 64), (0.5, 0.5), (0.0, 0.0))
-    >>> _transform_problem([level]) is None
-    True
-    >>> _transform_problem([LevelSpec("0", (64, 64), (1e308, 1e308), (0.0, 0.0))])
-    "level '0': scale 1e+308 outside [1e-15, 1e+15]"
-    """
-    low, high = _SCALE_BOUNDS
-    for level in levels:
-        where = f"level {level.path!r}"
-        for value in level.scale:
-            if not low <= value <= high:  # NaN too
-                return f"{where}: scale {value:g} outside [{low:g}, {high:g}]"
-        for value in level.translate:
-            if not abs(value) <= _MAX_TRANSLATION:
-                return f"{where}: translation {value:g} beyond +-{_MAX_TRANSLATION:g}"
-        if max(level.scale, default=1.0) > _MAX_SCALE_RATIO * min(level.scale, default=1.0):
-            return (
-                f"{where}: scales {list(level.scale)} differ more than "
-                f"{_MAX_SCALE_RATIO:g}-fold between axes"
-            )
-    finest = levels[0].scale if levels else ()
-    for level in levels[1:]:
-        for fine, coarse in zip(finest, level.scale, strict=True):
-            if coarse > _MAX_SCALE_RATIO * fine:
-                return (
-                    f"level {level.path!r}: scale {coarse:g} is more than "
-                    f"{_MAX_SCALE_RATIO:g} times the finest level's {fine:g}"
-                )
-    return None
-
-
-def _drawable(levels: tuple[LevelSpec, ...], full: str) -> tuple[LevelSpec, ...]:
-    """`levels`, or, when their transforms are undrawable, the identity transform (warned).
-
-    The identity: the finest level at unit scale and no offset, every other
-    level at the ratio of the finest level's shape to its own.
-    """
-    problem = _transform_problem(levels)
-    if problem is None:
-        return levels
-    warnings.warn(
-        TransformWarning(
-            f"{full}: the OME coordinate transforms cannot be drawn ({problem}); "
-            "opened in pixel units (scale 1, no translation) instead"
-        ),
-        stacklevel=4,
-    )
-    finest = levels[0].shape
-    return tuple(
-        replace(
-            level,
-            scale=tuple(f / n if n else 1.0 for f, n in zip(finest, level.shape, strict=True)),
-            translate=(0.0,) * len(level.shape),
-        )
-        for level in levels
     )
