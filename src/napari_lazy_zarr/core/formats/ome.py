@@ -114,6 +114,7 @@ _OPEN_CONCURRENCY: Final = 16
 # (each is listed: a metadata read per member).
 _MAX_NESTING: Final = 8
 _MAX_NESTED_GROUPS: Final = 256
+_BIOFORMATS2RAW: Final = "bioformats2raw.layout"  # the attribute of the layout's top group
 
 
 class PlateStoreError(NotAZarrStoreError):
@@ -534,7 +535,12 @@ class _Walk:
         """The images in `group` and, below `_MAX_NESTING` levels and within `budget`
         groups in all, in its plain subgroups (dask's ``to_zarr(component="grp/arr")``)."""
         images: list[ImageSpec] = []
-        for _, node in self.members(group):
+        # bioformats2raw's "OME" group holds the OME-XML (METADATA.ome.xml, not zarr) and
+        # the series list: metadata of the images beside it, not images.
+        skipped = "OME" if _BIOFORMATS2RAW in group.attrs else None
+        for name, node in self.members(group):
+            if name == skipped:
+                continue
             if isinstance(node, zarr.Array):
                 try:
                     check_safe(self.full(node.path), node)
