@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from tests.conformance.cases import Case, Written
 
-__all__ = ["NOT_IMAGES_WARNING", "cases"]
+__all__ = ["NOT_IMAGES_WARNING", "UNEVEN_FIELDS", "cases"]
 
 # The one note a group with non-image arrays beside its images gives (a MetadataWarning).
 NOT_IMAGES_WARNING = r".*arrays that are not images, not shown: .*strings are not pixels.*"
@@ -73,6 +73,21 @@ def _strings_beside(folder: Path, zarr_format: int) -> Written:
     return _written(path, (data,))
 
 
+# -- ome-zarr-py: a plate whose wells hold different numbers of fields -------------------
+
+UNEVEN_FIELDS = (2, 5, 1, 1, 4, 6)
+"""Fields of each well of the uneven plate (2 x 3 wells, row by row): 19 fields, 38 field
+planes of 2 channels. Laid out by the first well's count (2 slots), 10 fields (20 planes)
+showed, and the wells of 1 field failed their second slot."""
+
+
+def _uneven_plate(folder: Path) -> Written:
+    from tests.conformance.cases import write_plate
+
+    # The plate's field_count is the most fields any well holds, as the spec says.
+    return write_plate(folder, 2, 3, max(UNEVEN_FIELDS), per_well=UNEVEN_FIELDS)
+
+
 def cases() -> tuple[Case, ...]:
     from tests.conformance.cases import Case
 
@@ -93,4 +108,11 @@ def cases() -> tuple[Case, ...]:
                 lambda f, z=zarr_format: _strings_beside(f, z),
             )
         )
+    found.append(
+        Case(
+            "ome-zarr-py plate",
+            f"2×3 wells of {'/'.join(map(str, UNEVEN_FIELDS))} fields",
+            _uneven_plate,
+        )
+    )
     return tuple(found)

@@ -37,10 +37,12 @@ from napari_lazy_zarr.core.formats.ome import (
 from napari_lazy_zarr.core.formats.plate import (
     FieldSource,
     PlateLayout,
+    WellFields,
     describe_plate,
     field_opener,
     is_plate,
     plate_level_sources,
+    well_reader,
 )
 from napari_lazy_zarr.core.formats.stack import (
     STACK_SUFFIX,
@@ -71,6 +73,7 @@ __all__ = [
     "ReferenceFileKind",
     "StackFile",
     "StackMember",
+    "WellFields",
     "Window",
     "describe_plate",
     "describe_store",
@@ -87,4 +90,5 @@ __all__ = [
     "read_stack_file",
     "reference_file_kind",
     "store_name",
+    "well_reader",
 ]
