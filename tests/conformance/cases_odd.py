@@ -26,10 +26,14 @@ if TYPE_CHECKING:
 
     from tests.conformance.cases import Case, Written
 
-__all__ = ["NOT_IMAGES_WARNING", "UNEVEN_FIELDS", "cases"]
+__all__ = ["NOT_IMAGES_WARNING", "ROW", "TEXTURE_WARNING", "UNEVEN_FIELDS", "cases"]
 
 # The one note a group with non-image arrays beside its images gives (a MetadataWarning).
 NOT_IMAGES_WARNING = r".*arrays that are not images, not shown: .*strings are not pixels.*"
+
+# napari's own warning for a plane wider than a GL texture (a row of a million pixels): it
+# shows the plane downsampled, as its built-in reader's layer.
+TEXTURE_WARNING = r"data shape .* exceeds GL_MAX_TEXTURE_SIZE"
 
 
 def _written(path: Path, layers: tuple[np.ndarray[Any, Any], ...]) -> Written:
@@ -73,6 +77,18 @@ def _strings_beside(folder: Path, zarr_format: int) -> Written:
     return _written(path, (data,))
 
 
+# -- zarr-python: one row of a million pixels ---------------------------------------------
+
+ROW = (1, 1_000_000)
+
+
+def _row(folder: Path) -> Written:
+    data = _ramp(ROW, seed=7)
+    path = folder / "row.zarr"
+    zarr.create_array(str(path), shape=ROW, chunks=(1, 65_536), dtype=data.dtype)[...] = data
+    return _written(path, (data,))
+
+
 # -- ome-zarr-py: a plate whose wells hold different numbers of fields -------------------
 
 UNEVEN_FIELDS = (2, 5, 1, 1, 4, 6)
@@ -108,6 +124,7 @@ def cases() -> tuple[Case, ...]:
                 lambda f, z=zarr_format: _strings_beside(f, z),
             )
         )
+    found.append(Case("zarr-python row", "1 x 1,000,000 uint16", _row))
     found.append(
         Case(
             "ome-zarr-py plate",
