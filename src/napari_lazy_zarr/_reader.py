@@ -35,6 +35,7 @@ from napari_lazy_zarr.core.errors import (
     UnsupportedDataError,
     UnsupportedDtypeError,
 )
+from napari_lazy_zarr.core.formats.levels import clip_padded_levels
 from napari_lazy_zarr.core.formats.ome import (
     ImageSpec,
     PlateStoreError,
@@ -294,10 +295,13 @@ def layer_data(
     """The layer data tuples of one image (one per channel if it has a channel axis).
 
     `sources` are the levels' chunk sources when the caller opened them (a
-    plate's mosaic); by default `open_level_sources` opens `spec`'s.
+    plate's mosaic); by default `open_level_sources` opens `spec`'s, and a level
+    padded past the finest level's box is cut to it (`clip_padded_levels`).
     """
     if sources is None:
-        sources = open_level_sources(location, spec)
+        # Levels stored padded past the data (webknossos' shards) cut to it: napari would
+        # take the padding for data, and read gigabytes of it in 3D.
+        sources = clip_padded_levels(spec, open_level_sources(location, spec))
     if sources[0].dtype.kind == "c":  # open_array reads it; napari cannot display it
         path = spec.levels[0].path
         raise dtype_refusal(

@@ -7,14 +7,15 @@
   any well has); a missing field is the fill value.
 - zarr-python: a 1 x 1,000,000 row (virtual levels that never make an axis 1 pixel).
 - webknossos layout: coarser levels padded past the data (to a whole shard), larger than a
-  finer level, as webknossos 4.3 writes them (zarr-python, OME 0.4 metadata by hand:
-  webknossos itself is not installed here).
+  finer level, as webknossos 4.3 writes them (zarr-python, Zarr v3 shards and OME 0.5
+  metadata by hand: webknossos itself is not installable here).
 
 Expected layers follow `tests/conformance/cases.py`'s convention.
 """
 
 from __future__ import annotations
 
+import json
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,15 @@ if TYPE_CHECKING:
 
     from tests.conformance.cases import Case, Written
 
-__all__ = ["NOT_IMAGES_WARNING", "ROW", "TEXTURE_WARNING", "UNEVEN_FIELDS", "cases"]
+__all__ = [
+    "NOT_IMAGES_WARNING",
+    "ROW",
+    "TEXTURE_WARNING",
+    "UNEVEN_FIELDS",
+    "WEBKNOSSOS_SHARD",
+    "cases",
+    "write_webknossos_layer",
+]
 
 # The one note a group with non-image arrays beside its images gives (a MetadataWarning).
 NOT_IMAGES_WARNING = r".*arrays that are not images, not shown: .*strings are not pixels.*"
@@ -89,6 +98,71 @@ def _row(folder: Path) -> Written:
     return _written(path, (data,))
 
 
+# -- webknossos' layout: coarse levels padded to whole shards ----------------------------
+
+WEBKNOSSOS_SHARD = (4096, 4096, 32)  # x, y, z: the shard the issue's webknossos 4.3 store had
+_WK_VOXEL = (11.24, 11.24, 25.0)  # nanometres per voxel along x, y, z
+_WK_MAGS = ((1, 1, 1), (2, 2, 1), (4, 4, 1))
+
+
+def write_webknossos_layer(folder: Path, shape: tuple[int, int, int] = (192, 160, 40)) -> Written:
+    """A webknossos 4.3 style layer, written with zarr-python (webknossos itself is not
+    installable here): a dataset folder with a ``color`` layer, a Zarr v3 group whose NGFF
+    0.5 ``multiscales`` name its magnifications ``1``, ``2-2-1``, ``4-4-1`` over axes
+    ``c, x, y, z`` (nanometres; scale = voxel size x mag), each a uint8 array of 32³ inner
+    chunks (transpose to F order, bytes, zstd) in shards. As webknossos does, the coarse
+    magnifications are padded to whole shards of 4096 x 4096 x 32: larger than mag 1, the
+    data in their first cells, zeros (the fill value) beyond. Mag 1 is stored unpadded (its
+    own shard divides the data) so the test can read it whole. Expected: one layer, mag 1.
+    """
+    from zarr.codecs import BytesCodec, TransposeCodec, ZstdCodec
+
+    rng = np.random.default_rng(50)
+    data = rng.integers(1, 255, (1, *shape), dtype=np.uint8)
+    dataset = folder / "wk-dataset"
+    layer = dataset / "color"
+    group = zarr.open_group(str(layer), mode="w", zarr_format=3)
+    datasets = []
+    for mag in _WK_MAGS:
+        name = "1" if mag == (1, 1, 1) else "-".join(map(str, mag))
+        level = data[:, :: mag[0], :: mag[1], :: mag[2]]
+        if mag == (1, 1, 1):
+            stored, shard = level.shape, (1, 64, 64, 32)
+        else:
+            shard = (1, *WEBKNOSSOS_SHARD)
+            stored = tuple(-(-n // s) * s for n, s in zip(level.shape, shard, strict=True))
+        array = group.create_array(
+            name,
+            shape=stored,
+            chunks=(1, 32, 32, 32),
+            shards=shard,
+            dtype="uint8",
+            fill_value=0,
+            dimension_names=["c", "x", "y", "z"],
+            filters=[TransposeCodec(order=[3, 2, 1, 0])],
+            serializer=BytesCodec(),
+            compressors=[ZstdCodec(level=5, checksum=True)],
+        )
+        array[tuple(slice(0, n) for n in level.shape)] = level
+        scale = [1.0, *(v * m for v, m in zip(_WK_VOXEL, mag, strict=True))]
+        datasets.append(
+            {"path": name, "coordinateTransformations": [{"type": "scale", "scale": scale}]}
+        )
+    axes = [{"name": "c", "type": "channel"}] + [
+        {"name": a, "type": "space", "unit": "nanometer"} for a in "xyz"
+    ]
+    group.attrs["ome"] = {
+        "version": "0.5",
+        "multiscales": [{"name": "color", "axes": axes, "datasets": datasets}],
+    }
+    properties = {
+        "id": {"name": "wk-dataset"},
+        "scale": {"unit": "nanometer", "factor": _WK_VOXEL},
+    }
+    (dataset / "datasource-properties.json").write_text(json.dumps(properties))
+    return _written(layer, (data[0],))
+
+
 # -- ome-zarr-py: a plate whose wells hold different numbers of fields -------------------
 
 UNEVEN_FIELDS = (2, 5, 1, 1, 4, 6)
@@ -125,6 +199,9 @@ def cases() -> tuple[Case, ...]:
             )
         )
     found.append(Case("zarr-python row", "1 x 1,000,000 uint16", _row))
+    found.append(
+        Case("webknossos layout", "mags 1, 2-2-1, 4-4-1 padded to shards", write_webknossos_layer)
+    )
     found.append(
         Case(
             "ome-zarr-py plate",

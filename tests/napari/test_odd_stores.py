@@ -14,7 +14,7 @@ import pytest
 import zarr
 
 from napari_lazy_zarr._layer_data import loader_of, wait_until_complete
-from tests.conformance.cases_odd import TEXTURE_WARNING
+from tests.conformance.cases_odd import TEXTURE_WARNING, write_webknossos_layer
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -79,3 +79,22 @@ def _shown_level(layer: Any, data: np.ndarray[Any, Any], shapes: list[tuple[int,
     assert shown.any()  # not the fill value
     np.testing.assert_array_equal(shown, expected)
     return level
+
+
+def test_webknossos_levels_padded_to_shards_show_the_data_only(
+    make_napari_viewer: Callable[..., Any], tmp_path: Path
+) -> None:
+    """webknossos pads its coarse magnifications to whole 4096 x 4096 x 32 shards, larger
+    than mag 1: each level is cut to the data's box (its padding is not data napari should
+    choose levels by or read), and every level's pixels equal the writer's, sampled."""
+    written = write_webknossos_layer(tmp_path)
+    (expected,) = written.layers
+    viewer = make_napari_viewer()
+    (layer,) = viewer.open(str(written.path), plugin="napari-lazy-zarr")
+    loader = loader_of(layer)
+    assert loader is not None
+    shapes = [tuple(level.shape) for level in loader.levels]
+    steps = ((1, 1, 1), (2, 2, 1), (4, 4, 1))
+    assert shapes == [expected[::a, ::b, ::c].shape for a, b, c in steps]
+    for level, (a, b, c) in zip(layer.data, steps, strict=True):
+        np.testing.assert_array_equal(np.asarray(level), expected[::a, ::b, ::c])

@@ -1,23 +1,34 @@
-"""An image's levels in world space: transforms napari can draw.
+"""An image's levels in world space: transforms napari can draw, and levels padded past the data.
 
-From the levels' metadata alone; no chunk is read. `drawable_levels`: composed
-OME transforms napari cannot draw (non-positive, absurd or wildly unequal
-scales) are replaced by the identity, with a `TransformWarning` naming the path
-and the value.
+Both come from the levels' metadata and shapes alone; no chunk is read.
+
+- `drawable_levels`: composed OME transforms napari cannot draw (non-positive,
+  absurd or wildly unequal scales) are replaced by the identity, with a
+  `TransformWarning` naming the path and the value.
+- `clip_padded_levels`: a coarser level stored larger than the data (webknossos
+  pads its levels to whole shards, e.g. 4096 x 4096 x 32, so a coarse level can
+  be larger than level 0) is cut to the finest level's box, or left out when none
+  of it lies inside. Uncut, napari reads such a level as if its padding were
+  data: its shape misleads napari's choice of level, and napari's first 3D read
+  of the coarsest level asks for gigabytes (`PlanTooLargeError`).
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
+from napari_lazy_zarr.core.sources.composite import CropSource
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from napari_lazy_zarr.core.formats.ome import LevelSpec
+    from napari_lazy_zarr.core.formats.ome import ImageSpec, LevelSpec
+    from napari_lazy_zarr.core.sources.protocol import ChunkSource
 
-__all__ = ["TransformWarning", "drawable_levels", "transform_problem"]
+__all__ = ["TransformWarning", "clip_padded_levels", "drawable_levels", "transform_problem"]
 
 # Composed OME transforms beyond these are not a place in the world napari can draw (vispy
 # draws in float32: 7 digits, and 3.4e38 at most, which a 2**63-pixel axis at a scale of
@@ -95,3 +106,70 @@ def drawable_levels(levels: tuple[LevelSpec, ...], full: str) -> tuple[LevelSpec
         )
         for level in levels
     )
+
+
+# A level's end may pass the finest level's by rounding (a coarse level of ceil(n / 2)
+# pixels covers one pixel more than n when n is odd): up to one of its own pixels is not
+# padding.
+_PADDING_TOLERANCE: Final = 1
+_FLOAT_SLACK: Final = 1e-9  # of a pixel, so that 100 / 0.1 is 1000, not 1001
+
+
+def clip_padded_levels(spec: ImageSpec, sources: Sequence[ChunkSource]) -> list[ChunkSource]:
+    """`sources` (`spec`'s levels, finest first), each level padded past the data cut to it.
+
+    The data's box is the finest level's, in world coordinates: along each axis
+    from its translation ``t0`` over ``n0`` pixels of scale ``s0``. A level of
+    ``nk`` pixels of scale ``sk`` from ``tk`` needs ``ceil((t0 + n0*s0 - tk) / sk)``
+    pixels to cover it; a level more than one pixel longer is cut to that many
+    (`CropSource`: its first cells, same grid), and a level with no pixel inside
+    the box is left out of the pyramid. Levels within the box are returned as
+    they are.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from napari_lazy_zarr.core.formats.ome import ImageSpec, LevelSpec
+    >>> from napari_lazy_zarr.core.sources.protocol import ArraySource
+    >>> levels = (
+    ...     LevelSpec("1", (300, 200), (1.0, 1.0), (0.0, 0.0)),
+    ...     LevelSpec("2", (4096, 4096), (2.0, 2.0), (0.0, 0.0)),  # padded to a shard
+    ... )
+    >>> spec = ImageSpec(
+    ...     name="wk", kind="image", levels=levels, axis_names=("y", "x"), axis_units=(None, None)
+    ... )
+    >>> sources = [
+    ...     ArraySource(np.zeros(level.shape, "u1"), chunks=(64, 64), name=level.path)
+    ...     for level in levels
+    ... ]
+    >>> [source.shape for source in clip_padded_levels(spec, sources)]
+    [(300, 200), (150, 100)]
+    """
+    if len(sources) != len(spec.levels) or len(sources) < 2:
+        return list(sources)
+    finest = spec.levels[0]
+    ends = [
+        t + n * s for t, n, s in zip(finest.translate, sources[0].shape, finest.scale, strict=True)
+    ]
+    kept: list[ChunkSource] = [sources[0]]
+    for level, source in zip(spec.levels[1:], sources[1:], strict=True):
+        needed = [
+            math.ceil((end - t) / s - _FLOAT_SLACK)
+            for end, t, s in zip(ends, level.translate, level.scale, strict=True)
+        ]
+        shape = tuple(int(n) for n in source.shape)
+        if any(n <= 0 for n in needed):
+            continue  # none of it lies over the data
+        if all(n - want <= _PADDING_TOLERANCE for n, want in zip(shape, needed, strict=True)):
+            kept.append(source)
+            continue
+        kept.append(
+            CropSource(
+                source,
+                tuple(
+                    min(n, want) if n - want > _PADDING_TOLERANCE else n
+                    for n, want in zip(shape, needed, strict=True)
+                ),
+            )
+        )
+    return kept
