@@ -14,10 +14,12 @@ displayed level, **held** = an earlier plane shown while the current one loads
 (ours only), **steps** = share of the t steps napari showed at all (napari drops
 a step while the previous one has not drawn). A 5 ms `QTimer` measures the
 longest main-thread stall and counts stalls over 50 ms. One subprocess per
-(reader, fps, latency), each with a fresh cache. At 10 fps the previous revisions
-(`REVISIONS`: `bench.PREVIOUS`, before issue 24, and the one before the next
-frames were assembled off napari's thread; each package from a temporary
-worktree) play beside ours: the A/B in the same run.
+(reader, fps, latency), each with a fresh cache. At 10 fps the previous revision
+(`REVISIONS`: before issue 46's immutable frames; its package from a temporary
+worktree) plays beside ours, the A/B in the same run, and so does napari's own
+image layer over the same pyramid held in memory: the floor of what a step costs
+here. ``python -m bench.playback --focus [ROUNDS]`` plays only 10 fps at 100 ms,
+the three interleaved, and prints their medians.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 
 from bench import (
     DATA_DIR,
-    PREVIOUS,
     check_package,
     environment_line,
     generated_store,
@@ -48,9 +49,12 @@ if TYPE_CHECKING:
 FRAMES, SIZE, CHUNK, LEVELS = 50, 1024, 256, 3
 READERS = ("napari-lazy-zarr", "napari-ome-zarr", "napari")
 PREVIOUS_FPS = 10
-REVISIONS = (PREVIOUS, "9cf24ae")
-"""The A/B baselines: before issue 24, and before `PreparedPlanes` (the next frames of a
-walk assembled off napari's thread)."""
+REVISIONS = ("7660ee2",)
+"""The A/B baseline: the revision before issue 46 (immutable frames, built off napari's
+thread; the buffer napari held was written by workers before)."""
+MEMORY = "napari in memory (floor)"
+"""napari's own image layer over the same pyramid held in NumPy arrays, played the same
+way: what napari itself costs per step here (paint, texture upload), the floor."""
 HELD_STEPS = 8  # a frame showing one of the 8 planes before the current one is "held"
 
 
@@ -95,9 +99,15 @@ def _worker(spec: dict[str, Any]) -> dict[str, Any]:
     viewer.window.resize(900, 760)
     app = napari.qt.get_qapp()
     watch_viewer(viewer)
-    path = url if reader != "napari" else f"{url}/s0"
-    layers = viewer.open(path, plugin=reader)
-    layer = layers[0]
+    if reader == "memory":
+        t, y, x = np.ogrid[:frames, : spec["size"], : spec["size"]]
+        data = ((x // 3 + y // 5 + 17 * t) % 250 + 1).astype(np.uint8)
+        pyramid = [data[:, :: 2**k, :: 2**k] for k in range(LEVELS)]
+        layer = viewer.add_image(pyramid, multiscale=True, name="memory")
+    else:
+        path = url if reader != "napari" else f"{url}/s0"
+        layers = viewer.open(path, plugin=reader)
+        layer = layers[0]
     layer.contrast_limits = (0, 255)
     viewer.dims.set_current_step(0, 0)
     size = spec["size"]
@@ -256,6 +266,7 @@ def run(quick: bool = False) -> str:
                             (f"napari-lazy-zarr {rev} (previous)", READERS[0], tree)
                             for rev, tree in previous
                         ]
+                        methods.append((MEMORY, "memory", None))
                     for label, plugin, tree in methods:
                         spec = {
                             "reader": label,
@@ -342,5 +353,49 @@ def run(quick: bool = False) -> str:
     return header + body + note + environment_line(["napari", "napari-ome-zarr", "zarr"]) + "\n"
 
 
+def run_focus(rounds: int = 3, fps: int = PREVIOUS_FPS, latency: float = 0.1) -> None:
+    """Print, round after round, the longest main-thread stall of ours, the previous
+    revision and napari's in-memory floor at one setting (issue 46's: 10 fps, 100 ms),
+    the three interleaved; ``python -m bench.playback --focus [ROUNDS]``."""
+    import statistics
+
+    path = ensure_movie(FRAMES, SIZE)
+    stalls: dict[str, list[float]] = {}
+    with contextlib.ExitStack() as stack:
+        previous = [(rev, stack.enter_context(previous_package(rev))) for rev in REVISIONS]
+        with serve(path.parent, latency) as server:
+            url = f"{server.url}/{path.name}"
+            methods: list[tuple[str, str, Path | None]] = [
+                (READERS[0], READERS[0], None),
+                *((f"napari-lazy-zarr {rev} (previous)", READERS[0], t) for rev, t in previous),
+                (MEMORY, "memory", None),
+            ]
+            for round_ in range(rounds):
+                for label, plugin, tree in methods if round_ % 2 == 0 else methods[::-1]:
+                    spec = {
+                        "reader": label,
+                        "plugin": plugin,
+                        "url": url,
+                        "fps": fps,
+                        "latency": latency,
+                        "frames": FRAMES,
+                        "size": SIZE,
+                    }
+                    result = _run_worker(spec, tree)
+                    print(f"[playback] {json.dumps(result)[:400]}", flush=True)
+                    if "error" not in result:
+                        stalls.setdefault(label, []).append(result["max_stall_ms"])
+    floor = statistics.median(stalls.get(MEMORY, [float("nan")]))
+    for label, values in stalls.items():
+        median = statistics.median(values)
+        print(
+            f"{label}: longest stall median {median:.0f} ms over {len(values)} rounds "
+            f"({', '.join(f'{v:.0f}' for v in values)}), {median / floor:.2f}x the floor"
+        )
+
+
 if __name__ == "__main__":
-    print(json.dumps(_worker(json.loads(sys.argv[1]))), flush=True)
+    if sys.argv[1:2] == ["--focus"]:
+        run_focus(int(sys.argv[2]) if len(sys.argv) > 2 else 3)
+    else:
+        print(json.dumps(_worker(json.loads(sys.argv[1]))), flush=True)

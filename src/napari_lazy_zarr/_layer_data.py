@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 import time
 import weakref
 from collections import Counter, OrderedDict, deque
@@ -46,6 +47,7 @@ from napari_lazy_zarr._napari_compat import (
     display_read,
     displayed_ndim,
     set_loading_indicator,
+    shows_nothing,
 )
 from napari_lazy_zarr.core.settings import Settings, current_settings
 from napari_lazy_zarr.core.viewport import level_chunks, volume_level, volume_steps
@@ -118,6 +120,8 @@ class LayerLevel:
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray[Any, Any]:
         kind = display_read(sys._getframe(1), self, self.loader.layer)
         if kind is not None:  # napari's display: a frame, at once
+            if self.loader.layer is None:
+                _watch_for_layer()
             data = self.loader.controller.read(self.level, self.array, kind=kind)
         else:  # anyone else: the stored pixels, or the error
             data = self.array.result()
@@ -125,6 +129,16 @@ class LayerLevel:
 
     def __repr__(self) -> str:
         return f"LayerLevel(level={self.level}, shape={self.shape}, dtype={self.dtype})"
+
+
+def _watch_for_layer() -> None:
+    """napari's display reads a level no loader is attached to a layer for (data added with
+    ``viewer.add_image``, or a viewer the reader never saw): watch the current viewer, so
+    the layer is attached when inserted (or now, if it is) and refreshed as chunks land."""
+    if threading.current_thread() is threading.main_thread():
+        from napari_lazy_zarr._reader import watch_current_viewer
+
+        watch_current_viewer()
 
 
 class LayerLoader:
@@ -300,7 +314,11 @@ class LayerLoader:
             self._throttle.setTimeout(max(_REFRESH_MS, timeout))
 
     def _on_slice_applied(self, event: Any = None) -> None:
-        self.controller.slice_applied()
+        layer = self.layer
+        if layer is not None and shows_nothing(layer):
+            self.controller.nothing_shown()  # the slice lies outside the layer
+        else:
+            self.controller.slice_applied()
         # napari's layer-list loading indicator (after napari's own bookkeeping).
         set_loading_indicator(self.layer, self.controller.complete)
         layer = self.layer
@@ -584,10 +602,15 @@ def wait_until_complete(viewer: Any, timeout: float = 60.0) -> bool:
 
 
 def _run_until_settled(controllers: Sequence[ViewController], timeout: float) -> None:
-    """Run a Qt event loop until `controllers` have all settled, or `timeout` seconds pass."""
-    import threading
+    """Run a Qt event loop until `controllers` have all settled, or `timeout` seconds pass.
 
+    A worker of the process's pool sleeps in each controller's `wait_until_settled` and
+    quits the loop (queued: on the loop's own thread) once all have settled, or at the
+    deadline; the loop also ends at the deadline on its own.
+    """
     from qtpy.QtCore import QEventLoop, QMetaObject, Qt, QTimer
+
+    from napari_lazy_zarr.core.executors import worker_pool
 
     loop = QEventLoop()
     deadline = time.monotonic() + timeout
@@ -596,18 +619,15 @@ def _run_until_settled(controllers: Sequence[ViewController], timeout: float) ->
         for controller in controllers:
             if not controller.wait_until_settled(max(0.0, deadline - time.monotonic())):
                 break
-        # Queued: the loop quits on its own (the main) thread, once it runs.
         QMetaObject.invokeMethod(loop, "quit", Qt.ConnectionType.QueuedConnection)
 
     timer = QTimer()
     timer.setSingleShot(True)
     timer.timeout.connect(loop.quit)
     timer.start(max(1, math.ceil(timeout * 1000)))
-    waiter = threading.Thread(target=wait, name="lazy-zarr-wait-until-complete", daemon=True)
-    waiter.start()
+    worker_pool().run(wait, name="lazy-zarr-wait-until-complete")
     loop.exec()
     timer.stop()
-    waiter.join(timeout=5.0)  # it waits until the same deadline at most
 
 
 def loader_of(layer: Layer) -> LayerLoader | None:

@@ -15,7 +15,13 @@ if TYPE_CHECKING:
 
     from napari_lazy_zarr.core.viewport import ViewKind
 
-__all__ = ["clear_thumbnail_copy", "display_read", "displayed_ndim", "set_loading_indicator"]
+__all__ = [
+    "clear_thumbnail_copy",
+    "display_read",
+    "displayed_ndim",
+    "set_loading_indicator",
+    "shows_nothing",
+]
 
 
 def displayed_ndim(layer: Any) -> int:
@@ -33,6 +39,13 @@ def clear_thumbnail_copy(layer: Any) -> None:
     materialized = getattr(layer, "_level_materializer", None)
     if materialized is not None and hasattr(materialized, "cache_clear"):
         materialized.cache_clear()
+
+
+def shows_nothing(layer: Any) -> bool:
+    """Whether napari's latest slice of `layer` is empty: `layer._slice.empty`, set when
+    the slice lies outside the layer (a 1-plane image while the viewer sits at z=2 of a
+    stack), in which case napari read none of the layer's data for it."""
+    return bool(getattr(getattr(layer, "_slice", None), "empty", False))
 
 
 def set_loading_indicator(layer: Any, loaded: bool) -> None:

@@ -36,9 +36,11 @@ from napari_lazy_zarr.core import ChunkCache
 from napari_lazy_zarr.core.cache import default_concurrency
 from napari_lazy_zarr.core.errors import (
     LazyZarrError,
+    MetadataError,
     UnsupportedDataError,
     UnsupportedDtypeError,
 )
+from napari_lazy_zarr.core.formats.levels import clip_padded_levels
 from napari_lazy_zarr.core.formats.ome import (
     ImageSpec,
     PlateStoreError,
@@ -258,10 +260,10 @@ def read_zarr(
     location = _single(path)
     cache = shared_cache(remote=is_remote(location))
     try:
-        specs = describe_store(location, coordinate_system=coordinate_system)
+        specs = _described(location, coordinate_system)
     except PlateStoreError as plate_store:
         plate = _plate_layers(location, cache, plate_store)
-        _watch_current_viewer()
+        watch_current_viewer()
         return plate
     # napari shows images of two dimensions or more: a 1-D array beside them (the coordinate
     # array kerchunk's MultiZarrToZarr writes, a table) is not a layer.
@@ -284,7 +286,7 @@ def read_zarr(
     for skipped in refused:  # napari shows a warning as a notification
         warnings.warn(f"not shown: {skipped}", UserWarning, stacklevel=2)
     _name_apart(made)
-    _watch_current_viewer()
+    watch_current_viewer()
     return [layer for _, layer in made]
 
 
@@ -308,6 +310,20 @@ def _name_apart(made: list[tuple[ImageSpec, LayerDataTuple]]) -> None:
         group = posixpath.dirname(spec.levels[0].path)
         if kwargs["name"] in twice and group:
             kwargs["name"] = f"{kwargs['name']} ({group})"
+
+
+def _described(
+    location: str, coordinate_system: str | tuple[str, str] | None
+) -> tuple[ImageSpec, ...]:
+    """`describe_store`, any arithmetic or recursion failure left in reading its metadata
+    (a number past a float's range, nesting past the stack) a `MetadataError` naming
+    the store: never a raw exception out of napari's reader."""
+    try:
+        return describe_store(location, coordinate_system=coordinate_system)
+    except (ArithmeticError, RecursionError) as error:
+        raise MetadataError(
+            f"{location}: its metadata cannot be read: {type(error).__name__}: {error}"
+        ) from error
 
 
 def _plate_layers(
@@ -339,10 +355,13 @@ def layer_data(
     """The layer data tuples of one image (one per channel if it has a channel axis).
 
     `sources` are the levels' chunk sources when the caller opened them (a
-    plate's mosaic); by default `open_level_sources` opens `spec`'s.
+    plate's mosaic); by default `open_level_sources` opens `spec`'s, and a level
+    padded past the finest level's box is cut to it (`clip_padded_levels`).
     """
     if sources is None:
-        sources = _warped(open_level_sources(location, spec), spec)
+        # Levels stored padded past the data (webknossos' shards) cut to it: napari would
+        # take the padding for data, and read gigabytes of it in 3D.
+        sources = _warped(clip_padded_levels(spec, open_level_sources(location, spec)), spec)
     if sources[0].dtype.kind == "c":  # open_array reads it; napari cannot display it
         path = spec.levels[0].path
         raise dtype_refusal(
@@ -671,8 +690,9 @@ def _label_colormap(colors: tuple[tuple[int, tuple[int, int, int, int]], ...]) -
 _watched_viewers: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-def _watch_current_viewer() -> None:
-    """Attach loaders to the layers napari creates from our data in the current viewer."""
+def watch_current_viewer() -> None:
+    """Attach loaders to the layers napari creates from our data in the current viewer
+    (main thread; nothing without napari or a viewer)."""
     try:
         import napari
     except ImportError:  # pragma: no cover - the reader runs inside napari

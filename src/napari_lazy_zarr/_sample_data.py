@@ -55,20 +55,11 @@ def sample_layers(size: int = SAMPLE_SIZE) -> list[LayerDataTuple]:
 
 def sample_pyramid() -> list[LayerDataTuple]:
     """The npe2 sample-data command: the 32768² pyramid, shown at once (`sample_layers`)."""
+    from napari_lazy_zarr._reader import watch_current_viewer
+
     layers = sample_layers(SAMPLE_SIZE)
-    _watch_current_viewer()
+    watch_current_viewer()
     return layers
-
-
-def _watch_current_viewer() -> None:
-    """Refresh the layers napari makes of the data as chunks land (as the reader does)."""
-    import napari
-
-    from napari_lazy_zarr._reader import watch_viewer
-
-    viewer = napari.current_viewer()
-    if viewer is not None:
-        watch_viewer(viewer)
 
 
 def write_sample(

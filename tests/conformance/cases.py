@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import zarr
 
-from tests.conformance import cases_files
+from tests.conformance import cases_files, cases_odd
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
     from pathlib import Path
 
 __all__ = ["CASES", "GROUPS", "Case", "Written", "cases_of"]
@@ -332,11 +332,16 @@ def write_plate(
     *,
     name: str = "plate.ome.zarr",
     field_prefix: str = "",
+    per_well: Sequence[int] | None = None,
 ) -> Written:
     """An NGFF 0.4 plate by ome-zarr-py (`write_plate_metadata`, `write_well_metadata`,
     `write_image` per field: 3 levels), every well present; expected: one mosaic per
     channel, wells by row and column, a well's fields side by side. Fields are named
-    ``f"{field_prefix}{index}"`` (writers name them ``"0"``, ``"1"``...)."""
+    ``f"{field_prefix}{index}"`` (writers name them ``"0"``, ``"1"``...).
+
+    `fields` is the plate's ``field_count`` and each well's field slots in the mosaic;
+    `per_well`, when given, the number of fields each well holds (row by row), a slot
+    past a well's last field expected as the fill value (0)."""
     from ome_zarr.format import FormatV04
     from ome_zarr.writer import write_image, write_plate_metadata, write_well_metadata
     from ome_zarr_models.common.omero import Omero
@@ -354,9 +359,10 @@ def write_plate(
     for r, row in enumerate(row_names):
         for c, column in enumerate(column_names):
             well = root.require_group(row).require_group(column)
-            paths = [f"{field_prefix}{f}" for f in range(fields)]
+            count = fields if per_well is None else per_well[r * columns + c]
+            paths = [f"{field_prefix}{f}" for f in range(count)]
             write_well_metadata(well, [{"path": p} for p in paths], fmt=fmt)
-            for f in range(fields):
+            for f in range(count):
                 data = _random(PLATE_FIELD, np.uint16, seed=(r * columns + c) * fields + f)
                 write_image(
                     data,
@@ -473,7 +479,13 @@ def _with_labs() -> tuple[Case, ...]:
     # Imported here: they import Case and Written from this module.
     from tests.conformance import cases_labs, cases_ome_versions
 
-    return _build() + cases_labs.build() + cases_files.cases() + cases_ome_versions.build()
+    return (
+        _build()
+        + cases_labs.build()
+        + cases_files.cases()
+        + cases_odd.cases()
+        + cases_ome_versions.build()
+    )
 
 
 CASES: tuple[Case, ...] = _with_labs()

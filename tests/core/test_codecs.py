@@ -242,3 +242,79 @@ def test_an_imagecodecs_stream_that_expands_too_far_is_refused_bounded(
     np.testing.assert_array_equal(
         ChunkedArray(source, threaded_cache)[32:64, 0:64].result(timeout=30), expected[32:64]
     )
+
+
+# -- stream codecs outside zarr's own: bounded, or refused at open (issue 50) ------------
+
+
+@pytest.mark.parametrize(
+    ("zarr_format", "codec"),
+    [
+        (2, {"id": "imagecodecs_zlibng"}),
+        (2, {"id": "imagecodecs_blosc2"}),
+        (3, {"name": "imagecodecs_lzfse", "configuration": {}}),
+        (3, {"name": "numcodecs.zlib", "configuration": {"level": 5}}),  # no synchronous form
+    ],
+)
+def test_stream_codecs_without_zarrs_bounds_read_back_bounded(
+    tmp_path: Path, zarr_format: int, codec: dict[str, Any]
+) -> None:
+    """Written by zarr-python with the codec's own encoder; read back exactly, and the
+    same codec's 64 MiB stream in that 8 KiB chunk fails the chunk without expanding."""
+    import numcodecs
+    import zarr
+    from imagecodecs.numcodecs import register_codecs
+    from zarr.registry import get_codec_class
+
+    from napari_lazy_zarr.core import open_array
+    from napari_lazy_zarr.core.errors import ChunkReadError
+    from napari_lazy_zarr.core.sources.codecs import register_installed_codecs
+
+    register_installed_codecs()
+    register_codecs(verbose=False)
+    name = codec.get("id") or codec["name"]
+    data = np.arange(64 * 64, dtype=np.uint16).reshape(64, 64)
+    path = tmp_path / "a.zarr"
+    if zarr_format == 2:
+        compressor: Any = numcodecs.get_codec(codec)
+    else:
+        compressor = get_codec_class(name)(**codec["configuration"])
+    array = zarr.create_array(
+        str(path), shape=(64, 64), chunks=(64, 64), dtype="u2", compressors=[compressor],
+        zarr_format=zarr_format, fill_value=0,  # type: ignore[arg-type]
+    )  # fmt: skip
+    array[...] = data
+    cache = ChunkCache(1 << 24)
+    try:
+        np.testing.assert_array_equal(open_array(str(path), cache=cache).result(timeout=30), data)
+        stream_id = name.removeprefix("numcodecs.")
+        bomb = bytes(numcodecs.get_codec({"id": stream_id}).encode(bytes(64 << 20)))
+        key = "0.0" if zarr_format == 2 else "c/0/0"
+        (path / key).write_bytes(bomb)
+        with pytest.raises(ChunkReadError, match=r"expands beyond|does not decode within"):
+            open_array(str(path), cache=cache).result(timeout=30)
+    finally:
+        cache.close()
+
+
+def test_a_stream_codec_nothing_bounds_is_refused_at_open(tmp_path: Path) -> None:
+    """zlib placed before a checksum the bounded decode does not know: zarr would decode it
+    alone, unbounded; refused at open, naming the codec."""
+    import zarr
+    from zarr.registry import get_codec_class
+
+    from napari_lazy_zarr.core import open_array
+    from napari_lazy_zarr.core.errors import UnsupportedDataError
+
+    path = tmp_path / "a.zarr"
+    compressors = [
+        get_codec_class("numcodecs.zlib")(level=5),
+        get_codec_class("numcodecs.adler32")(),
+    ]
+    zarr.create_array(str(path), shape=(8, 8), dtype="u2", compressors=compressors)
+    cache = ChunkCache(1 << 20)
+    try:
+        with pytest.raises(UnsupportedDataError, match=r"codec 'numcodecs.zlib' could decompress"):
+            open_array(str(path), cache=cache)
+    finally:
+        cache.close()

@@ -46,6 +46,7 @@ from napari_lazy_zarr.core.sources.composite import (
     CastSource,
     ConcatSource,
     ConstantSource,
+    CropSource,
     FunctionSource,
     StackSource,
 )
@@ -106,6 +107,13 @@ def _composites() -> dict[str, tuple[ChunkSource, np.ndarray[Any, Any]]]:
     )
     cast = CastSource(ArraySource(data.astype("u2"), chunks=(4, 2, 3), name="u2"), "float32")
     manifest = _packed_manifest(data, (3, 2, 3))
+    # A level stored padded past its data (webknossos' whole shards): the padding never shows.
+    crop = CropSource(
+        ArraySource(
+            np.pad(data, ((0, 5), (0, 1), (0, 6)), constant_values=_PAD), chunks=(3, 2, 4)
+        ),
+        data.shape,
+    )
     nested = ConcatSource(
         [
             StackSource(
@@ -131,6 +139,7 @@ def _composites() -> dict[str, tuple[ChunkSource, np.ndarray[Any, Any]]]:
         "padded": (padded, model_padded),
         "stack": (stack, data),
         "cast": (cast, data.astype("float32")),
+        "crop": (crop, data),
         "manifest": (manifest, data),
         "nested": (nested, data),
     }

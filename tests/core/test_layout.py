@@ -256,7 +256,11 @@ def test_plain_group_skips_arrays_that_are_not_images(tmp_path: Path) -> None:
     group = zarr.create_group(str(path))
     group.create_array("names", shape=(3,), dtype=str)
     group.create_array("image", shape=(4, 4), dtype="u1")
-    assert [i.name for i in describe_store(path)] == ["image"]
+    # The strings beside the image: one note naming them, the image shown (issue 50).
+    with pytest.warns(
+        MetadataWarning, match=r"table\.zarr/names: dtype .* strings are not pixels"
+    ):
+        assert [i.name for i in describe_store(path)] == ["image"]
     del group["image"]
     with pytest.raises(UnsupportedDataError, match=r"table\.zarr/names: dtype .* cannot be"):
         describe_store(path)
@@ -266,9 +270,12 @@ def test_plain_group_skips_arrays_that_are_not_images(tmp_path: Path) -> None:
 def test_group_without_arrays(tmp_path: Path, zarr_format: ZarrFormat) -> None:
     path = tmp_path / "hollow.zarr"
     group = zarr.create_group(str(path), zarr_format=zarr_format)
-    group.create_group("sub").create_array("deep", shape=(2, 2), dtype="u1")
+    group.create_group("sub").create_group("empty")
     with pytest.raises(NotAZarrStoreError, match=r"hollow\.zarr: zarr group with no arrays"):
         describe_store(path)
+    # An array below plain subgroups is found (dask's to_zarr(component="sub/deep")).
+    group["sub"].create_array("deep", shape=(2, 2), dtype="u1")
+    assert [(i.name, i.levels[0].path) for i in describe_store(path)] == [("sub/deep", "sub/deep")]
 
 
 # -- OME-Zarr -----------------------------------------------------------------

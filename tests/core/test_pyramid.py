@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 from collections import Counter
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,11 @@ from napari_lazy_zarr.core import (
 )
 from napari_lazy_zarr.core.cache import LoadClass
 from napari_lazy_zarr.core.keys import grid_shape
-from napari_lazy_zarr.core.sources.decimated import DecimatedSource, virtual_levels
+from napari_lazy_zarr.core.sources.decimated import (
+    MIN_LEVEL_EXTENT,
+    DecimatedSource,
+    virtual_levels,
+)
 from napari_lazy_zarr.core.sources.protocol import ChunkSource, is_derived
 from napari_lazy_zarr.core.testing import FaultySource
 
@@ -50,9 +55,26 @@ class CountingSource(ArraySource):
         return super().read_chunk(coords)
 
 
-def decimated(data: np.ndarray[Any, Any], factor: int, axes: Sequence[int]) -> Any:
-    """The NumPy oracle: `data` sampled every `factor` cells along `axes`."""
-    return data[tuple(slice(None, None, factor if a in axes else 1) for a in range(data.ndim))]
+def decimated(data: np.ndarray[Any, Any], factor: int | Sequence[int], axes: Sequence[int]) -> Any:
+    """The NumPy oracle: `data` sampled every `factor` cells along `axes` (one factor for
+    all, or one per axis)."""
+    steps = dict(
+        zip(axes, [factor] * len(axes) if isinstance(factor, int) else factor, strict=True)
+    )
+    return data[tuple(slice(None, None, steps.get(a, 1)) for a in range(data.ndim))]
+
+
+def level_factors(shape: Sequence[int], axes: Sequence[int], k: int) -> list[int]:
+    """Level `k`'s factor along each of `axes`, by the rule: every level halves each axis
+    that stays at least 2 pixels long (`MIN_LEVEL_EXTENT`)."""
+    factors = []
+    for axis in axes:
+        factor = 1
+        for _ in range(k):
+            if math.ceil(shape[axis] / (2 * factor)) >= MIN_LEVEL_EXTENT:
+                factor *= 2
+        factors.append(factor)
+    return factors
 
 
 def all_refs(source: ChunkSource) -> list[ChunkRef]:
@@ -152,7 +174,7 @@ def test_virtual_level_pixels_equal_the_sampled_base(
     with ChunkCache(1 << 20, executor=InlineExecutor()) as cache:
         # Coarsest first: its chunks are built from every finer level.
         for k, level in reversed(list(enumerate(levels))):
-            expected = decimated(data, 2**k, axes)
+            expected = decimated(data, level_factors(data.shape, axes, k), axes)
             array = ChunkedArray(level, cache)
             np.testing.assert_array_equal(array.result(timeout=TIMEOUT), expected)
             if k:
@@ -176,7 +198,8 @@ def test_virtual_level_pixels_through_non_blocking_reads_on_threads(
             assert not partial.request.failed()
             again = ChunkedArray(level, cache).read_nonblocking()
             assert again.complete
-            np.testing.assert_array_equal(again.data, decimated(data, 2**k, axes))
+            expected = decimated(data, level_factors(data.shape, axes, k), axes)
+            np.testing.assert_array_equal(again.data, expected)
 
 
 def test_a_cache_that_keeps_nothing_still_builds_every_level() -> None:

@@ -1726,3 +1726,26 @@ def test_a_plane_sliced_to_one_cell_is_a_plane_as_napari_reads_it() -> None:
     finally:
         controller.close()
         controller.cache.close()
+
+
+def test_a_viewer_showing_none_of_the_layer_leaves_nothing_to_wait_for() -> None:
+    """napari slices a layer whose extent its point lies outside (a 1-plane image while the
+    viewer sits at z=2 of a stack) without reading it: `nothing_shown` leaves the layer
+    complete and settled, with no view pinning its chunks (issue 50: the documented wait
+    never completed)."""
+    controller, _, _ = _one_level()
+    try:
+        view = controller.arrays[0][0:8, 0:8]
+        controller.read(0, view)
+        controller.slice_applied()
+        assert not controller.complete  # its chunks are queued, not loaded
+        controller.nothing_shown()  # the next slice lies outside the layer
+        assert controller.complete
+        assert controller.settled
+        assert controller.latest is None
+        key = ChunkRef.of(controller.sources[0], (0, 0)).key
+        assert not controller.cache.is_pinned(key)
+        np.testing.assert_array_equal(_show(controller, 0, view), np.full((8, 8), FILL))
+    finally:
+        controller.close()
+        controller.cache.close()

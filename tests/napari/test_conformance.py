@@ -23,6 +23,7 @@ from napari_lazy_zarr._reader import napari_get_reader
 from napari_lazy_zarr.core.errors import MetadataWarning
 from tests.conformance.cases import GROUPS, cases_of
 from tests.conformance.cases_labs import SPATIALDATA_WARNINGS
+from tests.conformance.cases_odd import NOT_IMAGES_WARNING, TEXTURE_WARNING
 from tests.conformance.cases_ome_versions import LegacyWriterUnavailable
 from tests.conformance.check import open_case, structure_differences
 
@@ -37,7 +38,14 @@ KNOWN_FAILURES: dict[str, str] = {}
 
 # Warnings this plugin gives by design for a writer's stores (MetadataWarning messages, as
 # regular expressions; docs/user-guide.md says why). Any other warning fails the case.
-EXPECTED_WARNINGS: dict[str, str] = {"spatialdata": SPATIALDATA_WARNINGS}
+EXPECTED_WARNINGS: dict[str, str] = {
+    "spatialdata": SPATIALDATA_WARNINGS,
+    "zarr-python + strings": NOT_IMAGES_WARNING,
+}
+
+# napari's own warnings for a writer's stores (regular expressions), as its built-in reader
+# gives them too.
+NAPARI_WARNINGS: dict[str, str] = {"zarr-python row": TEXTURE_WARNING}
 
 # Lab writers whose stores this plugin shows as napari-ome-zarr does (layer by layer). Not
 # ngff-zarr (napari-ome-zarr drops its translations; unlabelled channels are named apart) nor
@@ -102,6 +110,8 @@ def test_conformance_corpus(
         with warnings.catch_warnings():
             if group in EXPECTED_WARNINGS:
                 warnings.filterwarnings("ignore", EXPECTED_WARNINGS[group], MetadataWarning)
+            if group in NAPARI_WARNINGS:
+                warnings.filterwarnings("ignore", NAPARI_WARNINGS[group], UserWarning)
             ours = open_case(viewer, written, "napari-lazy-zarr", qtbot.waitUntil)
         if not ours.ok:
             failures[case.id] = ours.error or "; ".join(ours.problems)

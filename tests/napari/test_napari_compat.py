@@ -12,6 +12,7 @@ from napari_lazy_zarr._napari_compat import (
     display_read,
     displayed_ndim,
     set_loading_indicator,
+    shows_nothing,
 )
 
 if TYPE_CHECKING:
@@ -121,3 +122,15 @@ def test_slicing_state_sets_the_loading_indicator(make_napari_viewer: Callable[.
     assert layer.loaded is False
     set_loading_indicator(layer, True)
     assert layer.loaded is True
+
+
+def test_a_slice_outside_the_layer_is_empty(make_napari_viewer: Callable[..., Any]) -> None:
+    """`shows_nothing`: napari's slice of a 1-plane layer while the viewer sits at z=2 of a
+    5-plane stack is its empty response (`layer._slice.empty`); back at z=0 it is not."""
+    viewer = make_napari_viewer()
+    viewer.add_image(np.zeros((5, 8, 8), dtype=np.uint8))
+    plane = viewer.add_image(np.ones((1, 8, 8), dtype=np.uint8))
+    viewer.dims.set_current_step(0, 2)
+    assert shows_nothing(plane)
+    viewer.dims.set_current_step(0, 0)
+    assert not shows_nothing(plane)

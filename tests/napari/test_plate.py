@@ -9,6 +9,7 @@ test counts requests (never asserts wall-clock times) and prints what it took.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,9 @@ from napari_lazy_zarr._layer_data import loader_of
 from napari_lazy_zarr._reader import read_zarr, watch_viewer
 from napari_lazy_zarr.core.formats.plate import describe_plate, plate_level_sources
 from napari_lazy_zarr.core.sources.zarr import open_zarr_source
-from tests.conformance.cases import write_plate
+from napari_lazy_zarr.core.states import ChunkState
+from tests.conformance.cases import PLATE_FIELD, write_plate
+from tests.conformance.cases_odd import UNEVEN_FIELDS
 from tests.remote.server import FaultyServer
 
 if TYPE_CHECKING:
@@ -166,3 +169,106 @@ def test_plate_mosaic_matches_the_writer_and_fails_a_different_field_clearly(
             mosaic[0, 64:, 5 * 64 :].result()
     finally:
         cache.close()
+
+
+def test_each_wells_field_list_is_read_once_by_the_first_read_of_its_slots(
+    tmp_path: Path,
+) -> None:
+    """Opening reads the first well only; another well's own field list (one document) is
+    read by the first read of one of its slots, once for every level and slot."""
+    from napari_lazy_zarr.core import ChunkCache
+    from napari_lazy_zarr.core.executors import InlineExecutor
+    from napari_lazy_zarr.core.formats.ome import open_level_sources
+    from napari_lazy_zarr.core.formats.plate import field_opener, well_reader
+    from napari_lazy_zarr.core.reading.array import ChunkedArray
+
+    columns, slots = 3, max(UNEVEN_FIELDS)
+    written = write_plate(tmp_path, 2, columns, slots, per_well=UNEVEN_FIELDS)
+    layout = describe_plate(written.path)
+    assert (layout.fields, layout.slots) == (("0", "1"), slots)
+    template = open_level_sources(f"{layout.location}/{layout.template_path}", layout.template)
+    read = well_reader(layout)
+    wells_read: list[str] = []
+
+    def recorded(path: str) -> tuple[str, ...]:
+        wells_read.append(path)
+        return read(path)
+
+    levels = plate_level_sources(layout, template, field_opener(layout), recorded)
+    assert wells_read == []  # nothing of the other wells until a read needs it
+    _, height, width = PLATE_FIELD
+    expected = np.stack(written.layers)  # (channel, y, x), as ome-zarr-py wrote the fields
+    cache = ChunkCache(1 << 26, executor=InlineExecutor())
+    try:
+        mosaic = ChunkedArray(levels[0], cache)
+        # Well A/2: slots 0-5 of the second column of wells.
+        well = (slice(None), slice(0, height), slice(slots * width, 2 * slots * width))
+        np.testing.assert_array_equal(mosaic[well].result(), expected[well])
+        assert wells_read == ["A/2"]
+        np.testing.assert_array_equal(mosaic[...].result(), expected)
+        ChunkedArray(levels[1], cache)[...].result()
+        assert sorted(wells_read) == ["A/2", "A/3", "B/1", "B/2", "B/3"]  # each once
+    finally:
+        cache.close()
+
+
+def test_a_plate_field_count_past_what_a_mosaic_holds_is_cut_with_a_warning(
+    tmp_path: Path,
+) -> None:
+    from napari_lazy_zarr.core.errors import MetadataWarning
+    from napari_lazy_zarr.core.formats.plate import MAX_MOSAIC_FIELDS
+
+    written = write_plate(tmp_path, 2, 3, 2)
+    attributes = json.loads((written.path / ".zattrs").read_text())
+    attributes["plate"]["field_count"] = 10**9  # a hostile or broken plate
+    (written.path / ".zattrs").write_text(json.dumps(attributes))
+    with pytest.warns(MetadataWarning, match=r"1,000,000,000 fields a well .* 6 wells"):
+        layout = describe_plate(written.path)
+    assert layout.slots == MAX_MOSAIC_FIELDS // 6
+    attributes["plate"]["field_count"] = "6"  # not an integer: the first well's count
+    (written.path / ".zattrs").write_text(json.dumps(attributes))
+    assert describe_plate(written.path).slots == 2
+
+
+def test_a_plate_of_uneven_wells_shows_every_field_and_the_fill_value_for_empty_slots(
+    make_napari_viewer: Callable[..., Any], qtbot: QtBot, tmp_path: Path, notices: list[str]
+) -> None:
+    """Issue 50: wells of 2, 5, 1, 1, 4 and 6 fields (field_count 6). Laid out by the first
+    well, 20 of the 38 field planes showed and the wells of one field warned "failed to
+    load ... no such file or directory"; laid out by field_count, every field shows, each
+    well's empty slots are the fill value, and nothing is reported as failed."""
+    rows, columns, slots = 2, 3, max(UNEVEN_FIELDS)
+    written = write_plate(tmp_path, rows, columns, slots, per_well=UNEVEN_FIELDS)
+    viewer = make_napari_viewer(show=True)
+    layers = viewer.open(str(written.path), plugin="napari-lazy-zarr")
+    loaders = [loader_of(layer) for layer in layers]
+    for layer in layers:
+        layer.visible = True
+        layer.locked_data_level = 0  # napari shows the whole mosaic at full resolution
+    viewer.reset_view()
+    viewer.window._qt_viewer.canvas.on_draw(None)
+    qtbot.waitUntil(lambda: all(lo is not None and lo.settled for lo in loaders), timeout=30_000)
+    _, height, width = PLATE_FIELD
+    shown = placeholders = 0
+    for channel, layer in enumerate(layers):
+        displayed = np.asarray(layer._slice.image.raw)
+        assert displayed.shape == written.layers[channel].shape
+        for well, count in enumerate(UNEVEN_FIELDS):
+            row, column = divmod(well, columns)
+            for slot in range(slots):
+                x = (column * slots + slot) * width
+                tile = (slice(row * height, (row + 1) * height), slice(x, x + width))
+                if slot < count:  # the well's own field, as ome-zarr-py wrote it
+                    np.testing.assert_array_equal(displayed[tile], written.layers[channel][tile])
+                    assert displayed[tile].any()
+                    shown += 1
+                else:  # no such field: the fill value, shown as such
+                    assert not displayed[tile].any()
+                    placeholders += 1
+    assert (shown, placeholders) == (2 * sum(UNEVEN_FIELDS), 2 * (6 * slots - 19))
+    assert shown == 38
+    for loader in loaders:
+        assert loader is not None
+        assert ChunkState.FAILED not in set(loader.controller.cache.states().values())
+        loader.flush_failures()
+    assert [m for m in notices if m.startswith("napari-lazy-zarr")] == []

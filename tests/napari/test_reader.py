@@ -64,16 +64,21 @@ def test_single_array_becomes_a_virtual_pyramid(
     assert low < high
 
 
-def test_nonblocking_levels_never_wait(tmp_path: Path) -> None:
+def test_the_display_never_waits_and_its_frames_never_change(tmp_path: Path) -> None:
+    """napari's display door (the controller's read) answers at once from what is resident;
+    the frame it answered never changes as chunks land; a later read has them."""
+    from tests.viewing import read_settled
+
     data = _plain(tmp_path, "plain.zarr", 3)
     ((levels, _, _),) = read_zarr(str(tmp_path / "plain.zarr"))
-    levels[0].array.cache.evict_unpinned()  # forget the contrast sample: start cold
+    controller = levels[0].loader.controller
     region = (slice(1000, 1200), slice(1000, 1200))
     view = levels[0][region]
     # The contrast sample read chunks spread over level 0: start from a cold cache.
+    view.array.result(timeout=30)
     view.array.cache.evict_unpinned()
-    shown = np.asarray(view)  # what napari does: returns at once
-    first = shown.copy()  # the array napari holds keeps filling in as chunks land
+    shown = controller.read(0, view.array, kind="view")  # what napari does: returns at once
+    first = shown.copy()
     # Each pixel is the data, the fill value, or resident coarser data (upsampled).
     allowed = [data[region], np.zeros((200, 200), data.dtype)]
     for level in levels[1:]:
@@ -83,12 +88,10 @@ def test_nonblocking_levels_never_wait(tmp_path: Path) -> None:
         allowed.append(coarse[np.ix_(index, index)])
     assert np.logical_or.reduce([first == a for a in allowed]).all()
     assert not np.array_equal(first, data[region])  # the fine chunks were not resident yet
-    view.array.result(timeout=30)  # wait for the chunks the first call queued
-    np.testing.assert_array_equal(np.asarray(view), data[region])
-    wait = view.array.cache.request(view.array.chunk_refs())
-    wait.done.result(timeout=30)
-    wait.release()
-    np.testing.assert_array_equal(shown, data[region])  # filled in place, without a read
+    np.testing.assert_array_equal(read_settled(controller, 0, view.array), data[region])
+    np.testing.assert_array_equal(shown, first)  # the frame answered first never changed
+    np.testing.assert_array_equal(np.asarray(view), data[region])  # the exact door
+    controller.close()
 
 
 def test_plain_group_gives_a_layer_per_array(tmp_path: Path) -> None:
@@ -491,13 +494,14 @@ def test_colours_and_contrast_agree_with_napari_ome_zarr(
 def test_a_labels_read_never_changes_under_napari_as_chunks_land(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """napari's labels colouring reads each cell twice (numba's direct colormap), so the
-    array a labels layer answers with must not be the buffer the workers fill in place:
-    a read taken before its chunks land keeps its placeholders, the next read has them.
-    An image layer answers with the live buffer (napari only displays it)."""
+    """napari's labels colouring reads each cell twice (numba's direct colormap): the array
+    a labels layer's display is answered with must not change under it. Every frame is
+    immutable, labels and images alike: a read taken before its chunks land keeps its
+    placeholders, a later read has them."""
     import threading
 
     from napari_lazy_zarr.core.sources.zarr import ZarrChunkSource
+    from tests.viewing import read_settled
 
     # No chunk lands before the first reads (the image's contrast sample loads chunks too).
     gate = threading.Event()
@@ -515,26 +519,22 @@ def test_a_labels_read_never_changes_under_napari_as_chunks_land(
         (labels,) = [data for data, _, kind in layers if kind == "labels"]
         image = next(data for data, _, kind in layers if kind == "image")
         expected = (np.arange(256 * 320).reshape(256, 320) // 9000).astype(np.uint32)
-        cases = ((labels[0], True), (image[0], False))
         firsts = []
-        for level, snapshot in cases:
-            assert level.loader.snapshot is snapshot
-            first = np.asarray(level[...])
+        for level in (labels[0], image[0]):
+            first = level.loader.controller.read(0, level.array[...], kind="view")
             assert (first == 0).all()  # placeholders: nothing could land yet
+            assert not first.flags.writeable
             firsts.append(first)
     finally:
         gate.set()
-    for (level, snapshot), first in zip(cases, firsts, strict=True):
-        level.array.result(timeout=30)  # every chunk of the view READY
-        second = np.asarray(level[...])
-        if snapshot:
+    for level, first in zip((labels[0], image[0]), firsts, strict=True):
+        controller = level.loader.controller
+        second = read_settled(controller, 0, level.array[...])
+        if level is labels[0]:
             np.testing.assert_array_equal(second, expected)
-            assert (first == 0).all()  # unchanged: a copy, not the live buffer
-            # Complete: its buffer never changes again, and is answered without a copy.
-            assert np.shares_memory(np.asarray(level[...]), second)
-        else:
-            assert second is first or np.shares_memory(second, first)
-        level.loader.controller.close()
+        assert (first == 0).all()  # unchanged
+        assert not np.shares_memory(first, second)
+        controller.close()
 
 
 @pytest.mark.parametrize(
@@ -603,3 +603,34 @@ def test_contrast_limits_of_a_small_top_level_are_napari_s(
         assert limits == tuple(calc_data_range(top))
     read_levels = {str(identity).rsplit("/", 1)[-1] for identity, _ in recorded_reads}
     assert read_levels == {"s2"}  # only the coarsest level
+
+
+def test_arithmetic_failures_in_metadata_name_the_store(tmp_path: Path) -> None:
+    """Issue 50: a scale of 10**400 in an OME 0.5-dev ``sequence`` (SpatialData's draft)
+    raised a raw ``OverflowError`` out of `read_zarr`; now a `MetadataError` naming it."""
+    import warnings
+
+    from napari_lazy_zarr.core.errors import MetadataWarning
+
+    path = tmp_path / "dev.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=3)
+    root.create_array("0", shape=(4, 4), dtype="u1")
+    axes = [{"name": "y", "type": "space"}, {"name": "x", "type": "space"}]
+    sequence = {
+        "type": "sequence",
+        "output": {"name": "global"},
+        "transformations": [{"type": "scale", "scale": [12345.0, 1.0]}],
+    }
+    dataset = {"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1.0, 1.0]}]}
+    root.attrs["ome"] = {
+        "version": "0.5-dev",
+        "multiscales": [
+            {"axes": axes, "datasets": [dataset], "coordinateTransformations": [sequence]}
+        ],
+    }
+    text = (path / "zarr.json").read_text()
+    (path / "zarr.json").write_text(text.replace("12345.0", "1" + "0" * 400))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MetadataWarning)
+        with pytest.raises(MetadataError, match=rf"{path.name}"):
+            read_zarr(str(path))

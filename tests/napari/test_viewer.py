@@ -314,3 +314,42 @@ def test_a_change_signal_napari_already_read_past_refreshes_nothing(
     viewer.window._qt_viewer.canvas.on_draw(None)
     applied.clear()
     qtbot.waitUntil(lambda: loader.settled and bool(applied), timeout=30_000)
+
+
+def test_a_layer_the_viewer_point_lies_outside_is_complete(
+    make_napari_viewer: Callable[..., Any], ome_store: Any
+) -> None:
+    """A 1-plane image beside a 5-plane stack, the viewer at z=2: napari slices the image
+    without reading it (outside its extent); the documented wait still completes (issue
+    50: `wait_until_complete` returned False at its timeout, the pixels were right)."""
+    from napari_lazy_zarr._layer_data import wait_until_complete
+    from tests.napari.conftest import omero
+
+    axes = [{"name": n, "type": "space"} for n in "zyx"]
+    rng = np.random.default_rng(50)
+    stack = rng.integers(1, 200, size=(5, 256, 256), dtype=np.uint8)
+    plane = rng.integers(1, 200, size=(1, 256, 256), dtype=np.uint8)
+    windows = omero(["#FFFFFF"], [(0.0, 200.0)])
+    stack_path, _ = ome_store(
+        name="stack.ome.zarr", data=stack, levels=2, chunks=(1, 64, 64), axes=axes,
+        zarr_format=3, omero=windows,
+    )  # fmt: skip
+    plane_path, _ = ome_store(
+        name="plane.ome.zarr", data=plane, levels=2, chunks=(1, 64, 64), axes=axes,
+        zarr_format=3, omero=windows,
+    )  # fmt: skip
+    viewer = make_napari_viewer(show=True)
+    (shown,) = viewer.open(str(stack_path), plugin="napari-lazy-zarr")
+    (outside,) = viewer.open(str(plane_path), plugin="napari-lazy-zarr")
+    viewer.dims.set_current_step(0, 2)
+    viewer.window._qt_viewer.canvas.on_draw(None)
+    assert wait_until_complete(viewer, timeout=60)
+    assert outside._slice.empty  # napari read nothing of it at z=2
+    stack_loader, plane_loader = loader_of(shown), loader_of(outside)
+    assert stack_loader is not None
+    assert plane_loader is not None
+    latest = stack_loader.controller.latest
+    assert latest is not None
+    assert latest.complete
+    assert latest.request.box[0] == (2, 3)  # the stack shows its plane z=2, whole
+    assert plane_loader.controller.latest is None  # nothing of the plane is shown

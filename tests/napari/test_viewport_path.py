@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import zarr
 
-from napari_lazy_zarr._layer_data import loader_of
+from napari_lazy_zarr._layer_data import loader_of, wait_until_complete
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -89,20 +89,19 @@ def _stores(folder: Path) -> tuple[Path, Path, np.ndarray[Any, Any]]:
         dtype=image.dtype,
     )
     sharded[...] = image
-    volume = rng.integers(0, 250, size=(48, 64, 64), dtype=np.uint8)
+    # Large enough for virtual levels, small enough that 3D settles at level 0 (prepared).
+    volume = rng.integers(0, 250, size=(32, 1024, 1024), dtype=np.uint8)
     cube = zarr.create_array(
-        str(folder / "volume.zarr"), shape=volume.shape, chunks=(16, 32, 32), dtype=volume.dtype
+        str(folder / "volume.zarr"), shape=volume.shape, chunks=(16, 256, 256), dtype=volume.dtype
     )
     cube[...] = volume
     return folder / "sharded.zarr", folder / "volume.zarr", image
 
 
-def _settle(qtbot: QtBot, viewer: Any) -> None:
+def _settle(viewer: Any) -> None:
+    """napari re-slices on draw; then the documented wait (`wait_until_complete`)."""
     viewer.window._qt_viewer.canvas.on_draw(None)
-    loaders = [loader_of(layer) for layer in viewer.layers]
-    qtbot.waitUntil(
-        lambda: all(loader is None or loader.settled for loader in loaders), timeout=60_000
-    )
+    assert wait_until_complete(viewer, timeout=120)
 
 
 def test_every_hop_of_the_viewport_path_runs(
@@ -114,15 +113,18 @@ def test_every_hop_of_the_viewport_path_runs(
     viewer = make_napari_viewer(show=True)
     with _Calls() as calls:
         (layer,) = viewer.open(str(sharded), plugin="napari-lazy-zarr")
-        _settle(qtbot, viewer)
+        _settle(viewer)
         viewer.scene.camera.zoom = 2.0
         viewer.scene.camera.center = (600, 900)  # a pan: new chunks at a finer level
-        _settle(qtbot, viewer)
+        _settle(viewer)
         region = np.asarray(layer.data[0][100:300, 200:700])  # a script's exact read
         viewer.layers.clear()
-        viewer.open(str(volume), plugin="napari-lazy-zarr")
+        (cube,) = viewer.open(str(volume), plugin="napari-lazy-zarr")
         viewer.dims.ndisplay = 3
-        _settle(qtbot, viewer)
+        loader = loader_of(cube)
+        assert loader is not None
+        qtbot.waitUntil(lambda: cube.locked_data_level == 0, timeout=120_000)
+        _settle(viewer)
     np.testing.assert_array_equal(region, image[100:300, 200:700])
     missing = [hop for hop in hops if hop not in ELSEWHERE and not calls.ran(hop)]
     assert not missing, f"hops naming code that did not run on the path: {missing}"

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import zarr
 
-from napari_lazy_zarr._layer_data import LayerLevel, loader_of
+from napari_lazy_zarr._layer_data import loader_of
 from napari_lazy_zarr._reader import watch_viewer
+from napari_lazy_zarr.core.viewport import ViewController
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -76,18 +77,18 @@ def test_3d_reaches_the_finest_level_within_the_budget_without_blocking(
 ) -> None:
     pyramid = write_volume(tmp_path / "volume.ome.zarr")
     reads: list[tuple[int, float, bool]] = []  # (level, seconds, complete) per volume read
-    original = LayerLevel.__array__
+    original = ViewController.read  # napari's display reads (LayerLevel's display door)
 
-    def timed(self: LayerLevel, dtype: Any = None, copy: bool | None = None) -> Any:
+    def timed(self: ViewController, level: int, view: Any, *, kind: Any = None) -> Any:
         started = time.perf_counter()
-        data = original(self, dtype, copy)
-        latest = self.loader.controller.latest
+        data = original(self, level, view, kind=kind)
+        latest = self.latest
         complete = latest is not None and latest.complete
-        if self.ndim == 3:  # napari's 2D reads of one plane before 3D are not counted
-            reads.append((self.level, time.perf_counter() - started, complete))
+        if view.ndim == 3:  # napari's 2D reads of one plane before 3D are not counted
+            reads.append((level, time.perf_counter() - started, complete))
         return data
 
-    monkeypatch.setattr(LayerLevel, "__array__", timed)
+    monkeypatch.setattr(ViewController, "read", timed)
     viewer = make_napari_viewer(show=True)
     watch_viewer(viewer)
     (layer,) = viewer.open(str(tmp_path / "volume.ome.zarr"), plugin="napari-lazy-zarr")

@@ -11,6 +11,7 @@ or 5e-324 open in pixel units (warned), never at absurd world extents.
 from __future__ import annotations
 
 import json
+import struct
 import warnings
 import zipfile
 from typing import TYPE_CHECKING
@@ -58,6 +59,32 @@ def _zip_members(count: int) -> Callable[[Context], str]:
         context.begin()
         data = context.read(context.open(path), (slice(0, 4), slice(0, 4)))
         raise Finding("memory", f"a {count:,}-member zip opened, read {data.shape}")
+
+    return run
+
+
+def _zip_patched(count: int, *, keep_zip64: bool) -> Callable[[Context], str]:
+    """`count` members (zipfile writes a ZIP64 record past 65,535), then the classic record's
+    counts patched to 1,000: with `keep_zip64` zipfile still reads the ZIP64 record (its
+    locator precedes the classic one); without it, zipfile walks the whole directory."""
+
+    def run(context: Context) -> str:
+        side = int(np.ceil(np.sqrt(count - 1)))
+        meta = v2_meta((side, side), (1, 1)) | {"dtype": "|u1"}
+        path = context.root / "patched.zip"
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+            archive.writestr(".zarray", json.dumps(meta))
+            for index in range(count - 1):
+                archive.writestr(f"{index // side}.{index % side}", b"\x01")
+        data = bytearray(path.read_bytes())
+        eocd = data.rindex(b"PK\x05\x06")
+        data[eocd + 8 : eocd + 12] = struct.pack("<HH", 1000, 1000)
+        if not keep_zip64:
+            del data[eocd - 76 : eocd]  # the ZIP64 record (56 bytes) and its locator (20)
+        path.write_bytes(bytes(data))
+        context.begin()
+        read = context.read(context.open(path), (slice(0, 4), slice(0, 4)))
+        raise Finding("memory", f"a {count:,}-member zip with patched counts opened: {read.shape}")
 
     return run
 
@@ -155,6 +182,16 @@ def cases() -> Iterator[Case]:
             bound=HTTP_BOUND,
         )
     yield Case("bytes: a zip of 200,000 members", KIND, _zip_members(200_000))
+    yield Case(
+        "bytes: a zip of 300,000 members, classic counts patched, ZIP64 record kept",
+        KIND,
+        _zip_patched(300_000, keep_zip64=True),
+    )
+    yield Case(
+        "bytes: a zip of 300,000 members, classic counts patched, no ZIP64 record",
+        KIND,
+        _zip_patched(300_000, keep_zip64=False),
+    )
     yield Case("bytes: a manifest of 1,000,000 references", KIND, _manifest_references(10**6))
     yield Case(
         "bytes: a .zarray reference at offset 2**64", KIND, _reference_offset(".zarray", 2**64)

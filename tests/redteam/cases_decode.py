@@ -224,7 +224,40 @@ def _zip_cases() -> Iterator[Case]:
         yield Case(f"zip: {label}", KIND, _zip(members, label))
 
 
+# imagecodecs' stream codecs outside zarr's own (issue 50): each expands a small chunk to
+# whatever its stream holds unless decoded into a bounded buffer.
+_IMAGECODECS_STREAMS = ("zlibng", "isal", "blosc2", "lzfse", "lz4h5", "chunked")
+_STREAM_BOMB = 256 << 20
+
+
+def _imagecodecs_bomb(name: str, zarr_format: int) -> Callable[[Context], dict[str, Any]]:
+    """A 1 MiB chunk whose stream, encoded by imagecodecs' own codec, holds 256 MiB."""
+
+    def files(context: Context) -> dict[str, Any]:
+        import numcodecs
+        from imagecodecs.numcodecs import register_codecs
+
+        register_codecs(verbose=False)
+        data = bytes(
+            numcodecs.get_codec({"id": f"imagecodecs_{name}"}).encode(bytes(_STREAM_BOMB))
+        )
+        if zarr_format == 2:
+            meta = v2_meta(LARGE, LARGE, compressor={"id": f"imagecodecs_{name}"})
+            return {".zarray": meta, "0.0": data}
+        codec = {"name": f"imagecodecs_{name}", "configuration": {}}
+        return {"zarr.json": v3_meta(LARGE, LARGE, [BYTES_CODEC, codec]), "c/0/0": data}
+
+    return files
+
+
 def cases() -> Iterator[Case]:
+    for name in _IMAGECODECS_STREAMS:
+        for zarr_format in (2, 3):
+            yield Case(
+                f"v{zarr_format} imagecodecs_{name} bomb (256 MiB in a 1 MiB chunk)",
+                KIND,
+                _read_bomb(_imagecodecs_bomb(name, zarr_format)),
+            )
     for bomb, compressor in _V2_COMPRESSORS.items():
         yield Case(f"v2 compressor {bomb} bomb", KIND, _read_bomb(_v2_bomb(bomb, compressor)))
     zstd = _V2_COMPRESSORS["zstd-declared"]

@@ -13,6 +13,7 @@ into its own forked child.
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -222,7 +223,79 @@ def _layer_cycles(context: Context) -> str:
     return text
 
 
+_CORRUPT_SHAPE = (256, 1024)  # 512 KiB of u2 a chunk
+
+
+def _corrupt_chunks(context: Context) -> str:
+    """256 chunks of 512 KiB, each a byte short (they fail to decode), read through a
+    16 MiB cache: the failures keep their errors, not the chunks' bytes, and `close()`
+    releases what the read took."""
+    from napari_lazy_zarr.core import LazyZarrError
+
+    rows, cols = _CORRUPT_SHAPE
+    store = zarr_array(context.root / "c.zarr", ramp((16 * rows, 16 * cols)), _CORRUPT_SHAPE)
+    for path in (store / "c").rglob("*"):
+        if path.is_file():
+            path.write_bytes(path.read_bytes()[:-1])
+    context.begin()
+    cache = context.cache(16 << 20)
+    array = context.open(store, cache=cache)
+    failed = 0
+    for row in range(16):
+        try:
+            context.read(array, slice(row * rows, (row + 1) * rows))
+        except LazyZarrError:
+            failed += 16
+    kept = len(cache.events())
+    peak = context.peak_bytes() >> 20
+    cache.close()
+    del array
+    gc.collect()
+    resident = context.resident_bytes()
+    text = (
+        f"256 corrupt 512 KiB chunks: {failed} failed; {kept} events kept; peak +{peak} MiB, "
+        f"+{resident >> 20} MiB after close()"
+    )
+    if resident > 32 << 20:
+        raise Finding("memory", text)
+    return text
+
+
+def _retried_chunk(context: Context) -> str:
+    """One corrupt 2 MiB chunk failed and retried 600 times: memory must not grow."""
+    from napari_lazy_zarr.core import LazyZarrError
+
+    store = zarr_array(context.root / "r.zarr", ramp((1024, 1024)), (1024, 1024))
+    chunk = store / "c" / "0" / "0"
+    chunk.write_bytes(chunk.read_bytes()[:-1])
+    context.begin()
+    cache = context.cache(16 << 20)
+    array = context.open(store, cache=cache)
+    for _ in range(600):
+        try:
+            context.read(array)
+        except LazyZarrError:
+            cache.retry_failed()
+    text = f"a 2 MiB chunk failed 600 times: peak +{context.peak_bytes() >> 20} MiB"
+    cache.close()
+    return text
+
+
 def cases() -> Iterator[Case]:
+    yield Case(
+        f"{_BOUNDED}256 corrupt 512 KiB chunks under a 16 MiB limit, then close()",
+        BOOKKEEPING,
+        _corrupt_chunks,
+        accept=OK,
+        bound=60.0,
+    )
+    yield Case(
+        f"{_BOUNDED}one corrupt 2 MiB chunk retried 600 times",
+        BOOKKEEPING,
+        _retried_chunk,
+        accept=OK,
+        bound=60.0,
+    )
     yield Case(
         f"{_FINISH}a worker thread cannot start, then can", THREADS, _thread_start_fails, accept=OK
     )

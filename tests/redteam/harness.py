@@ -190,6 +190,10 @@ class Context:
     def peak_bytes(self) -> int:
         return max(0, _status_value("VmHWM") - self._rss_before) if self._begun else 0
 
+    def resident_bytes(self) -> int:
+        """Resident growth now since `begin` (VmRSS)."""
+        return max(0, _status_value("VmRSS") - self._rss_before) if self._begun else 0
+
     def report(self, outcome: Outcome, detail: str) -> None:
         """Send the result (once; the watchdog and the case race for it) and leave."""
         with self._send_lock:

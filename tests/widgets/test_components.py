@@ -132,7 +132,15 @@ def test_marks_show_fill_then_stand_ins_then_final_data(qtbot: QtBot) -> None:
         window = controller.arrays[0][16:40, 8:32]  # chunks rows 2-4, columns 1-3
 
         def read() -> ViewCells:
+            # As napari does: read the view and the thumbnail, and again while a newer
+            # frame waits (`view_changed`).
             controller.read(0, window, kind="view")
+            for _ in range(10):
+                if not controller.refresh_pending:
+                    break
+                controller.read(1, controller.arrays[1][:, :], kind="thumbnail")
+                controller.read(0, window, kind="view")
+            assert not controller.refresh_pending
             mirror.apply()
             cells = ViewCells.of(results[-1], grids[0])  # type: ignore[arg-type]
             view.set_view(cells)

@@ -52,6 +52,7 @@ from napari_lazy_zarr.core.sources.composite import (
     CastSource,
     ConcatSource,
     ConstantSource,
+    CropSource,
     FunctionSource,
     StackSource,
 )
@@ -116,6 +117,7 @@ __all__ = [
     "CompositeIdentity",
     "ConcatSource",
     "ConstantSource",
+    "CropSource",
     "DaemonExecutor",
     "DaskRunner",
     "DaskSource",

@@ -29,11 +29,15 @@ def short_source(identity: Hashable) -> str:
     'image.ome.zarr/0'
     >>> short_source(("file:///data/a.zarr", "decimated", 4, (0, 1)))
     'a.zarr ÷4'
+    >>> short_source(("file:///data/row.zarr", "decimated", (2, 8), (0, 1)))
+    'row.zarr ÷2×8'
     >>> short_source("memory-array")
     'memory-array'
     """
     if isinstance(identity, tuple) and len(identity) >= 3 and identity[1] == "decimated":
-        return f"{short_source(identity[0])} ÷{identity[2]}"
+        factor = identity[2]  # one factor, or one per axis (a row's levels)
+        shown = "×".join(map(str, factor)) if isinstance(factor, tuple) else factor
+        return f"{short_source(identity[0])} ÷{shown}"
     text = str(identity).rstrip("/")
     parts = [p for p in text.split("/") if p]
     for i in range(len(parts) - 1, -1, -1):

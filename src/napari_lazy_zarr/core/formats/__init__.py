@@ -1,7 +1,8 @@
 """Formats: metadata turned into layer specs; nothing here reads a chunk.
 
 OME-NGFF attributes validated (`ngff`), what a store holds as layers (`ome`: OME-Zarr
-images and labels, plain zarr arrays), optional rendering metadata as layer settings
+images and labels, plain zarr arrays), their levels in world space (`levels`: transforms
+napari can draw), optional rendering metadata as layer settings
 (`rendering`), OME development versions read as their base (`ome_dev`), SpatialData's
 layout (`spatialdata`), HCS plates as mosaics (`plate`) and stack files (`stack`). A
 format reads metadata documents through `storage` and opens the `sources` its layers are
@@ -36,10 +37,12 @@ from napari_lazy_zarr.core.formats.ome import (
 from napari_lazy_zarr.core.formats.plate import (
     FieldSource,
     PlateLayout,
+    WellFields,
     describe_plate,
     field_opener,
     is_plate,
     plate_level_sources,
+    well_reader,
 )
 from napari_lazy_zarr.core.formats.stack import (
     STACK_SUFFIX,
@@ -70,6 +73,7 @@ __all__ = [
     "ReferenceFileKind",
     "StackFile",
     "StackMember",
+    "WellFields",
     "Window",
     "describe_plate",
     "describe_store",
@@ -86,4 +90,5 @@ __all__ = [
     "read_stack_file",
     "reference_file_kind",
     "store_name",
+    "well_reader",
 ]

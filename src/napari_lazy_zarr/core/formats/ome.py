@@ -35,16 +35,18 @@ from zarr.abc.store import RangeByteRequest
 from napari_lazy_zarr.core.errors import (
     LazyZarrError,
     MetadataError,
+    MetadataWarning,
     MissingCodecError,
     NotAZarrStoreError,
     StoreNotFoundError,
     UnsupportedDataError,
 )
 from napari_lazy_zarr.core.executors import run_concurrently
+from napari_lazy_zarr.core.formats.levels import TransformWarning, drawable_levels
 from napari_lazy_zarr.core.formats.ngff import parse_image, parse_labels
 from napari_lazy_zarr.core.formats.ome_dev import dev_base
 from napari_lazy_zarr.core.formats.ome_v06 import V06_VERSION, is_v06, split_v06
-from napari_lazy_zarr.core.formats.placement import TransformWarning, place_specs
+from napari_lazy_zarr.core.formats.placement import place_specs
 from napari_lazy_zarr.core.formats.rendering import (
     ChannelDisplay,
     label_colors,
@@ -123,14 +125,11 @@ MAX_LEVELS: Final = 64  # pyramid levels: 2**64 pixels would need no more
 # over HTTP (`prefetch_metadata`); 16 keep a pyramid's levels (and its labels group) in one.
 _OPEN_CONCURRENCY: Final = 16
 
-
-# Composed OME transforms beyond these are not a place in the world napari can draw (vispy
-# draws in float32: 7 digits, and 3.4e38 at most, which a 2**63-pixel axis at a scale of
-# 1e15 still fits). Neither napari-ome-zarr nor ome-zarr-models bounds a finite non-zero
-# scale: such an image opens, with a warning, at the identity transform (pixel units).
-_SCALE_BOUNDS: Final = (1e-15, 1e15)  # a positive world size of one pixel, in any unit
-_MAX_TRANSLATION: Final = 1e15
-_MAX_SCALE_RATIO: Final = 1e9  # between two axes of a level, or one axis of two levels
+# A plain group's subgroups searched for arrays: this deep, and this many groups in all
+# (each is listed: a metadata read per member).
+_MAX_NESTING: Final = 8
+_MAX_NESTED_GROUPS: Final = 256
+_BIOFORMATS2RAW: Final = "bioformats2raw.layout"  # the attribute of the layout's top group
 
 
 class PlateStoreError(NotAZarrStoreError):
@@ -450,11 +449,50 @@ class _Walk:
         return tuple(images)
 
     def plain_group(self, group: zarr.Group) -> tuple[ImageSpec, ...]:
+        """A group's arrays and OME-Zarr images, those of its plain subgroups too.
+
+        Arrays that are not images (strings, records ...) are skipped with one
+        `MetadataWarning` naming them; only a group holding nothing else is refused.
+        """
         full = self.full(group.path)
-        members = self.members(group)
-        images: list[ImageSpec] = []
         unsupported: list[UnsupportedDataError] = []
-        for _, node in members:
+        images = self._group_images(group, unsupported, budget=[_MAX_NESTED_GROUPS], depth=0)
+        if images:
+            if unsupported:
+                warnings.warn(
+                    MetadataWarning(
+                        f"{full}: arrays that are not images, not shown: "
+                        + "; ".join(str(error) for error in unsupported[:4])
+                        + ("; ..." if len(unsupported) > 4 else "")
+                    ),
+                    stacklevel=5,
+                )
+            return tuple(images)
+        if unsupported:
+            raise unsupported[0]
+        # Over plain HTTP a group's members can only be listed from consolidated metadata.
+        hint = " (or its members cannot be listed over this URL)" if is_url(full) else ""
+        raise NotAZarrStoreError(
+            f"{full}: zarr group with no arrays (nor OME-Zarr images in its subgroups){hint}"
+        )
+
+    def _group_images(
+        self,
+        group: zarr.Group,
+        unsupported: list[UnsupportedDataError],
+        *,
+        budget: list[int],
+        depth: int,
+    ) -> list[ImageSpec]:
+        """The images in `group` and, below `_MAX_NESTING` levels and within `budget`
+        groups in all, in its plain subgroups (dask's ``to_zarr(component="grp/arr")``)."""
+        images: list[ImageSpec] = []
+        # bioformats2raw's "OME" group holds the OME-XML (METADATA.ome.xml, not zarr) and
+        # the series list: metadata of the images beside it, not images.
+        skipped = "OME" if _BIOFORMATS2RAW in group.attrs else None
+        for name, node in self.members(group):
+            if name == skipped:
+                continue
             if isinstance(node, zarr.Array):
                 try:
                     check_safe(self.full(node.path), node)
@@ -467,15 +505,12 @@ class _Walk:
             ome = ome_document(node, self.full(node.path))
             if ome is not None and "multiscales" in ome[1]:
                 images.extend(self.placed(self.ome_image(node, *ome), scene=None))
-        if images:
-            return tuple(images)
-        if unsupported:
-            raise unsupported[0]
-        # Over plain HTTP a group's members can only be listed from consolidated metadata.
-        hint = " (or its members cannot be listed over this URL)" if is_url(full) else ""
-        raise NotAZarrStoreError(
-            f"{full}: zarr group with no arrays (nor OME-Zarr images in its subgroups){hint}"
-        )
+            elif ome is None and depth < _MAX_NESTING and budget[0] > 0:
+                budget[0] -= 1
+                images.extend(
+                    self._group_images(node, unsupported, budget=budget, depth=depth + 1)
+                )
+        return images
 
     def _vet_children(self, directory: str, full: str) -> None:
         """Raw-metadata checks of a local group's children before zarr parses them."""
@@ -635,7 +670,7 @@ class _Walk:
                     _array=node if self.keep_arrays else None,
                 )
             )
-        return _drawable(tuple(levels), full)
+        return drawable_levels(tuple(levels), full)
 
     # -- OME-Zarr 0.6: coordinate systems, transformations, scenes
 
@@ -875,67 +910,4 @@ def _stack_image(location: str) -> ImageSpec:
         levels=(LevelSpec("", shape, (1.0,) * ndim, (0.0,) * ndim),),
         axis_names=names,
         axis_units=(None,) * ndim,
-    )
-
-
-def _transform_problem(levels: Sequence[LevelSpec]) -> str | None:
-    """What makes `levels`' composed transforms undrawable, or None.
-
-    Examples
-    --------
-    >>> level = LevelSpec("0", (64, 64), (0.5, 0.5), (0.0, 0.0))
-    >>> _transform_problem([level]) is None
-    True
-    >>> _transform_problem([LevelSpec("0", (64, 64), (1e308, 1e308), (0.0, 0.0))])
-    "level '0': scale 1e+308 outside [1e-15, 1e+15]"
-    """
-    low, high = _SCALE_BOUNDS
-    for level in levels:
-        where = f"level {level.path!r}"
-        for value in level.scale:
-            if not low <= value <= high:  # NaN too
-                return f"{where}: scale {value:g} outside [{low:g}, {high:g}]"
-        for value in level.translate:
-            if not abs(value) <= _MAX_TRANSLATION:
-                return f"{where}: translation {value:g} beyond +-{_MAX_TRANSLATION:g}"
-        if max(level.scale, default=1.0) > _MAX_SCALE_RATIO * min(level.scale, default=1.0):
-            return (
-                f"{where}: scales {list(level.scale)} differ more than "
-                f"{_MAX_SCALE_RATIO:g}-fold between axes"
-            )
-    finest = levels[0].scale if levels else ()
-    for level in levels[1:]:
-        for fine, coarse in zip(finest, level.scale, strict=True):
-            if coarse > _MAX_SCALE_RATIO * fine:
-                return (
-                    f"level {level.path!r}: scale {coarse:g} is more than "
-                    f"{_MAX_SCALE_RATIO:g} times the finest level's {fine:g}"
-                )
-    return None
-
-
-def _drawable(levels: tuple[LevelSpec, ...], full: str) -> tuple[LevelSpec, ...]:
-    """`levels`, or, when their transforms are undrawable, the identity transform (warned).
-
-    The identity: the finest level at unit scale and no offset, every other
-    level at the ratio of the finest level's shape to its own.
-    """
-    problem = _transform_problem(levels)
-    if problem is None:
-        return levels
-    warnings.warn(
-        TransformWarning(
-            f"{full}: the OME coordinate transforms cannot be drawn ({problem}); "
-            "opened in pixel units (scale 1, no translation) instead"
-        ),
-        stacklevel=4,
-    )
-    finest = levels[0].shape
-    return tuple(
-        replace(
-            level,
-            scale=tuple(f / n if n else 1.0 for f, n in zip(finest, level.shape, strict=True)),
-            translate=(0.0,) * len(level.shape),
-        )
-        for level in levels
     )

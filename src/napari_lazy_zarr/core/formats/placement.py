@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from napari_lazy_zarr.core.errors import MetadataError
+from napari_lazy_zarr.core.formats.levels import TransformWarning
 from napari_lazy_zarr.core.formats.transforms import TransformGraph, compose, linear_part
 from napari_lazy_zarr.core.sources.warp import FieldStep, Linear, PointMap
 
@@ -33,11 +34,6 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.formats.transforms import Edge, SystemRef
 
 __all__ = ["Placement", "TransformWarning", "place", "place_specs", "system_label"]
-
-
-class TransformWarning(UserWarning):
-    """An OME image's transforms cannot be drawn as written; the message names the
-    transformation (or values) and what is shown instead."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)

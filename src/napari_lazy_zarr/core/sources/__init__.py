@@ -28,6 +28,7 @@ from napari_lazy_zarr.core.sources.composite import (
     CastSource,
     ConcatSource,
     ConstantSource,
+    CropSource,
     FunctionSource,
     StackSource,
 )
@@ -79,6 +80,7 @@ __all__ = [
     "ChunkSource",
     "ConcatSource",
     "ConstantSource",
+    "CropSource",
     "DaskRunner",
     "DaskSource",
     "DecimatedSource",

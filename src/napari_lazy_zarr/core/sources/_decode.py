@@ -33,7 +33,7 @@ from napari_lazy_zarr.core.buffers import CHUNK_MEMORY
 from napari_lazy_zarr.core.sources import _zarr_compat as compat
 
 if TYPE_CHECKING:
-    from collections.abc import Buffer, Callable, Iterator, Mapping, Sequence
+    from collections.abc import Buffer, Callable, Iterable, Iterator, Mapping, Sequence
 
     from zarr.abc.buffer import Buffer as ZarrBuffer
 
@@ -46,6 +46,8 @@ __all__ = [
     "DECODE_SLACK",
     "INTO_CODECS",
     "OUT_CODECS",
+    "SHAPED_CODECS",
+    "SIZE_BOUNDED_CODECS",
     "BoundedDecode",
     "Codec",
     "ExpansionError",
@@ -54,6 +56,7 @@ __all__ = [
     "decode_limit",
     "native_decode",
     "native_decoding",
+    "unbounded_codecs",
 ]
 
 
@@ -65,11 +68,50 @@ OUT_CODECS: Final[frozenset[str]] = frozenset(
     for name in (
         "lzw", "zstd", "deflate", "zlib", "zopfli", "lzma", "bz2", "packbits", "brotli",
         "lz4", "lz4f", "snappy", "lzf", "lzham",
+        "zlibng", "isal", "blosc2", "lzfse", "lz4h5", "chunked", "pglz", "zstd1", "aec",
+        "bitshuffle",
     )
 )  # fmt: skip
 """imagecodecs' stream codecs (tifffile's references name them): decoded by the numcodecs
 codec into a buffer one byte longer than the limit, where each stops or fails (checked
-for each: measured, an LZW stream expands up to ~1,300x, a zstd frame ~32,000x)."""
+for each, a 64 MiB stream into a 1 MiB buffer: zlibng, isal, deflate, zlib, zopfli, zstd,
+zstd1, blosc, blosc2, lz4, lz4h5, lzf, snappy, brotli, lzham, pglz, chunked, aec and
+bitshuffle refuse the small buffer; lzfse, lz4f, lzw, bz2 and lzma stop at its end.
+Measured, an LZW stream expands up to ~1,300x, a zstd frame ~32,000x, a 32-byte blosc2
+chunk to 256 MiB)."""
+
+SIZE_BOUNDED_CODECS: Final[frozenset[str]] = frozenset(
+    name
+    for base in (
+        # The chunk's own layout and text: bytes, a transpose, strings.
+        "bytes", "endian", "transpose", "sharding_indexed", "vlen-utf8", "vlen-bytes",
+        "vlen-array", "json2", "msgpack2", "categorize", "base64", "cast_value",
+        "scale_offset",
+        # Checksums (a few bytes off) and filters that keep (or fix) the size.
+        "crc32", "crc32c", "adler32", "fletcher32", "jenkins_lookup3", "checksum",
+        "shuffle", "delta", "fixedscaleoffset", "astype", "quantize", "bitround", "packbits",
+        "xor", "bitorder", "floatpred", "byteshuffle", "float24", "bfloat16",
+    )
+    for name in (base, f"numcodecs.{base}", f"imagecodecs_{base}")
+    if name != "imagecodecs_packbits"  # imagecodecs' PackBits is a stream (RLE): OUT_CODECS
+)  # fmt: skip
+"""Codecs whose decoded size is the chunk's, or a fixed multiple of what they are given
+(itself capped: `core.storage.files`): never a decompression bomb, left to zarr as they are.
+"""
+
+SHAPED_CODECS: Final[frozenset[str]] = frozenset(
+    f"{prefix}{name}"
+    for prefix in ("imagecodecs_", "numcodecs.")
+    for name in (
+        "jpeg", "jpeg2k", "jpegls", "jpegxl", "jpegxr", "jpegxs", "htj2k", "ljpeg", "png",
+        "spng", "apng", "webp", "avif", "heif", "gif", "bmp", "tga", "qoi", "pcx", "dds", "exr",
+        "tiff", "lerc", "zfp", "zfpy", "pcodec", "sperr", "sz3", "rcomp", "hcomp", "eer",
+        "ccittrle", "ccittfax3", "ccittfax4", "dicomrle", "packints", "pixarlog", "plio",
+        "rgbe", "ultrahdr", "wavpack", "meshopt", "b2nd", "wic",
+    )
+)  # fmt: skip
+"""Image and array codecs: they decode to the dimensions their own header declares, not
+to a stream's length (a known limit: a forged header may declare a large image)."""
 
 DECODABLE_CODECS: Final[frozenset[str]] = frozenset(
     {"zstd", "gzip", "zlib", "bz2", "lzma", "blosc", "lz4", "crc32c", *OUT_CODECS}
@@ -424,7 +466,13 @@ def _into_out(
 
     codec = numcodecs.get_codec({**(config or {}), "id": name})
     out = np.empty(limit + 1, dtype=np.uint8)
-    decoded = memoryview(codec.decode(data, out=out))
+    try:
+        decoded = memoryview(codec.decode(data, out=out))
+    except Exception as error:  # the codec's own error: a stream too long for `out`, or corrupt
+        raise ValueError(
+            f"{name} data does not decode within {limit:,} bytes (its chunk's {expected:,} "
+            f"and slack): {type(error).__name__}: {error}"
+        ) from error
     if decoded.nbytes > limit:
         raise ExpansionError(
             f"{name} data expands beyond its expected {expected:,} bytes (limit {limit:,})"
@@ -433,6 +481,24 @@ def _into_out(
 
 
 # -- zarr's codec chain, bounded -------------------------------------------------
+
+
+def unbounded_codecs(names: Iterable[str]) -> tuple[str, ...]:
+    """Of codec `names` left to another decoder than `bounded_decode`, those whose output
+    nothing bounds: every one but `SIZE_BOUNDED_CODECS` and `SHAPED_CODECS`.
+
+    Examples
+    --------
+    >>> unbounded_codecs(["bytes", "crc32c", "imagecodecs_zlibng", "numcodecs.zlib"])
+    ('imagecodecs_zlibng', 'numcodecs.zlib')
+    """
+    return tuple(
+        name
+        for name in names
+        if name not in SIZE_BOUNDED_CODECS
+        and name.removeprefix("numcodecs.") not in SIZE_BOUNDED_CODECS
+        and name not in SHAPED_CODECS
+    )
 
 
 def _codec_id(codec: Any) -> tuple[str, dict[str, Any]]:
@@ -470,10 +536,16 @@ class BoundedDecode:
     """
 
     unbounded: tuple[str, ...] = ()
-    """Compressors left to zarr after a filter this cannot decode (their output unbounded)."""
+    """Codecs left to zarr whose output size nothing bounds: a stream codec this does not
+    decode, or one it knows placed where it cannot decode it (after a filter it cannot
+    decode). The source refuses such an array at open."""
 
-    def __init__(self, transform: Any) -> None:
-        codecs = compat.transform_codecs(transform)
+    def __init__(self, transform: Any, codecs: Sequence[Any] | None = None) -> None:
+        """`transform`: zarr's synchronous chain (a `ChunkTransform`); or None and its
+        `codecs`, some without a synchronous form, when the ones left once this takes
+        over the compressors have one (else `TypeError`)."""
+        if codecs is None:
+            codecs = compat.transform_codecs(transform)
         array_array = [c for c in codecs if isinstance(c, ArrayArrayCodec)]
         array_bytes: Any = next(c for c in codecs if isinstance(c, ArrayBytesCodec))
         bytes_bytes = [c for c in codecs if isinstance(c, BytesBytesCodec)]
@@ -500,11 +572,10 @@ class BoundedDecode:
                     array_bytes, compressor=compressor, filters=tuple(filters) or None
                 )
             ratio = _filters_ratio(filters)
-            self.unbounded = tuple(
-                _codec_id(codec)[0]
-                for codec in filters
-                if _codec_id(codec)[0] in DECODABLE_CODECS - {"crc32c"}
+            self.unbounded = unbounded_codecs(
+                _codec_id(codec)[0] for codec in (*filters, compressor) if codec is not None
             )
+        self.unbounded += unbounded_codecs(_codec_id(codec)[0] for codec in rest)
         self.stages = tuple(stages)
         # The common chains (bytes + zstd or blosc; a Zarr v2 zstd or blosc compressor
         # without filters) decode straight into recycled memory (`decode_pooled`).
@@ -524,11 +595,11 @@ class BoundedDecode:
             )
         ):
             self._into = stages[0][0]
-        self._tail = (
-            compat.transform_with_codecs(transform, (*array_array, array_bytes, *rest))
-            if stages
-            else transform
-        )
+        tail = (*array_array, array_bytes, *rest)
+        if transform is None:
+            self._tail = compat.chunk_transform(tail)
+        else:
+            self._tail = compat.transform_with_codecs(transform, tail) if stages else transform
         self._array_array = tuple(array_array)
         self._ratio = ratio
         self._itemsize: int | None = None

@@ -190,6 +190,10 @@ class ShardReader:
             found = self._chunks_per_shard = inner_chunks_per_shard(self._codec, shard_spec)
         return found
 
+    def unbounded(self, shard_spec: Any) -> tuple[str, ...]:
+        """The inner chain's codecs nothing bounds (`BoundedDecode.unbounded`)."""
+        return self._decoder(shard_spec).unbounded
+
     def _decoder(self, shard_spec: Any) -> BoundedDecode:
         decoder = self._decoders.get(shard_spec)
         if decoder is None:

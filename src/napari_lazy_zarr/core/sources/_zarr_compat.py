@@ -132,6 +132,32 @@ def sync_transform(pipeline: Any) -> Any | None:
     return pipeline.sync_transform if isinstance(pipeline, FusedCodecPipeline) else None
 
 
+def pipeline_codecs(pipeline: Any) -> tuple[Any, ...] | None:
+    """A codec pipeline's codecs in encode order (array-array, array-bytes, bytes-bytes:
+    the fields of `BatchedCodecPipeline` and `FusedCodecPipeline`), else None."""
+    try:
+        return (
+            *pipeline.array_array_codecs,
+            pipeline.array_bytes_codec,
+            *pipeline.bytes_bytes_codecs,
+        )
+    except AttributeError:
+        return None
+
+
+def chunk_transform(codecs: Sequence[Any]) -> Any:
+    """A synchronous `ChunkTransform` (private `zarr.core.chunk_utils`) over `codecs`.
+
+    Raises
+    ------
+    TypeError
+        A codec has no synchronous form.
+    """
+    from zarr.core.chunk_utils import ChunkTransform
+
+    return ChunkTransform(codecs=tuple(codecs))
+
+
 def sole_sharding_codec(pipeline: Any) -> ShardingCodec | None:
     """The `ShardingCodec` when a `FusedCodecPipeline` is exactly that one codec, else None.
 

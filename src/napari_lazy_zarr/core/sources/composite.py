@@ -10,6 +10,7 @@ way TensorStore's drivers do:
 | `ConstantSource` | | one value over a domain (padding, missing tiles) |
 | `FunctionSource` | ``ts.virtual_chunked`` | ``function(box)`` over a declared grid |
 | `CastSource` | ``ts.cast`` | another source's values converted to another dtype |
+| `CropSource` | ``base[:n0, :n1, ...]`` | another source's first cells (padding left out) |
 
 Each is a `ChunkSource`, so it is planned, cached, loaded by workers and shown
 in napari like a zarr array. A composite's `read_chunk` reads its members
@@ -61,6 +62,7 @@ __all__ = [
     "CastSource",
     "ConcatSource",
     "ConstantSource",
+    "CropSource",
     "FunctionSource",
     "StackSource",
 ]
@@ -251,6 +253,82 @@ class ConcatSource(SourceFields, _ReadOnly):
 
     def __repr__(self) -> str:
         return f"ConcatSource({_describe(self._members)}, axis={self._axis})"
+
+
+class CropSource(SourceFields, _ReadOnly):
+    """`base`'s first `shape` cells along each axis (TensorStore's ``base[:n0, :n1, ...]``).
+
+    For a level stored larger than its data (padded to whole shards): the
+    crop shows the data's extent only. Its grid is `base`'s, cut at the new
+    extent, so each cell is the `base` cell of the same coordinates, cut short
+    where the crop ends inside it.
+
+    Parameters
+    ----------
+    base
+        The source cropped.
+    shape
+        The extent kept along each axis, from 0; at most `base`'s.
+
+    Raises
+    ------
+    IncompatibleSourcesError
+        `shape` has another rank than `base`, or an extent outside ``[0, base's]``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from napari_lazy_zarr.core.sources.protocol import ArraySource
+    >>> base = ArraySource(np.arange(36).reshape(6, 6), chunks=(4, 4), name="b")
+    >>> crop = CropSource(base, (5, 3))
+    >>> crop.shape, crop.grid[0].chunk_size(0)
+    ((5, 3), 4)
+    >>> crop.read_chunk((1, 0))
+    array([[24, 25, 26]])
+    >>> str(crop.identity)
+    'crop(b; shape=(5, 3))'
+    """
+
+    def __init__(self, base: ChunkSource, shape: Sequence[int]) -> None:
+        kept = tuple(int(n) for n in shape)
+        if len(kept) != len(base.shape) or any(
+            not 0 <= n <= int(m) for n, m in zip(kept, base.shape, strict=True)
+        ):
+            raise IncompatibleSourcesError(
+                f"crop: shape {kept} is not within {tuple(base.shape)} of {base!r}"
+            )
+        self._base = base
+        self._shape = kept
+        self._dtype = np.dtype(base.dtype)
+        self._fill_value = base.fill_value
+        fixed = [g for g in base.grid if isinstance(g, FixedDimension)]
+        if len(fixed) == len(kept):
+            self._grid: tuple[DimensionGridLike, ...] = tuple(
+                FixedDimension(size=int(g.size), extent=n)
+                for g, n in zip(fixed, kept, strict=True)
+            )
+        else:
+            self._grid = grid_from_boundaries(
+                [boundaries(g, n) for g, n in zip(base.grid, kept, strict=True)]
+            )
+        self._identity = CompositeIdentity("crop", (("shape", kept),), (base.identity,))
+
+    @property
+    def base(self) -> ChunkSource:
+        """The source cropped."""
+        return self._base
+
+    def read_chunk(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any]:
+        data = self._base.read_chunk(coords)
+        lo, hi = chunk_bounds(self._grid, coords, self._shape)
+        extent = tuple(b - a for a, b in zip(lo, hi, strict=True))
+        if data.shape == extent:
+            return data
+        # A copy: a view would keep the whole base cell alive, uncounted by the cache.
+        return np.array(data[tuple(slice(0, n) for n in extent)], copy=True)
+
+    def __repr__(self) -> str:
+        return f"CropSource({self._base!r}, shape={self._shape})"
 
 
 def _check_agrees(

@@ -43,22 +43,35 @@ from napari_lazy_zarr.core.keys import ChunkRef, chunk_bounds
 from napari_lazy_zarr.core.sources.protocol import SourceFields
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Hashable, Mapping
+    from collections.abc import Callable, Hashable, Mapping, Sequence
 
     from zarr_indexing import DimensionGridLike
 
     from napari_lazy_zarr.core.keys import ChunkKey
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
 
-__all__ = ["DIRECT_INPUT_BYTES", "DecimatedSource", "virtual_levels"]
+__all__ = ["DIRECT_INPUT_BYTES", "MIN_LEVEL_EXTENT", "DecimatedSource", "virtual_levels"]
 
 _MIN_LEVEL_CHUNK = 128
 MAX_BASE_CHUNKS = 65_536
 """Stored chunks one virtual-level chunk may read (beyond that it FAILS, visibly)."""
 
+MIN_LEVEL_EXTENT = 2
+"""The fewest pixels a virtual level keeps along each decimated axis. napari (0.9.2) picks a
+level for the view and returns early, keeping the level it shows, when the view spans 0
+pixels of it along a displayed axis, as it does along an axis 1 pixel long: a row of 10**6
+pixels given levels down to 1 x 489 stayed on that coarsest level and showed only the fill
+value. So no level decimates an axis below 2 pixels: an axis that short keeps its factor
+while the others go on halving (napari takes a factor per axis), and an axis 1 pixel long at
+full resolution gets no virtual level at all (napari reads such a layer whole, as its own
+reader's)."""
+
 
 class DecimatedSource(SourceFields):
     """`base` sampled every `factor` pixels along `axes`: one virtual pyramid level.
+
+    The factor may differ per axis (a level of a 3 x 1,000,000 row halves only the long
+    axis once the short one is 2 pixels: `MIN_LEVEL_EXTENT`).
 
     A `DerivedSource`: in a `ChunkCache` each chunk is combined from the chunks
     it samples of `parent` (the next finer level) or, without one, of `base`;
@@ -69,15 +82,16 @@ class DecimatedSource(SourceFields):
     base
         The full-resolution source.
     factor
-        The sampling step (level k of a power-of-two pyramid has factor 2^k).
+        The sampling step (level k of a power-of-two pyramid has factor 2^k), or
+        one step per decimated axis (in the order of `axes`).
     axes
         The decimated axes (by default the last two).
     parent
-        A finer `DecimatedSource` of the same `base` and `axes` whose factor
-        divides `factor`: this level's chunks are then built from the parent's.
+        A finer `DecimatedSource` of the same `base` and `axes` whose factors
+        divide `factor`'s: this level's chunks are then built from the parent's.
     chunk_size
-        The chunk edge along the decimated axes (default: the base chunk divided
-        by `factor`, at least 128 pixels).
+        The chunk edge along the decimated axes, or one per axis (default: the
+        base chunk divided by `factor`, at least 128 pixels).
 
     Examples
     --------
@@ -104,6 +118,14 @@ class DecimatedSource(SourceFields):
     ['b[4:8, 4:8]']
     >>> level2.chunk_cost((1, 1))
     1
+
+    A factor per axis: every second row, every fourth column.
+
+    >>> DecimatedSource(base, (2, 4)).read_chunk((0, 0))
+    array([[ 0,  4],
+           [16, 20],
+           [32, 36],
+           [48, 52]])
     """
 
     leaves_out_failed_inputs = True
@@ -114,49 +136,65 @@ class DecimatedSource(SourceFields):
     def __init__(
         self,
         base: ChunkSource,
-        factor: int,
+        factor: int | Sequence[int],
         axes: tuple[int, ...] | None = None,
         *,
         parent: DecimatedSource | None = None,
-        chunk_size: int | None = None,
+        chunk_size: int | Sequence[int] | None = None,
     ) -> None:
-        if factor < 1:
-            raise ValueError(f"factor must be >= 1, got {factor}")
         rank = len(base.shape)
         self._base = base
-        self._factor = int(factor)
         self._axes = tuple(range(max(0, rank - 2), rank)) if axes is None else tuple(axes)
         self._decimated = frozenset(self._axes)
+        factors = (
+            (int(factor),) * len(self._axes)
+            if isinstance(factor, int | np.integer)
+            else tuple(int(f) for f in factor)
+        )
+        if len(factors) != len(self._axes) or any(f < 1 for f in factors):
+            raise ValueError(
+                f"factor must be >= 1 for each of the axes {self._axes}, got {factor}"
+            )
+        self._factors = factors
+        self._factor_of = dict(zip(self._axes, factors, strict=True))
         if parent is None:
             self._inputs: ChunkSource = base
-            self._step = self._factor
-            self._base_step = self._factor  # the step the chain's finest level samples
+            self._step = dict(self._factor_of)
+            self._base_step = dict(self._factor_of)  # the steps the chain's finest level samples
         else:
             if (
                 parent._base.identity != base.identity
                 or parent._axes != self._axes
-                or parent.factor >= self._factor
-                or self._factor % parent.factor
+                or parent._factors == factors
+                or any(f % p for f, p in zip(factors, parent._factors, strict=True))
             ):
                 raise ValueError(
                     f"parent {parent!r} is not a finer decimation of {base!r} along "
-                    f"{self._axes} whose factor divides {factor}"
+                    f"{self._axes} whose factors divide {factor}"
                 )
             self._inputs = parent
-            self._step = self._factor // parent.factor
+            self._step = {
+                a: f // p for a, f, p in zip(self._axes, factors, parent._factors, strict=True)
+            }
             self._base_step = parent._base_step
         self._shape = tuple(
-            math.ceil(extent / factor) if axis in self._decimated else extent
+            math.ceil(extent / self._factor_of[axis]) if axis in self._decimated else extent
             for axis, extent in enumerate(base.shape)
+        )
+        sizes: dict[int, int | None] = (
+            dict.fromkeys(self._axes, None if chunk_size is None else int(chunk_size))
+            if chunk_size is None or isinstance(chunk_size, int | np.integer)
+            else dict(zip(self._axes, (int(c) for c in chunk_size), strict=True))
         )
         grid: list[DimensionGridLike] = []
         for axis, (g, extent) in enumerate(zip(base.grid, self._shape, strict=True)):
+            wanted = sizes.get(axis)
             if axis in self._decimated:
-                if chunk_size is not None:
-                    size = max(1, int(chunk_size))
+                if wanted is not None:
+                    size = max(1, wanted)
                 else:
                     base_chunk = int(g.chunk_size(0)) if extent else 1
-                    size = max(_MIN_LEVEL_CHUNK, base_chunk // self._factor, 1)
+                    size = max(_MIN_LEVEL_CHUNK, base_chunk // self._factor_of[axis], 1)
                 grid.append(FixedDimension(size=min(size, max(extent, 1)), extent=extent))
             else:
                 grid.append(g)
@@ -164,7 +202,11 @@ class DecimatedSource(SourceFields):
 
     @property
     def identity(self) -> Hashable:
-        return (self._base.identity, "decimated", self._factor, self._axes)
+        return (self._base.identity, "decimated", self._factor_key(), self._axes)
+
+    def _factor_key(self) -> int | tuple[int, ...]:
+        """The factor, one number when every axis has it (as before factors per axis)."""
+        return self._factors[0] if len(set(self._factors)) == 1 else self._factors
 
     @property
     def dtype(self) -> np.dtype[Any]:
@@ -176,7 +218,13 @@ class DecimatedSource(SourceFields):
 
     @property
     def factor(self) -> int:
-        return self._factor
+        """The largest sampling step (every axis's, for a level of one factor)."""
+        return max(self._factors, default=1)
+
+    @property
+    def factors(self) -> tuple[int, ...]:
+        """The sampling step along each decimated axis, in the order of its axes."""
+        return self._factors
 
     @property
     def parent(self) -> DecimatedSource | None:
@@ -191,19 +239,21 @@ class DecimatedSource(SourceFields):
         # The base chunks this level chunk samples (every `factor`-th cell), each read
         # directly (not cached) and its samples copied as `combine` copies a level's.
         base = self._base
-        per_axis = self._spans(coords, base.grid, self._factor)
+        per_axis = self._spans(coords, base.grid, self._factor_of)
         count = math.prod(len(span) for span in per_axis)
         if count > MAX_BASE_CHUNKS:
             raise self._too_many(coords, count)
         refs = [ChunkRef.of(base, c) for c in itertools.product(*per_axis)]
-        return self._sampled(coords, refs, self._factor, lambda ref: base.read_chunk(ref.coords))
+        return self._sampled(
+            coords, refs, self._factor_of, lambda ref: base.read_chunk(ref.coords)
+        )
 
     # -- DerivedSource ------------------------------------------------------
 
     def chunk_inputs(self, coords: tuple[int, ...]) -> list[ChunkRef]:
         """The chunks of the finer level (or base) that chunk `coords` samples."""
-        source, step = self._inputs, self._step
-        per_axis = self._spans(coords, source.grid, step)
+        source = self._inputs
+        per_axis = self._spans(coords, source.grid, self._step)
         count = math.prod(len(span) for span in per_axis)
         if count > MAX_BASE_CHUNKS:
             raise self._too_many(coords, count)
@@ -216,8 +266,9 @@ class DecimatedSource(SourceFields):
         for axis in self._axes:
             a, b = lo[axis], hi[axis]
             if b > a:
-                start, stop = a * self._factor, (b - 1) * self._factor + 1
-                cost *= _sampled_count(self._base.grid[axis], start, stop, self._base_step)
+                factor = self._factor_of[axis]
+                start, stop = a * factor, (b - 1) * factor + 1
+                cost *= _sampled_count(self._base.grid[axis], start, stop, self._base_step[axis])
         return max(1, cost)
 
     def combine(
@@ -256,13 +307,13 @@ class DecimatedSource(SourceFields):
         self,
         coords: tuple[int, ...],
         refs: list[ChunkRef],
-        step: int,
+        steps: Mapping[int, int],
         data_of: Callable[[ChunkRef], np.ndarray[Any, Any]],
         *,
         whole: bool = True,
     ) -> np.ndarray[Any, Any]:
-        """Chunk `coords` from the chunks `refs` of a finer grid sampled every `step`
-        cells along the decimated axes (the same grid along the others); unless `whole`
+        """Chunk `coords` from the chunks `refs` of a finer grid sampled every `steps[axis]`
+        cells along each decimated axis (the same grid along the others); unless `whole`
         (`refs` cover the chunk), what they leave uncovered is the fill value."""
         lo, hi = chunk_bounds(self._grid, coords, self._shape)
         shape = tuple(b - a for a, b in zip(lo, hi, strict=True))
@@ -281,6 +332,7 @@ class DecimatedSource(SourceFields):
                     out_selection.append(slice(None))
                     continue
                 # Output cells x in [a, b) sample input index x * step within [start, stop).
+                step = steps[axis]
                 first, end = max(a, -(-start // step)), min(b, -(-stop // step))
                 source_selection.append(
                     slice(first * step - start, (end - 1) * step - start + 1, step)
@@ -290,7 +342,10 @@ class DecimatedSource(SourceFields):
         return out
 
     def _spans(
-        self, coords: tuple[int, ...], grid: tuple[DimensionGridLike, ...], step: int
+        self,
+        coords: tuple[int, ...],
+        grid: tuple[DimensionGridLike, ...],
+        steps: Mapping[int, int],
     ) -> list[list[int]]:
         """Per axis, the input grid's chunks holding a sample of chunk `coords`."""
         lo, hi = chunk_bounds(self._grid, coords, self._shape)
@@ -301,19 +356,20 @@ class DecimatedSource(SourceFields):
             elif b <= a:
                 spans.append([])
             else:
+                step = steps[axis]
                 spans.append(_sampled_chunks(grid[axis], a * step, (b - 1) * step + 1, step))
         return spans
 
     def _too_many(self, coords: tuple[int, ...], count: int) -> ChunkReadError:
         return ChunkReadError(
-            f"chunk {coords} of the virtual level 1/{self._factor} of "
+            f"chunk {coords} of the virtual level 1/{self._factor_key()} of "
             f"{self._base.identity}: it samples {count:,} stored chunks (at most "
             f"{MAX_BASE_CHUNKS:,}); this array has no pyramid and chunks too small for "
             "an overview"
         )
 
     def __repr__(self) -> str:
-        return f"DecimatedSource({self._base!r}, factor={self._factor}, axes={self._axes})"
+        return f"DecimatedSource({self._base!r}, factor={self._factor_key()}, axes={self._axes})"
 
 
 def _sampled_count(grid: DimensionGridLike, start: int, stop: int, step: int) -> int:
@@ -365,10 +421,14 @@ def virtual_levels(
     """`base` followed by decimated levels (factors 2, 4, ...) down to `smallest` pixels.
 
     Levels stop once every decimated axis is at most `smallest` long; an array
-    already that small gets no extra level. Each level is built from the one
-    before it (`DecimatedSource` with a `parent`), so a cache reads each stored
-    chunk once for all levels. `chunk_size` sets the levels' chunk edge along
-    the decimated axes (default: see `DecimatedSource`).
+    already that small gets no extra level. No level is shorter than
+    `MIN_LEVEL_EXTENT` (2) pixels along a decimated axis: such an axis keeps its
+    factor while the others go on halving. A 1 x 1,000,000 row gets no virtual
+    level; a 3 x 1,000,000 one a level of 2 x 500,000, then levels halving the
+    long axis alone. Each level is built from the one before it
+    (`DecimatedSource` with a `parent`), so a cache reads each stored chunk once
+    for all levels. `chunk_size` sets the levels' chunk edge along the
+    decimated axes (default: see `DecimatedSource`).
 
     Except where the chain costs more than it shares: built from the level
     before, a level costs every stored chunk under it — 10^12 for a 10^6 x 10^6
@@ -388,29 +448,43 @@ def virtual_levels(
     >>> base = ArraySource(np.zeros((2000, 1500)), chunks=(512, 512), name="b")
     >>> [level.shape for level in virtual_levels(base)]
     [(2000, 1500), (1000, 750), (500, 375)]
+    >>> row = ArraySource(np.zeros((3, 100_000)), chunks=(1, 4096), name="row")
+    >>> [level.shape for level in virtual_levels(row)][:4]
+    [(3, 100000), (2, 50000), (2, 25000), (2, 12500)]
+    >>> virtual_levels(row)[-1].shape, virtual_levels(row)[-1].factors
+    ((2, 391), (2, 256))
     """
     rank = len(base.shape)
     decimated = tuple(range(max(0, rank - 2), rank)) if axes is None else axes
     levels: list[ChunkSource] = [base]
+    if any(base.shape[a] < MIN_LEVEL_EXTENT for a in decimated):
+        return levels  # every level would be 1 pixel along that axis: napari shows none
     parent: DecimatedSource | None = None
-    factor = 1
-    while any(math.ceil(base.shape[a] / factor) > smallest for a in decimated) or (
-        parent is not None and _plane_cost(parent, decimated) > MAX_BASE_CHUNKS
-    ):
-        factor *= 2
+    factors = tuple(1 for _ in decimated)
+    while any(
+        math.ceil(base.shape[a] / f) > smallest for a, f in zip(decimated, factors, strict=True)
+    ) or (parent is not None and _plane_cost(parent, decimated) > MAX_BASE_CHUNKS):
+        # Halve every axis that stays at least MIN_LEVEL_EXTENT pixels long.
+        halved = tuple(
+            2 * f if math.ceil(base.shape[a] / (2 * f)) >= MIN_LEVEL_EXTENT else f
+            for a, f in zip(decimated, factors, strict=True)
+        )
+        if halved == factors:
+            break  # no axis left to halve
+        factors = halved
         chained = (
             None
             if parent is None
-            else DecimatedSource(base, factor, decimated, parent=parent, chunk_size=chunk_size)
+            else DecimatedSource(base, factors, decimated, parent=parent, chunk_size=chunk_size)
         )
-        sampled = _samples_directly(base, decimated, factor, chained)
+        sampled = _samples_directly(base, decimated, factors, chained)
         if chained is not None and not sampled:
             parent = chained
         else:
-            edge = chunk_size
+            edge: int | tuple[int, ...] | None = chunk_size
             if sampled and chunk_size is None:
-                edge = _direct_edge(base, decimated)
-            parent = DecimatedSource(base, factor, decimated, chunk_size=edge)
+                edge = _direct_edges(base, decimated, factors)
+            parent = DecimatedSource(base, factors, decimated, chunk_size=edge)
         levels.append(parent)
     return levels
 
@@ -433,19 +507,23 @@ DIRECT_CHUNK_INPUTS = 1024
 
 
 def _samples_directly(
-    base: ChunkSource, axes: tuple[int, ...], factor: int, chained: DecimatedSource | None
+    base: ChunkSource,
+    axes: tuple[int, ...],
+    factors: tuple[int, ...],
+    chained: DecimatedSource | None,
 ) -> bool:
-    """Whether the level of `factor` samples `base` directly rather than being `chained`
-    from the level before: where a stored chunk is narrower than the factor (the chain
-    reads every chunk under the level, direct sampling one per pixel) and one chunk of
-    the chain would cost more than twice what sampling it directly costs (the chain's
-    reads are shared with the finer levels)."""
-    if all(_edge(base, axis) >= factor for axis in axes):
+    """Whether the level of `factors` samples `base` directly rather than being `chained`
+    from the level before: where a stored chunk is narrower than the factor along an axis
+    (the chain reads every chunk under the level, direct sampling one per pixel) and one
+    chunk of the chain would cost more than twice what sampling it directly costs (the
+    chain's reads are shared with the finer levels)."""
+    if all(_edge(base, axis) >= f for axis, f in zip(axes, factors, strict=True)):
         return False
     if chained is None:
         return True
     origin = tuple(0 for _ in base.shape)
-    direct = DecimatedSource(base, factor, axes, chunk_size=chained.grid[axes[0]].chunk_size(0))
+    edges = tuple(int(chained.grid[axis].chunk_size(0)) for axis in axes)
+    direct = DecimatedSource(base, factors, axes, chunk_size=edges)
     return chained.chunk_cost(origin) > 2 * direct.chunk_cost(origin)
 
 
@@ -453,10 +531,24 @@ def _edge(base: ChunkSource, axis: int) -> int:
     return int(base.grid[axis].chunk_size(0)) if base.shape[axis] else 1
 
 
-def _direct_edge(base: ChunkSource, axes: tuple[int, ...]) -> int:
-    """The chunk edge of a level sampling `base` directly: one chunk's inputs (one stored
-    chunk per pixel) at most `DIRECT_CHUNK_INPUTS` and `DIRECT_INPUT_BYTES`."""
+def _direct_edges(
+    base: ChunkSource, axes: tuple[int, ...], factors: tuple[int, ...]
+) -> tuple[int, ...]:
+    """The chunk edges of a level sampling `base` directly: one chunk's inputs at most
+    `DIRECT_CHUNK_INPUTS` stored chunks and `DIRECT_INPUT_BYTES`.
+
+    Along an axis whose stored chunks are at least the factor wide, a level chunk
+    samples one stored chunk (the edge a chained level has); along the others, one stored
+    chunk per pixel, the budget shared between them (a 3 x 1,000,000 row of (1, 65,536)
+    chunks: level chunks of (2, 32,768), not of 22 x 22 pixels).
+    """
     chunk_bytes = base.dtype.itemsize * math.prod(_edge(base, a) for a in range(len(base.shape)))
     inputs = max(1, min(DIRECT_CHUNK_INPUTS, DIRECT_INPUT_BYTES // max(1, chunk_bytes)))
-    root: float = inputs ** (1 / max(1, len(axes)))
-    return max(1, int(root + 1e-9))
+    narrow = [a for a, f in zip(axes, factors, strict=True) if _edge(base, a) < f]
+    root: float = inputs ** (1 / max(1, len(narrow)))
+    return tuple(
+        max(1, int(root + 1e-9))
+        if axis in narrow
+        else max(_MIN_LEVEL_CHUNK, _edge(base, axis) // f)
+        for axis, f in zip(axes, factors, strict=True)
+    )

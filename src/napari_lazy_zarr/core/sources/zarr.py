@@ -14,6 +14,7 @@ import json
 import math
 import os
 import threading
+import time
 from concurrent.futures import Future
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ from napari_lazy_zarr.core.executors import DaemonExecutor
 from napari_lazy_zarr.core.keys import chunk_bounds
 from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS, Timeouts
 from napari_lazy_zarr.core.sources import _zarr_compat as compat
-from napari_lazy_zarr.core.sources._decode import BoundedDecode
+from napari_lazy_zarr.core.sources._decode import BoundedDecode, unbounded_codecs
 from napari_lazy_zarr.core.sources._grid import grid_from_sizes
 from napari_lazy_zarr.core.sources._sharding import ShardReader
 from napari_lazy_zarr.core.sources._zarr_compat import (  # per chunk read: bound once here
@@ -49,6 +50,8 @@ from napari_lazy_zarr.core.sources._zarr_compat import (  # per chunk read: boun
 from napari_lazy_zarr.core.sources.codecs import with_installed_codecs
 from napari_lazy_zarr.core.sources.protocol import SourceFields, fill_value_of
 from napari_lazy_zarr.core.storage.files import (
+    SETTLE_SECONDS,
+    FileChangedError,
     read_stamped,
 )
 from napari_lazy_zarr.core.storage.http import http_store_of
@@ -87,6 +90,7 @@ __all__ = [
 _RUN_THREADS: Final = DaemonExecutor(name="lazy-zarr-range", idle_seconds=1.0)
 DEFAULT_RETRY: Final = RetryPolicy()
 
+_REWRITE_ATTEMPTS: Final = 3  # versions of a local chunk file tried while a writer rewrites it
 LOCAL_BATCH: Final = 4
 """Chunks adjacent along the last axis a worker may read in one task from an unsharded
 array in a local directory (`ZarrChunkSource.batch_key`): the cache's per-chunk
@@ -309,13 +313,11 @@ class ZarrChunkSource(SourceFields):
         # The synchronous decode path: zarr's FusedCodecPipeline transform, bounded.
         # Codecs without a synchronous form leave None: zarr's async pipeline reads them.
         transform = compat.sync_transform(self._pipeline)
-        self._decoder = None if transform is None else BoundedDecode(transform)
-        if self._decoder is not None and self._decoder.unbounded:
-            raise UnsupportedDataError(
-                f"{self._location}: the filter {self._decoder.unbounded[0]!r} follows a "
-                "filter whose output size cannot be checked, so it could decompress "
-                "without bound; such arrays are not read"
-            )
+        self._decoder = (
+            BoundedDecode(transform)
+            if transform is not None
+            else _bounded_without_sync(self._pipeline)
+        )
         self._shards = ShardReader.for_pipeline(
             self._pipeline, _max_encoded_bytes(chunks, self._dtype)
         )
@@ -336,6 +338,13 @@ class ZarrChunkSource(SourceFields):
         # (~6 µs each).
         self._regular = compat.has_regular_grid(array)
         self._regular_spec: Any = None
+        if self._shards is not None:
+            unbounded = self._shards.unbounded(self._chunk_spec((0,) * len(self._shape)))
+        elif self._decoder is not None:
+            unbounded = self._decoder.unbounded
+        else:
+            unbounded = unbounded_codecs(_codec_names(self._metadata.to_dict()))
+        _refuse_unbounded(self._location, unbounded)
 
     # -- ChunkSource -------------------------------------------------------
 
@@ -648,16 +657,34 @@ class ZarrChunkSource(SourceFields):
         clipped at the array's edge.
         """
         assert self._decoder is not None
-        found = self._fetch(key)
         shape = tuple(sel.stop - sel.start for sel in selection)
-        if found is None:
-            return np.full(shape, self._fill_value, dtype=self._dtype)
-        decoded = self._decoder.decode_pooled(found[0], spec)
-        if decoded is None:
-            decoded = np.asarray(self._decoder.decode_chunk(found[0], spec).as_ndarray_like())
+        for _ in range(_REWRITE_ATTEMPTS):
+            found = self._fetch(key)
+            if found is None:
+                return np.full(shape, self._fill_value, dtype=self._dtype)
+            try:
+                decoded = self._decode(found[0], spec)
+                break
+            except Exception:
+                # A writer mid-rewrite (truncated, then written whole): its next version
+                # decodes, or fails for good once the file stays as it is.
+                if not _changed_after_settling(self._fetch, key, found, self._local_prefix):
+                    raise
+        else:
+            raise FileChangedError(
+                f"{self._local_prefix}{key}: the file kept changing while it was read "
+                f"({_REWRITE_ATTEMPTS} versions that do not decode); retry later"
+            )
         if decoded.shape == shape:
             return decoded
         return np.array(decoded[selection], copy=True)
+
+    def _decode(self, raw: Any, spec: Any) -> np.ndarray[Any, Any]:
+        assert self._decoder is not None
+        decoded = self._decoder.decode_pooled(raw, spec)
+        if decoded is None:
+            decoded = np.asarray(self._decoder.decode_chunk(raw, spec).as_ndarray_like())
+        return decoded
 
     def _read_async(
         self, key: str, spec: Any, selection: tuple[slice, ...]
@@ -814,3 +841,78 @@ def open_zarr_source(
         coalesce=coalesce,
         coalesce_gap=coalesce_gap,
     )
+
+
+def _codec_names(metadata: dict[str, Any]) -> list[str]:
+    """The codecs of an array's metadata document, nested (sharding) ones included: a Zarr
+    v2 ``compressor`` and ``filters``, Zarr v3 ``codecs`` (their ``name``)."""
+    found: list[str] = []
+    pending: list[Any] = [
+        metadata.get("compressor"),
+        metadata.get("filters"),
+        metadata.get("codecs"),
+    ]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, list | tuple):
+            pending.extend(node)
+        elif isinstance(node, dict):
+            name = node.get("id", node.get("name"))
+            if isinstance(name, str):
+                found.append(name)
+            configuration = node.get("configuration")
+            if isinstance(configuration, dict):
+                pending.extend((configuration.get("codecs"), configuration.get("index_codecs")))
+    return found
+
+
+def _bounded_without_sync(pipeline: Any) -> BoundedDecode | None:
+    """A bounded decode for a chain zarr cannot run synchronously, when only the
+    compressors it decodes itself lacked a synchronous form (``numcodecs.zlib`` and the
+    other numcodecs and imagecodecs Zarr v3 wrappers); else None (zarr's async pipeline)."""
+    codecs = compat.pipeline_codecs(pipeline)
+    if codecs is None:
+        return None
+    try:
+        return BoundedDecode(None, codecs)
+    except TypeError:
+        return None
+
+
+def _refuse_unbounded(location: str, unbounded: Sequence[str]) -> None:
+    """Refuse, at open, an array a codec could decompress without bound (a bomb).
+
+    `unbounded` names the codecs nothing caps: bounded are the stream codecs
+    `BoundedDecode` decodes itself (the chain of a whole chunk, or of a shard's
+    inner chunks) and codecs whose output size the chunk fixes; a chain zarr
+    decodes alone (a codec without a synchronous form) bounds nothing, so its
+    stream codecs are named too.
+    """
+    if unbounded:
+        raise UnsupportedDataError(
+            f"{location}: the codec {unbounded[0]!r} could decompress a chunk "
+            "without bound where it stands in this array's codecs (nothing here "
+            "caps its output at the chunk's size); such arrays are not read"
+        )
+
+
+def _changed_after_settling(
+    fetch: Callable[[str], Fetched], key: str, found: Fetched, local_prefix: str | None
+) -> bool:
+    """After a local chunk file failed to decode: whether it is another version once
+    the settle window has passed (`fetch` reads it again).
+
+    A writer that truncates a file and writes it whole moments later leaves, for
+    those moments, an empty file whose stamp may still be the old version's: the
+    kernel does not always mark a truncating open's times (seen here: an empty
+    file stamped 106 ms old, 20 ms after the truncation). No encoding of a chunk
+    is empty, so an empty file is read again after `SETTLE_SECONDS`, and a changed
+    version is decoded instead (the torn-read promise of `core.storage.files`).
+    A written file that fails (with a fresh stamp the settle window covers
+    already) fails at once.
+    """
+    if local_prefix is None or found is None or found[1] is None or len(found[0]):
+        return False
+    time.sleep(SETTLE_SECONDS)
+    again = fetch(key)
+    return again is None or again[1] != found[1] or again[0].to_bytes() != found[0].to_bytes()

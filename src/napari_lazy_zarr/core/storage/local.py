@@ -90,6 +90,7 @@ members with names of 60 characters take 11 MB; `zipfile` reads it whole, commen
 _EOCD: Final = struct.Struct("<4s4H2LH")  # end of central directory record (22 bytes)
 _ZIP64_LOCATOR: Final = struct.Struct("<4sLQL")  # 20 bytes, just before the EOCD record
 _ZIP64_EOCD: Final = struct.Struct("<4sQ2H2L4Q")  # 56 bytes
+_DIRECTORY_ENTRY: Final = struct.Struct("<4s4B4HL2L5H2L")  # 46 bytes, as zipfile's centralDir
 _EOCD_SEARCH: Final = _EOCD.size + (1 << 16)  # the record, and a comment of at most 64 KiB
 
 
@@ -295,9 +296,14 @@ class BoundedZipStore(zarr.storage.ZipStore):
 def check_zip_directory(handle: BinaryIO, location: str) -> None:
     """Refuse a zip whose directory exceeds `MAX_ZIP_MEMBERS` or `MAX_ZIP_DIRECTORY_BYTES`.
 
-    Read from the end-of-central-directory record (and its ZIP64 form), before
-    `zipfile` makes an object per member. An archive without one is left to
-    `zipfile`, which refuses it.
+    Read from the records `zipfile` will use, found as it finds them: the
+    end-of-central-directory record (the last 22 bytes when they are one, else
+    the last signature within the 64 KiB a comment may take), and the ZIP64 record
+    just before its locator whenever a locator precedes it, whatever the classic
+    counts say. The directory itself is then walked entry by entry, as `zipfile`
+    walks it (its declared counts play no part there), before `zipfile` makes an
+    object per member. An archive without a record is left to `zipfile`, which
+    refuses it.
 
     Raises
     ------
@@ -308,25 +314,50 @@ def check_zip_directory(handle: BinaryIO, location: str) -> None:
     start = max(0, size - _EOCD_SEARCH)
     handle.seek(start)
     tail = handle.read(size - start)
-    at = tail.rfind(b"PK\x05\x06", 0, max(0, len(tail) - _EOCD.size + 4))  # 22 bytes fit
-    if at < 0:
-        return
-    _, _, _, _, members, directory, _, _ = _EOCD.unpack_from(tail, at)
-    if (members == 0xFFFF or directory == 0xFFFFFFFF) and at >= _ZIP64_LOCATOR.size:
-        signature, _, record, _ = _ZIP64_LOCATOR.unpack_from(tail, at - _ZIP64_LOCATOR.size)
-        if signature == b"PK\x06\x07" and 0 <= record <= size - _ZIP64_EOCD.size:
-            handle.seek(record)
-            fields = _ZIP64_EOCD.unpack(handle.read(_ZIP64_EOCD.size))
+    at = len(tail) - _EOCD.size
+    if not (at >= 0 and tail[at : at + 4] == b"PK\x05\x06" and tail[-2:] == b"\0\0"):
+        at = tail.rfind(b"PK\x05\x06")
+        if at < 0 or at + _EOCD.size > len(tail):
+            handle.seek(0)
+            return
+    _, _, _, _, members, directory, offset, _ = _EOCD.unpack_from(tail, at)
+    record_at = start + at  # the record's offset in the file
+    concat = record_at - directory - offset  # bytes prepended to the archive, as zipfile
+    if at >= _ZIP64_LOCATOR.size + _ZIP64_EOCD.size:
+        signature, _, _, _ = _ZIP64_LOCATOR.unpack_from(tail, at - _ZIP64_LOCATOR.size)
+        if signature == b"PK\x06\x07":
+            fields = _ZIP64_EOCD.unpack_from(tail, at - _ZIP64_LOCATOR.size - _ZIP64_EOCD.size)
             if fields[0] == b"PK\x06\x06":
-                members, directory = fields[7], fields[8]
+                members, directory, offset = fields[7], fields[8], fields[9]
+                concat = record_at - directory - offset - _ZIP64_LOCATOR.size - _ZIP64_EOCD.size
     if members > MAX_ZIP_MEMBERS or directory > MAX_ZIP_DIRECTORY_BYTES:
-        raise MetadataError(
-            f"{location}: the zip archive lists {members:,} members in a {directory:,}-byte "
-            f"directory, more than the {MAX_ZIP_MEMBERS:,} members or "
-            f"{MAX_ZIP_DIRECTORY_BYTES:,} bytes this reader opens; refused before reading it "
-            "(unzip it, or store it sharded: one member per shard)"
-        )
+        raise _zip_refusal(location, f"{members:,}", directory)
+    handle.seek(max(0, offset + concat))
+    if _directory_entries(handle.read(directory)) > MAX_ZIP_MEMBERS:
+        raise _zip_refusal(location, f"more than {MAX_ZIP_MEMBERS:,}", directory)
     handle.seek(0)
+
+
+def _directory_entries(directory: bytes) -> int:
+    """The entries `zipfile` makes of a central directory (it walks them to its end),
+    counted up to one past `MAX_ZIP_MEMBERS`."""
+    count, position = 0, 0
+    while position + _DIRECTORY_ENTRY.size <= len(directory) and count <= MAX_ZIP_MEMBERS:
+        fields = _DIRECTORY_ENTRY.unpack_from(directory, position)
+        if fields[0] != b"PK\x01\x02":
+            break  # zipfile refuses the archive here
+        position += _DIRECTORY_ENTRY.size + fields[12] + fields[13] + fields[14]
+        count += 1
+    return count
+
+
+def _zip_refusal(location: str, members: str, directory: int) -> MetadataError:
+    return MetadataError(
+        f"{location}: the zip archive lists {members} members in a {directory:,}-byte "
+        f"directory, more than the {MAX_ZIP_MEMBERS:,} members or "
+        f"{MAX_ZIP_DIRECTORY_BYTES:,} bytes this reader opens; refused before reading it "
+        "(unzip it, or store it sharded: one member per shard)"
+    )
 
 
 def bounded_store(store: Any, *, timeouts: Timeouts = DEFAULT_TIMEOUTS) -> Any:

@@ -55,6 +55,13 @@ METADATA_FILES: Final = ("zarr.json", ".zarray", ".zgroup")
 # Codecs whose decoding runs code stored in the file.
 _CODE_EXECUTING_CODECS: Final = frozenset({"pickle", "numcodecs.pickle"})
 
+# Codecs that decode an object (or string) dtype without unpickling: strings, bytes, JSON,
+# msgpack. Such an array is not pixels (`dtype_refusal`), but reading it runs no stored code.
+_OBJECT_CODECS: Final = frozenset(
+    {"vlen-utf8", "vlen-bytes", "vlen-array", "json2", "msgpack2", "categorize"}
+)
+_STRING_CODECS: Final = frozenset({"vlen-utf8", "vlen-bytes"})
+
 
 # Image-like dtypes napari can show; everything else is refused with a clear error.
 _IMAGE_KINDS: Final = frozenset("biufc")
@@ -89,11 +96,19 @@ def _codec_names(metadata: Any) -> Iterator[str]:
 
 
 def check_document(location: str, document: Any, *, object_dtype: bool = False) -> None:
-    """Refuse pickle codecs and object dtypes named in a metadata document."""
-    unsafe = sorted({n for n in _codec_names(document) if n.lower() in _CODE_EXECUTING_CODECS})
+    """Refuse pickle codecs, and object dtypes no safe object codec decodes, named in a
+    metadata document.
+
+    An object dtype decoded by a string, bytes, JSON or msgpack codec (`_OBJECT_CODECS`:
+    ``vlen-utf8`` ...) unpickles nothing: it passes here, and `check_safe` refuses it as
+    not pixels (`UnsupportedDtypeError`), so a table of names beside the images does not
+    make a group unsafe.
+    """
+    names = {n.lower() for n in _codec_names(document)}
+    unsafe = sorted(names & _CODE_EXECUTING_CODECS)
     if isinstance(document, dict) and document.get("dtype") in ("|O", "O", "object"):
         object_dtype = True
-    if unsafe or object_dtype:
+    if unsafe or (object_dtype and not names & _OBJECT_CODECS):
         cause = f"codec {unsafe[0]!r}" if unsafe else "object dtype"
         raise UnsafeDataError(
             f"{location}: refusing to read an array with {cause}: decoding it would "
@@ -102,11 +117,16 @@ def check_document(location: str, document: Any, *, object_dtype: bool = False) 
 
 
 def check_safe(location: str, array: zarr.Array[Any]) -> None:
-    """Refuse object dtypes and pickle codecs before any chunk is decoded."""
+    """Refuse pickle codecs and unsafe object dtypes before any chunk is decoded, and
+    dtypes napari cannot show (strings, records ...: `UnsupportedDtypeError`)."""
     dtype = np.dtype(array.dtype)
-    check_document(location, array.metadata.to_dict(), object_dtype=dtype.kind == "O")
+    document = array.metadata.to_dict()
+    check_document(location, document, object_dtype=dtype.kind == "O")
     if dtype.kind not in _IMAGE_KINDS:
-        raise dtype_refusal(location, dtype)
+        strings = dtype.kind == "O" and {n.lower() for n in _codec_names(document)} & (
+            _STRING_CODECS
+        )
+        raise dtype_refusal(location, dtype, kind="U" if strings else None)
 
 
 _DTYPE_WAY_OUT: Final = {
@@ -116,6 +136,8 @@ _DTYPE_WAY_OUT: Final = {
     "V": "a structured (record) dtype holds several values per pixel; open the array in "
     "Python and add one field, e.g. zarr.open_array(path)[...]['{field}'], to the viewer",
     "U": "strings are not pixels (a table or names beside the images?); only numeric "
+    "arrays are shown",
+    "T": "strings are not pixels (a table or names beside the images?); only numeric "
     "arrays are shown",
     "S": "byte strings are not pixels (a table or names beside the images?); only numeric "
     "arrays are shown",
@@ -127,10 +149,13 @@ _DTYPE_WAY_OUT: Final = {
 }
 
 
-def dtype_refusal(location: str, dtype: np.dtype[Any]) -> UnsupportedDtypeError:
+def dtype_refusal(
+    location: str, dtype: np.dtype[Any], *, kind: str | None = None
+) -> UnsupportedDtypeError:
     """The error for an array of `dtype` napari cannot show: names `location`, the dtype and
     what to do instead (bool, integer and float dtypes are images; complex ones napari
-    cannot display, though `open_array` reads them).
+    cannot display, though `open_array` reads them). `kind` overrides the dtype's kind
+    for the advice (``"U"``: an object dtype holding strings).
 
     Examples
     --------
@@ -138,10 +163,11 @@ def dtype_refusal(location: str, dtype: np.dtype[Any]) -> UnsupportedDtypeError:
     >>> print(dtype_refusal("a.zarr/phase", np.dtype("complex64")))  # doctest: +ELLIPSIS
     a.zarr/phase: dtype complex64 cannot be shown as an image: napari cannot display ...
     """
-    way_out = _DTYPE_WAY_OUT.get(dtype.kind, "only bool, integer and float arrays are shown")
-    if dtype.kind == "V" and dtype.names:
+    kind = kind or dtype.kind
+    way_out = _DTYPE_WAY_OUT.get(kind, "only bool, integer and float arrays are shown")
+    if kind == "V" and dtype.names:
         way_out = way_out.format(field=dtype.names[0])
-    elif dtype.kind == "V":
+    elif kind == "V":
         way_out = "raw bytes (an opaque dtype) are not pixels"
     return UnsupportedDtypeError(
         f"{location}: dtype {dtype} cannot be shown as an image: {way_out} "

@@ -2,14 +2,16 @@
 
 The pure policy sits beside the value types, as in ndv's `models/`: `axes`
 (how the layer's axes map to the store's, boxes, level indices), `frames` (the
-request a read makes and the `ViewFrame` it gets back), `fallback` (stand-ins
-from coarser levels), `prefetch` (the ring, walks through z/t, level choice)
-and `contrast` (the contrast-limit sample). `ViewController` (`controller`) is
-the stateful piece, as ndv's `controllers/`: it answers each read at once and
-keeps the answer converging as chunks land, with the volumes (`volumes`) and
-the next frames of a walk through z/t (`planes`) it prepares off the viewer's
-thread. `FailureLog` (`failures`) follows the layer's
-failed chunks for the user. Qt-free, as all of `core` is.
+request a read makes and the immutable `ViewFrame` it gets back), `assembly`
+(building frames from resident chunks), `fallback` (stand-ins from coarser
+levels), `prefetch` (the ring, walks through z/t, level choice) and `contrast`
+(the contrast-limit sample). `ViewController` (`controller`) is the stateful
+piece, as ndv's `controllers/`: it answers each read at once with a frame;
+`showing` keeps what its viewer was answered with, `requests` asks the cache,
+`building` builds the next frames on its dispatch thread, with the volumes
+(`volumes`) and the next frames of a walk through z/t (`planes`) it prepares.
+`FailureLog` (`failures`) follows the layer's failed chunks for the user.
+Qt-free, as all of `core` is.
 """
 
 from napari_lazy_zarr.core.viewport.axes import (

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from napari_lazy_zarr.core.keys import ChunkKey
     from napari_lazy_zarr.core.reading.plans import ReadPlan
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
+    from napari_lazy_zarr.core.viewport.axes import Box
     from napari_lazy_zarr.core.viewport.frames import ViewRequest
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "held_frame",
     "next_frame",
     "placeholder_frame",
+    "volume_due",
 ]
 
 POOLED_FRAME_BYTES: Final = 64 << 20
@@ -79,7 +81,8 @@ def first_frame(
         _fill(buffer, plan, missing, len(keys), source)
     for key, data in ready.items():
         plan.copy_chunk(buffer, key, data)
-    return _finish(request, plan, buffer, keys, missing, failed, (), sources, cache, compose)
+    drawn = _stand_ins(request, missing - set(failed), sources, cache) if compose else None
+    return _finish(request, plan, buffer, keys, missing, failed, (), sources, drawn)
 
 
 def next_frame(
@@ -97,8 +100,10 @@ def next_frame(
     ready, failed = cache.lookup_many(base.missing, partial=True)
     newly_failed = failed - base.failed
     retried = base.failed - failed  # queued again: still the placeholder until it lands
-    if not ready and not newly_failed and not retried and not (compose and base.waiting):
-        return None
+    missing = set(base.missing).difference(ready)
+    drawn = _stand_ins(base.request, missing - failed, sources, cache) if compose else None
+    if not ready and not newly_failed and not retried and drawn is None:
+        return None  # the frame would be the same
     source = sources[base.request.level]
     buffer, _ = _new_buffer(plan, source)
     np.copyto(buffer, base.buffer)
@@ -106,20 +111,9 @@ def next_frame(
         plan.copy_chunk(buffer, key, data)
     for key in newly_failed:  # shown as the placeholder, not as a stand-in
         plan.fill_missing(buffer, key, source.fill_value, None)
-    missing = set(base.missing).difference(ready)
     provisional = base.provisional.difference(ready, newly_failed)
-    return _finish(
-        base.request,
-        plan,
-        buffer,
-        base.keys,
-        missing,
-        failed,
-        provisional,
-        sources,
-        cache,
-        compose,
-    )
+    request, keys = base.request, base.keys
+    return _finish(request, plan, buffer, keys, missing, failed, provisional, sources, drawn)
 
 
 def placeholder_frame(
@@ -132,7 +126,7 @@ def placeholder_frame(
     buffer, clean = _new_buffer(plan, source)
     if keys and not clean:
         _fill(buffer, plan, keys, len(keys), source)
-    return _finish(request, plan, buffer, keys, set(keys), set(), (), sources, None, False)
+    return _finish(request, plan, buffer, keys, set(keys), set(), (), sources, None)
 
 
 def held_frame(frame: ViewFrame, shown: ViewFrame) -> ViewFrame:
@@ -151,6 +145,28 @@ def held_frame(frame: ViewFrame, shown: ViewFrame) -> ViewFrame:
     )
 
 
+def volume_due(base: ViewFrame, waiting: Collection[ChunkKey], cache: ChunkCache) -> bool:
+    """Whether a volume's next frame is worth its copy: all that `base` lacked and still
+    waits for (`waiting`) has landed, or half of it (so a volume of n chunks is copied
+    about log2(n) times as it loads, not n); or a FAILED chunk it shows was retried."""
+    if not waiting:
+        return bool(base.missing)
+    ready, failed = cache.lookup_many(waiting, partial=True)
+    landed = len(ready) + len(failed)
+    return landed == len(waiting) or 2 * landed >= len(waiting)
+
+
+def _stand_ins(
+    request: ViewRequest,
+    waiting: Collection[ChunkKey],
+    sources: Sequence[ChunkSource],
+    cache: ChunkCache,
+) -> tuple[np.ndarray[Any, Any], Box, np.ndarray[Any, Any]] | None:
+    """The coarser levels' values for the `waiting` chunks' cells (`fallback.stand_ins`),
+    or None when nothing waits or no coarser level has anything resident."""
+    return stand_ins(request, waiting, sources, cache.lookup) if waiting else None
+
+
 def _finish(
     request: ViewRequest,
     plan: ReadPlan,
@@ -160,22 +176,20 @@ def _finish(
     failed: Collection[ChunkKey],
     provisional: Collection[ChunkKey],
     sources: Sequence[ChunkSource],
-    cache: ChunkCache | None,
-    compose: bool,
+    drawn: tuple[np.ndarray[Any, Any], Box, np.ndarray[Any, Any]] | None,
 ) -> ViewFrame:
-    """Draw the stand-ins if asked, seal the buffer and wrap it in a frame."""
+    """Draw the stand-ins (`drawn`) into the cells still waiting, seal the buffer and wrap
+    it in a frame."""
     failed = frozenset(failed)
     waiting = missing - failed
     backdrop = False
-    if compose and waiting and cache is not None:
-        drawn = stand_ins(request, waiting, sources, cache.lookup)
-        if drawn is not None:
-            stand_in, region, found = drawn
-            fill_value = sources[request.level].fill_value
-            for key in waiting:
-                plan.fill_missing(buffer, key, fill_value, stand_in)
-            provisional = {key for key in waiting if covered(key, region, found)}
-            backdrop = bool(found.all())
+    if drawn is not None and waiting:
+        stand_in, region, found = drawn
+        fill_value = sources[request.level].fill_value
+        for key in waiting:
+            plan.fill_missing(buffer, key, fill_value, stand_in)
+        provisional = {key for key in waiting if covered(key, region, found)}
+        backdrop = bool(found.all())
     buffer.flags.writeable = False
     data = plan.finish(buffer)
     data.flags.writeable = False  # a new array when upsampled; a view of `buffer` otherwise

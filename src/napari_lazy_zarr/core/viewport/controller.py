@@ -69,20 +69,18 @@ from typing import TYPE_CHECKING, Any, Final
 
 from psygnal import Signal
 
-from napari_lazy_zarr.core.cache import LoadClass
 from napari_lazy_zarr.core.executors import SerialDispatch
 from napari_lazy_zarr.core.reading.array import ChunkedArray
 from napari_lazy_zarr.core.reading.bounds import DEFAULT_BOUNDS
-from napari_lazy_zarr.core.sources.protocol import is_derived
 from napari_lazy_zarr.core.states import ChunkState
 from napari_lazy_zarr.core.viewport._coarser import CoarserPlan
 from napari_lazy_zarr.core.viewport.assembly import (
     first_frame,
     held_frame,
-    next_frame,
     placeholder_frame,
 )
 from napari_lazy_zarr.core.viewport.axes import AxisMap, Box, view_box
+from napari_lazy_zarr.core.viewport.building import FrameBuilder
 from napari_lazy_zarr.core.viewport.failures import FailureLog
 from napari_lazy_zarr.core.viewport.frames import (
     ViewFrame,
@@ -94,10 +92,10 @@ from napari_lazy_zarr.core.viewport.planes import PreparedPlanes
 from napari_lazy_zarr.core.viewport.prefetch import (
     MotionTracker,
     PlaneMotion,
-    overview_shown,
     prefetch_ring,
-    view_prefetch,
 )
+from napari_lazy_zarr.core.viewport.requests import follow_overview, request_view
+from napari_lazy_zarr.core.viewport.showing import Showing, ShownView
 from napari_lazy_zarr.core.viewport.view_plans import ViewPlans
 from napari_lazy_zarr.core.viewport.volumes import PreparedVolumes, volume_box
 
@@ -108,7 +106,7 @@ if TYPE_CHECKING:
 
     from napari_lazy_zarr.core.cache import ChunkCache
     from napari_lazy_zarr.core.executors import Executor
-    from napari_lazy_zarr.core.keys import ChunkKey, ChunkRef
+    from napari_lazy_zarr.core.keys import ChunkKey
     from napari_lazy_zarr.core.reading.bounds import ViewBounds
     from napari_lazy_zarr.core.reading.plans import ReadPlan
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
@@ -122,66 +120,6 @@ INLINE_VOLUME_BYTES: Final = 16 << 20
 is resident (the switch to 3D after the 2D views loaded the coarsest level: measured,
 16 MB of copies, 6-9 ms); a larger or incomplete one is built on the dispatch thread
 while the read answers the placeholder (or holds the last plane's volume)."""
-
-
-class _Slot:
-    """One view kind as the controller shows it (guarded by the controller's lock).
-
-    `frame` is the newest frame built for `request`'s view (None while the
-    dispatch thread builds the first one); `answer` what the latest read was
-    answered with, `answered` the frame it was built from (`held`: the pixels
-    of another plane stood in for it, `answered` may then be None).
-    """
-
-    __slots__ = (
-        "answer",
-        "answered",
-        "applied",
-        "composed",
-        "composes",
-        "deferred",
-        "frame",
-        "held",
-        "issued",
-        "plan",
-        "recompose",
-        "request",
-        "requested",
-    )
-
-    def __init__(self, request: ViewRequest, plan: ReadPlan, composes: bool) -> None:
-        self.request = request
-        self.plan = plan
-        self.composes = composes  # stand-ins from coarser levels are drawn into its frames
-        self.frame: ViewFrame | None = None
-        self.answer: ViewFrame | None = None
-        self.answered: ViewFrame | None = None
-        self.held = False
-        self.applied: ViewFrame | None = None  # the answer the viewer showed last
-        self.composed = False  # a frame with stand-ins was built since the view was new
-        self.recompose = False  # a coarser chunk landed since the last stand-ins
-        # What the latest cache request for it was made on (`ViewController._issue`).
-        self.issued: tuple[object, ...] | None = None
-        # A virtual thumbnail: the chunks the latest request asked for (None: all), and
-        # those left out of it (`overview_shown`), not waited for.
-        self.requested: frozenset[ChunkKey] | None = None
-        self.deferred: frozenset[ChunkKey] = frozenset()
-
-    def waiting(self, frame: ViewFrame) -> frozenset[ChunkKey]:
-        """The chunks `frame` lacks that are still to land (not FAILED, not deferred)."""
-        waiting = frame.waiting
-        return waiting - self.deferred if self.deferred else waiting
-
-    def presentable(self, frame: ViewFrame | None) -> bool:
-        """Whether a read may show `frame` rather than hold another plane's."""
-        return frame is not None and (frame.backdrop or not self.waiting(frame))
-
-    def newer(self) -> bool:
-        """Whether a read now would answer something other than the latest answer."""
-        frame = self.frame
-        if frame is None or frame is self.answered:
-            return False
-        return not self.held or self.presentable(frame)
 
 
 class ViewController:
@@ -310,7 +248,7 @@ class ViewController:
             self.axis_map,
             owner=self._id,
             plan=self._plans.plan,
-            done=self._volume_landed,
+            dispatch=self._dispatch,
             ready=self._volume_ready,
             lock=self._lock,
         )
@@ -319,13 +257,15 @@ class ViewController:
         )
         self._tracker = MotionTracker(lock=self._lock)
         self._generation = 0
-        self._reads = 0
-        self._slots: dict[ViewKind, _Slot] = {}
-        self._presentable: dict[ViewKind, ViewFrame] = {}  # by kind: the last shown whole
-        self._retired: ViewFrame | None = None  # the frame of the view a read let go of
-        self._signalled = False  # view_changed emitted, no read since
-        self._skipped = False  # the viewer said it will not read (a hidden layer)
-        self._woken = False  # an update of the frames is queued on the dispatch thread
+        self._shown = Showing(cache, self._changed)
+        self._builder = FrameBuilder(
+            self._shown,
+            self.sources,
+            self._planes,
+            self._dispatch,
+            signal=self.view_changed.emit,
+            closed=lambda: self._closed,
+        )
         self._closed = False
         self.latest: ViewFrame | None = None
         """The latest answered read of the displayed view (not the thumbnail)."""
@@ -351,27 +291,23 @@ class ViewController:
     def complete(self) -> bool:
         """Whether nothing the latest reads lacked is still loading (all of it landed,
         or failed)."""
-        with self._lock:
-            return self._complete()
+        return self._shown.complete()
 
     @property
     def settled(self) -> bool:
         """Complete, and the viewer applied a slice whose frames lack nothing that landed:
         the screen is final."""
-        with self._lock:
-            return self._settled()
+        return self._shown.settled()
 
     @property
     def reads(self) -> int:
         """How many reads the controller answered."""
-        with self._lock:
-            return self._reads
+        return self._shown.reads
 
     @property
     def refresh_pending(self) -> bool:
         """A read now would answer a newer frame than the viewer was answered with."""
-        with self._lock:
-            return any(slot.newer() for slot in self._slots.values())
+        return self._shown.refresh_pending()
 
     def wait_until_settled(self, timeout: float | None = None) -> bool:
         """Block until `settled` (True), or `timeout` seconds pass, or `close` (False if not).
@@ -381,35 +317,7 @@ class ViewController:
         needs the viewer to read and apply a slice after the last landing (`slice_applied`):
         on a GUI's main thread keep its event loop running instead (`wait_until_complete`).
         """
-        with self._changed:
-            self._changed.wait_for(lambda: self._closed or self._settled(), timeout)
-            return self._settled()
-
-    def _complete(self) -> bool:  # `_lock` held
-        waiting: set[ChunkKey] = set()
-        for slot in self._slots.values():
-            if slot.frame is None:
-                return False  # its first frame is being built
-            waiting.update(slot.waiting(slot.frame))
-        if not waiting:
-            return True
-        ready, failed = self.cache.lookup_many(waiting, partial=True)
-        return len(ready) + len(failed) == len(waiting)
-
-    def _settled(self) -> bool:  # `_lock` held
-        if self._skipped:
-            return self._complete()
-        keys: set[ChunkKey] = set()
-        for slot in self._slots.values():
-            answered = slot.answered
-            if answered is None or slot.held or slot.applied is not slot.answer or slot.newer():
-                return False  # the viewer does not show this view's newest frame yet
-            keys.update(answered.missing - slot.deferred if slot.deferred else answered.missing)
-        if not keys:
-            return True
-        # Final: everything the frames shown lack has FAILED (shown as the placeholder).
-        _, failed = self.cache.lookup_many(keys, partial=True)
-        return len(failed) == len(keys)
+        return self._shown.wait_until_settled(timeout, lambda: self._closed)
 
     # -- reading (any thread) -------------------------------------------------
 
@@ -422,25 +330,16 @@ class ViewController:
         coarsest level of a pyramid is the thumbnail, every other the view.
         The array returned is read-only and never changes.
         """
-        # The request cycle, in order:
-        # 1. Open a new generation: every older answer of the view is stale from here on.
-        # 2. Turn the view into a `ViewRequest` over the store's axes (a view that is not a
-        #    box: read without stand-ins or prefetch); follow its walk (`MotionTracker`).
-        # 3. `_answer`, on this thread: the view's latest frame, a frame prepared for it,
-        #    or a first frame (only copies); a held frame while a stepped plane has
-        #    nothing to show.
-        # 4. Hand the request to the dispatch thread (`_issue`): ask the cache for its
-        #    chunks, ring and look-ahead, then build what is due (`_update`).
+        # The request cycle (the module docstring): a new generation; the view as a
+        # `ViewRequest` over the store's axes; `_answer` (a frame, on this thread); then
+        # `_issue` on the dispatch thread (the cache request, then what is due to build).
         if kind is None:
             kind = (
                 "thumbnail" if len(self.sources) > 1 and level == len(self.sources) - 1 else "view"
             )
         found = None if self.blocking else view_box(view)
         if found is None:  # blocking, or not a viewport: no frames, stand-ins or prefetch
-            with self._changed:
-                self._reads += 1
-                self._signalled = False
-                self._changed.notify_all()
+            self._shown.read()
             if self.blocking:
                 return view.result()
             data = view.read_nonblocking(requester=(self._id, kind), level=level).data
@@ -462,13 +361,13 @@ class ViewController:
         """The frame a read of `request` is answered with (see `read`)."""
         kind = request.kind
         with self._lock:
-            slot = self._slots.get(kind)
-            presentable = self._presentable.get(kind) if self.hold else None
+            slot = self._shown.views.get(kind)
+            presentable = self._shown.presentable.get(kind) if self.hold else None
             if slot is not None and request.same_view(slot.request):
                 slot.request = request  # the same cells: its frames answer it
             else:
                 slot = None
-            retired = self._retired
+            retired = self._shown.retired
         if slot is None:
             slot = self._new_slot(request, view, retired)
         stepped = presentable is not None and is_plane_step(presentable.request, request)
@@ -480,42 +379,37 @@ class ViewController:
                 if frame is None:  # (built later unless stepped: the hold was switched off)
                     frame = slot.frame = placeholder_frame(request, slot.plan, self.sources)
                 answer = frame
-            slot.answer, slot.answered, slot.held = answer, frame, answer.held
-            replaced = self._slots.get(kind)
-            if replaced is not slot:
-                self._slots[kind] = slot
-                self._retired = None if replaced is None else replaced.frame
-            if slot.presentable(frame) and (len(request.spatial) >= 3 or kind == "view"):
-                assert frame is not None
-                self._presentable[kind] = frame
+            self._shown.answered(kind, slot, answer, frame, volume=len(request.spatial) >= 3)
             if kind == "view" or len(self.sources) == 1:
                 self.latest = answer
-            self._reads += 1
-            self._signalled = self._skipped = False
-            self._changed.notify_all()
         return answer
 
     def _new_slot(
         self, request: ViewRequest, view: ChunkedArray, retired: ViewFrame | None
-    ) -> _Slot:
-        """A view not shown before: its plan, and a first frame unless one is prepared (a
-        volume or a plane ahead of a walk), or the view napari just let go of is it (it
-        reads the old 3D level as the thumbnail right after locking a finer one)."""
-        plan = self._plans.plan(request, view)
+    ) -> ShownView:
+        """A view not shown before: a frame prepared for it (a plane of a walk, a volume:
+        its plan and frame were made off this thread), the view napari just let go of (it
+        reads the old 3D level as the thumbnail right after locking a finer one), or its
+        plan and a first frame."""
         volume = len(request.spatial) >= 3
+        frame: ViewFrame | None
+        prepared = self._volumes.find(request) or self._planes.take(request)
+        if prepared is not None:
+            plan, frame = prepared
+        else:
+            plan = self._plans.plan(request, view)
+            if retired is not None and request.same_view(retired.request):
+                frame = retired
+            elif volume:
+                frame = self._volume_first(request, plan)
+            else:
+                frame = first_frame(request, plan, self.cache, self.sources)
         composes = (
             not volume
             and not isinstance(plan, CoarserPlan)  # already a coarser level's cells
             and request.level < len(self.sources) - 1
         )
-        slot = _Slot(request, plan, composes)
-        frame = self._volumes.find(request) or self._planes.take(request)
-        if frame is None and retired is not None and request.same_view(retired.request):
-            frame = retired
-        if frame is None and volume:
-            frame = self._volume_first(request, plan)
-        elif frame is None:
-            frame = first_frame(request, plan, self.cache, self.sources)
+        slot = ShownView(request, plan, composes)
         slot.frame = frame
         return slot
 
@@ -525,7 +419,7 @@ class ViewController:
         is small (`INLINE_VOLUME_BYTES`); else the placeholder. The dispatch thread builds
         the others."""
         with self._lock:
-            presentable = self._presentable.get(request.kind) if self.hold else None
+            presentable = self._shown.presentable.get(request.kind) if self.hold else None
         if presentable is not None and is_plane_step(presentable.request, request):
             return None
         keys = [ref.key for ref in plan.refs]
@@ -538,12 +432,12 @@ class ViewController:
     # -- issuing and building (dispatch thread) -------------------------------
 
     def _issue(self, request: ViewRequest) -> None:
-        """Request the view's chunks, then build what is due (`_update`)."""
+        """Request the view's chunks, then build what is due (`FrameBuilder.update`)."""
         if self._closed:
             return
         kind = request.kind
         with self._lock:
-            slot, thumbnail = self._slots.get(kind), self._slots.get("thumbnail")
+            slot, thumbnail = self._shown.views.get(kind), self._shown.views.get("thumbnail")
         if slot is None or slot.request.generation != request.generation:
             return  # a newer read of this view already answered (and will issue)
         # A refresh that finds nothing new is not planned again: the live request already
@@ -557,154 +451,49 @@ class ViewController:
             answer = slot.answer
         if renew and not self._request(slot):
             return  # the cache was closed under us (viewer closing)
-        if kind == "view" and thumbnail is not None and self._follow(thumbnail):
-            self._request(thumbnail)  # a virtual thumbnail shows others
+        latest = self.latest
+        shown = None if latest is None else latest.request
+        if (
+            kind == "view"
+            and thumbnail is not None
+            and follow_overview(thumbnail, shown, self.sources, self._changed)
+        ):
+            self._request(thumbnail)  # a virtual thumbnail's part under the view changed
         if answer is not None:
             self.view_read.emit(answer)
             if answer.failed:  # FAILED before this controller followed the cache
                 self._report(self.failures.adopt(answer.failed))
-        self._update()
+        self._builder.update()
 
-    def _follow(self, thumbnail: _Slot) -> bool:
-        """A virtual thumbnail's chunks under the displayed view (`overview_shown`), the
-        others deferred (not waited for); whether that changed what it waits for."""
-        if thumbnail.requested is None and not is_derived(self.sources[thumbnail.request.level]):
-            return False
+    def _request(self, slot: ShownView) -> bool:
+        """Ask the cache for `slot`'s chunks and what to load ahead (`request_view`), and
+        prepare the next frames of a walk; False if the cache closed."""
         latest = self.latest
-        shown = None if latest is None else latest.request
-        refs = overview_shown(thumbnail.request, thumbnail.plan.refs, shown, self.sources)
-        keys = frozenset(ref.key for ref in refs)
-        with self._changed:
-            changed, thumbnail.requested = keys != thumbnail.requested, keys
-            thumbnail.deferred = frozenset(ref.key for ref in thumbnail.plan.refs) - keys
-            self._changed.notify_all()  # fewer chunks to wait for may complete the layer
-        return changed
-
-    def _request(self, slot: _Slot) -> bool:
-        """Ask the cache for `slot`'s chunks and what to load ahead; False if it closed."""
-        request = slot.request
-        source = self.sources[request.level]
-        prefetch: list[ChunkRef] = []
-        ahead: list[ChunkRef] = []
-        if self.prefetch and request.kind == "view" and not isinstance(slot.plan, CoarserPlan):
-            # (A view served coarser is over its bounds: a ring at its own level would be
-            # as unbounded as the view.)
-            prefetch, ahead = view_prefetch(
-                request,
-                self.sources,
-                held={axis for axis, _ in self.axis_map.fixed},
-                ring=self._ring,
-                motion=self.motion,
-                latency=functools.partial(_load_latency, self.cache),
-                concurrency=self.cache.concurrency,
-                budget_bytes=int(self.cache.total_bytes_limit * self.lookahead_share),
-            )
-        load_class, refs = LoadClass.NEEDED, slot.plan.refs
-        if request.kind == "thumbnail" and is_derived(source):
-            # A virtual coarsest level costs every stored chunk under it: overview work,
-            # only as far as the view shows it, never starving the view's chunks.
-            self._follow(slot)
-            requested = slot.requested or frozenset()
-            load_class = LoadClass.OVERVIEW
-            refs = [ref for ref in slot.plan.refs if ref.key in requested]
-        center = tuple((lo + hi) / 2 for lo, hi in request.box)
-        try:
-            self.cache.request(
-                refs,
-                view=(self._id, request.kind),
-                level=request.level,
-                center=center,
-                prefetch=prefetch,
-                ahead=ahead,
-                load_class=load_class,
-            )
-        except RuntimeError:  # the cache was closed under us (viewer closing)
-            return False
-        if request.kind == "view":  # the next frames of a walk, built as they land
+        ahead = request_view(
+            self.cache,
+            (self._id, slot.request.kind),
+            slot,
+            self.sources,
+            view=None if latest is None else latest.request,
+            lock=self._changed,
+            prefetch=self.prefetch,
+            held={axis for axis, _ in self.axis_map.fixed},
+            ring=self._ring,
+            motion=self.motion,
+            lookahead_share=self.lookahead_share,
+        )
+        if ahead is None:
+            return False  # the cache was closed under us (viewer closing)
+        if slot.request.kind == "view":  # the next frames of a walk, built as they land
             with self._lock:
-                thumbnail = self._slots.get("thumbnail")
+                thumbnail = self._shown.views.get("thumbnail")
             self._planes.follow(
-                request,
+                slot.request,
                 None if thumbnail is None else thumbnail.request,
                 self.motion if ahead else None,
                 ahead,
             )
         return True
-
-    def _wake(self) -> None:
-        """Have the dispatch thread update the frames (at most one update queued)."""
-        with self._lock:
-            if self._woken or self._closed:
-                return
-            self._woken = True
-        self._dispatch.submit(self._update)
-
-    def _update(self) -> None:
-        """Build the frames that are due: the next frame of each view napari has read,
-        the first frame of a volume a read left to this thread, the frames of the planes
-        ahead of a walk; signal `view_changed` if a read would now answer something new."""
-        with self._lock:
-            self._woken = False
-            slots = list(self._slots.items())
-        built = False
-        for kind, slot in slots:
-            built |= self._build(kind, slot)
-        self._planes.build()
-        if built:
-            self._signal()
-
-    def _build(self, kind: ViewKind, slot: _Slot) -> bool:
-        """Publish `slot`'s next frame if one is due; whether one was."""
-        with self._lock:
-            if self._closed or self._slots.get(kind) is not slot:
-                return False
-            base = slot.frame
-            if base is not slot.answered and slot.newer():
-                return False  # napari has not read the latest frame yet: no frame is lost
-            compose = slot.composes and (slot.recompose or not slot.composed)
-            slot.recompose = False
-        request = slot.request
-        frame: ViewFrame | None
-        if base is None:  # a volume a read left to this thread
-            frame = first_frame(request, slot.plan, self.cache, self.sources)
-        elif len(request.spatial) >= 3 and not self._volume_due(slot, base):
-            return False
-        else:
-            frame = next_frame(base, slot.plan, self.cache, self.sources, compose=compose)
-        if frame is None:
-            return False
-        with self._changed:
-            if self._closed or self._slots.get(kind) is not slot or slot.frame is not base:
-                return False  # replaced meanwhile: stale
-            slot.frame = frame
-            slot.composed |= compose
-            self._changed.notify_all()
-        return True
-
-    def _volume_due(self, slot: _Slot, base: ViewFrame) -> bool:
-        """Whether a volume's next frame is worth its copy: all it lacked has landed, or
-        half of it (so a volume of n chunks is copied about log2(n) times, not n)."""
-        waiting = slot.waiting(base)
-        if not waiting:
-            return bool(base.missing)  # a FAILED chunk retried and landed
-        ready, failed = self.cache.lookup_many(waiting, partial=True)
-        landed = len(ready) + len(failed)
-        return landed == len(waiting) or 2 * landed >= len(waiting)
-
-    def _signal(self) -> None:
-        """Emit `view_changed` if a read would answer something new and none was asked
-        for since the last read. Not while another view still holds a plane it cannot show
-        yet: napari reads both views in each slice, and in 3D uploads and paints the whole
-        volume again (measured: a 3D thumbnail's own refresh 0.6 s after the view's
-        doubled the time a t step took)."""
-        with self._lock:
-            slots = list(self._slots.values())
-            if self._signalled or not any(slot.newer() for slot in slots):
-                return
-            if any(slot.held and not slot.presentable(slot.frame) for slot in slots):
-                return
-            self._signalled = True
-        self.view_changed.emit()
 
     # -- volumes (3D at a finer level) ----------------------------------------
 
@@ -717,13 +506,8 @@ class ViewController:
 
     def volume_complete(self, level: int) -> bool:
         """Whether the volume of `level` at the latest view's planes has a whole frame."""
-        box = self.volume_box(level)
-        with self._lock:
-            frames = [slot.frame for slot in self._slots.values()]
-        for frame in frames:
-            if frame is not None and frame.request.level == level and frame.request.box == box:
-                return not frame.missing
-        return self._volumes.complete(level, box)
+        frames = [slot.frame for slot in list(self._shown.views.values())]
+        return self._volumes.complete(level, self.volume_box(level), frames)
 
     def prepare_volumes(self, levels: Sequence[int]) -> None:
         """Load the volumes of `levels` in the background and build their frames (any thread).
@@ -740,13 +524,8 @@ class ViewController:
 
     def _prepare(self, levels: tuple[int, ...]) -> None:
         if not self._closed and (latest := self.latest) is not None:
-            with self._lock:
-                shown = [slot.request for slot in self._slots.values()]
+            shown = [slot.request for slot in list(self._shown.views.values())]
             self._volumes.prepare(levels, latest.request, shown)
-
-    def _volume_landed(self, level: int) -> None:  # a worker thread
-        if not self._closed:
-            self._dispatch.submit(lambda: self._volumes.build(level))
 
     def _volume_ready(self, level: int) -> None:
         if not self._closed:
@@ -760,28 +539,12 @@ class ViewController:
         failures = self.failures.observe(events)
         landed = {e.key for e in events if e.current in (ChunkState.READY, ChunkState.FAILED)}
         if landed and self._concerns(landed):
-            self._wake()
+            self._builder.wake()
         self._report(failures)
 
     def _concerns(self, landed: set[ChunkKey]) -> bool:
-        """Whether `landed` chunks change a frame shown or prepared (a worker thread); wakes
-        the waiters either way, as `complete` may have changed."""
-        coarser_sources = {key.source for key in landed}
-        due = False
-        with self._changed:
-            self._changed.notify_all()
-            for slot in self._slots.values():
-                frame = slot.frame
-                if frame is None:
-                    continue
-                if not landed.isdisjoint(frame.missing):
-                    due = True
-                if slot.composes and frame.waiting:
-                    level = slot.request.level
-                    coarser = {source.identity for source in self.sources[level + 1 :]}
-                    if not coarser.isdisjoint(coarser_sources):
-                        slot.recompose = due = True
-        return due or self._planes.wants(landed)
+        """Whether `landed` chunks change a frame shown (`Showing.landed`) or prepared."""
+        return self._shown.landed(landed, self.sources) or self._planes.wants(landed)
 
     def _report(self, failures: tuple[ChunkFailure, ...]) -> None:
         if failures and not self._closed:
@@ -791,17 +554,24 @@ class ViewController:
 
     def slice_applied(self) -> None:
         """The viewer now shows a slice of the frames it was last answered with."""
+        self._shown.applied()
+
+    def nothing_shown(self) -> None:
+        """The viewer shows none of the layer (its slice lies outside the layer's extent, so
+        nothing was read for it): no view to fill in, complete and settled; the views'
+        chunks are released."""
         with self._changed:
-            for slot in self._slots.values():
-                slot.applied = slot.answer
-            self._changed.notify_all()
+            self._shown.clear()
+            self.latest = None
+        self._dispatch.submit(self._release_views)  # cache events off the viewer's thread
+
+    def _release_views(self) -> None:
+        self.cache.release_view((self._id, "view"))
+        self.cache.release_view((self._id, "thumbnail"))
 
     def refresh_skipped(self) -> None:
         """The viewer will not read again (layer hidden): stop waiting for it."""
-        with self._changed:
-            self._skipped = True
-            self._signalled = False
-            self._changed.notify_all()
+        self._shown.skip()
 
     def close(self) -> None:
         """Stop following the cache and release the views' pinned chunks (idempotent)."""
@@ -815,11 +585,10 @@ class ViewController:
             self._owned.close()
         self._volumes.close()
         self._planes.close()
-        for kind in ("view", "thumbnail"):
-            self.cache.release_view((self._id, kind))
+        self._release_views()
 
 
-def _held(slot: _Slot, frame: ViewFrame | None, shown: ViewFrame) -> ViewFrame:
+def _held(slot: ShownView, frame: ViewFrame | None, shown: ViewFrame) -> ViewFrame:
     """The answer of a read that holds `shown` (the last presentable frame of another
     plane) while `slot`'s plane has nothing to show yet."""
     if frame is not None:
@@ -828,12 +597,6 @@ def _held(slot: _Slot, frame: ViewFrame | None, shown: ViewFrame) -> ViewFrame:
     return ViewFrame(
         slot.request, shown.data, keys, frozenset(keys), frozenset(), frozenset(), held=True
     )
-
-
-def _load_latency(cache: ChunkCache) -> float:
-    """The cache's mean load time of a chunk, in seconds (0 before any load)."""
-    latency = float(cache.statistics.load_latency_mean)
-    return latency if math.isfinite(latency) else 0.0
 
 
 _controller_ids = itertools.count()

@@ -177,14 +177,15 @@ class PreparedPlanes:
             with self._lock:
                 self.staged = [(r, p, frame if r is request else f) for r, p, f in self.staged]
 
-    def take(self, request: ViewRequest) -> ViewFrame | None:
-        """The frame built for exactly `request`'s cells, no longer staged (it is shown)."""
+    def take(self, request: ViewRequest) -> tuple[ReadPlan, ViewFrame] | None:
+        """The plan and frame built for exactly `request`'s cells, no longer staged (it is
+        shown): napari's read of the next plane of a walk neither plans nor copies."""
         with self._lock:
             for entry in self.staged:
-                staged, _, frame = entry
+                staged, plan, frame = entry
                 if frame is not None and request.same_view(staged):
                     self.staged.remove(entry)
-                    return frame
+                    return plan, frame
         return None
 
     def close(self) -> None:

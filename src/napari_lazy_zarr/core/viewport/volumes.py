@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
     from napari_lazy_zarr.core.cache import ChunkCache, Request
+    from napari_lazy_zarr.core.executors import Executor
     from napari_lazy_zarr.core.reading.array import ChunkedArray
     from napari_lazy_zarr.core.reading.plans import ReadPlan
     from napari_lazy_zarr.core.sources.protocol import ChunkSource
@@ -222,9 +223,8 @@ class PreparedVolumes:
 
     Thread-safe: `prepare` and `build` run on the controller's dispatch thread,
     the queries on any; `lock` (the controller's) guards `staged` and is never
-    held while calling out. `done(level)` is called (on a worker thread) when a volume's chunks
-    have all landed, for the controller to have it built; `build` then calls
-    `ready(level)`.
+    held while calling out. When a volume's chunks have all landed, `build` is handed
+    to `dispatch` (the controller's dispatch thread); it then calls `ready(level)`.
     """
 
     def __init__(
@@ -236,7 +236,7 @@ class PreparedVolumes:
         *,
         owner: Hashable,
         plan: Callable[[ViewRequest, ChunkedArray], ReadPlan],
-        done: Callable[[int], None],
+        dispatch: Executor,
         ready: Callable[[int], None],
         lock: AbstractContextManager[Any],
     ) -> None:
@@ -246,24 +246,30 @@ class PreparedVolumes:
         self._axis_map = axis_map
         self._owner = owner
         self._plan = plan
-        self._done = done
+        self._dispatch = dispatch
         self._ready = ready
         self._lock = lock  # the controller's: held only around `staged`
         self.staged: dict[int, tuple[ViewRequest, ReadPlan, Request, ViewFrame | None]] = {}
         """By level: the volume's request and plan, its live cache request, its frame once
         built (guarded by the lock)."""
 
-    def find(self, request: ViewRequest) -> ViewFrame | None:
-        """The built frame showing exactly `request`'s cells, if one is prepared."""
+    def find(self, request: ViewRequest) -> tuple[ReadPlan, ViewFrame] | None:
+        """The plan and built frame showing exactly `request`'s cells, if one is prepared."""
         with self._lock:
             staged = list(self.staged.values())
-        for volume, _, _, frame in staged:
+        for volume, plan, _, frame in staged:
             if frame is not None and request.same_view(volume):
-                return frame
+                return plan, frame
         return None
 
-    def complete(self, level: int, box: Box | None) -> bool:
-        """Whether the volume `box` of `level` is prepared and built whole."""
+    def complete(
+        self, level: int, box: Box | None, shown: Collection[ViewFrame | None] = ()
+    ) -> bool:
+        """Whether the volume `box` of `level` has a whole frame: one of the frames `shown`
+        (napari reads it as a view), else the one prepared."""
+        for frame in shown:
+            if frame is not None and frame.request.level == level and frame.request.box == box:
+                return not frame.missing
         with self._lock:
             staged = self.staged.get(level)
         return (
@@ -315,8 +321,8 @@ class PreparedVolumes:
                 self.staged[level] = (volume, plan, live, None)
             live.done.add_done_callback(functools.partial(self._landed, level))
 
-    def _landed(self, level: int, _: object) -> None:
-        self._done(level)
+    def _landed(self, level: int, _: object) -> None:  # a worker thread
+        self._dispatch.submit(functools.partial(self.build, level))
 
     def build(self, level: int) -> None:
         """Build the frame of `level`'s volume, its chunks having landed (dispatch thread);
