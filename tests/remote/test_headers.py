@@ -224,3 +224,62 @@ def test_a_server_denying_access_is_claimed_and_its_error_names_the_headers_sett
     assert "401" in message
     assert '[remote.headers."host"]' in message
     assert HEADERS in message
+
+
+@pytest.mark.xfail(strict=True, reason="each hop gets its host rule's headers (issue 50)")
+def test_a_bearer_token_is_never_sent_over_a_redirect_from_https_to_http(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host rule covers every port and scheme of its host, as documented; a redirect from
+    ``https://`` to ``http://`` on another port of that host must still not carry the token
+    in clear text (requests and curl strip ``Authorization`` on a scheme downgrade)."""
+    from tests.remote.tls import private_ca
+
+    (tmp_path / "served").mkdir()
+    data = write_store(tmp_path / "served")
+    authority = private_ca(tmp_path)
+    monkeypatch.setenv("NAPARI_LAZY_ZARR_CA_BUNDLE", str(authority.pem))
+    monkeypatch.setenv(HEADERS, json.dumps({"127.0.0.1": {"Authorization": f"Bearer {SECRET}"}}))
+    with (
+        FaultyServer(tmp_path / "served", tls=authority.server) as secure,
+        FaultyServer(tmp_path / "served") as clear,
+    ):
+        secure.faults.redirects["moved.zarr/"] = f"{clear.url}/a.zarr/"
+        refused: LazyZarrError | None = None
+        try:
+            pixels = read_all(f"{secure.url}/moved.zarr")
+        except LazyZarrError as error:  # refusing the downgrade is fine too
+            refused = error
+        else:
+            np.testing.assert_array_equal(pixels, data)
+        assert refused is None or SECRET not in str(refused)
+        assert _authorizations(secure)
+        assert set(_authorizations(secure)) == {f"Bearer {SECRET}"}
+        assert set(_authorizations(clear)) <= {None}
+
+
+def _chain_texts(error: BaseException) -> list[str]:
+    """The message and repr of `error` and of every error in its chain (cause, context)."""
+    texts: list[str] = []
+    seen: list[BaseException] = []
+    pending: list[BaseException | None] = [error]
+    while pending:
+        current = pending.pop()
+        if current is None or any(current is other for other in seen):
+            continue
+        seen.append(current)
+        texts += [str(current), repr(current)]
+        pending += [current.__cause__, current.__context__]
+    return texts
+
+
+@pytest.mark.xfail(strict=True, reason="parse_headers quotes a name that is not a token")
+def test_a_token_written_as_a_header_name_is_never_quoted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A common slip: the whole header line as the name (``"Authorization: Bearer X": ""``)."""
+    monkeypatch.setenv(HEADERS, json.dumps({"h": {f"Authorization: Bearer {SECRET}": ""}}))
+    with pytest.raises(MetadataError, match="is not a header name") as caught:
+        current_settings()
+    for text in _chain_texts(caught.value):
+        assert SECRET not in text, text

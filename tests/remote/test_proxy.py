@@ -208,3 +208,20 @@ def test_refused_proxy_credentials_on_a_tunnel_are_denied_not_retried(
         assert proxy.count("CONNECT") == 1
     assert classify(caught.value) == "denied"
     assert "nope" not in str(caught.value)
+
+
+@pytest.mark.xfail(strict=True, reason="parse_proxy's refusal keeps urlsplit's error as context")
+@pytest.mark.parametrize("variable", ["NAPARI_LAZY_ZARR_PROXY", "HTTPS_PROXY"])
+def test_a_proxy_password_with_a_hash_sign_is_in_no_error_of_the_chain(
+    monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    """``#`` in a password ends the URL's authority (the rest is a fragment), so the password
+    reads as the port: the error parsing it names it, and must not ride along as context."""
+    from napari_lazy_zarr.core.errors import MetadataError
+    from tests.remote.test_headers import _chain_texts
+
+    monkeypatch.setenv(variable, f"http://lab:{SECRET}#1@proxy.example.org:3128")
+    with pytest.raises(MetadataError) as caught:
+        remote_config()
+    for text in _chain_texts(caught.value):
+        assert SECRET not in text, text

@@ -9,8 +9,14 @@ writer's.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
 import ssl
+import subprocess
+import threading
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,10 +33,11 @@ from tests.remote.server import FaultyServer
 from tests.remote.tls import PrivateCA, private_ca
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
 CA_VARIABLE = "NAPARI_LAZY_ZARR_CA_BUNDLE"
+BOUND = 10.0  # seconds a case that must fail may take (its requests' caps are far shorter)
 
 
 def write_store(folder: Path) -> np.ndarray[Any, Any]:
@@ -189,3 +196,52 @@ def test_an_untrusted_server_is_claimed_whatever_its_url_so_its_error_shows(
     ((layer, _, layer_type),) = read_zarr(url)
     assert (layer_type, layer.shape) == ("image", data.shape)
     np.testing.assert_array_equal(read_all(url), data)
+
+
+def _unblock_fifo(fifo: Path) -> None:
+    """Open `fifo` for writing and close it: a reader blocked opening it reads end of file."""
+    with contextlib.suppress(OSError):  # ENXIO: nobody is reading it
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+def _in_daemon_thread(call: Callable[[], Any]) -> Future[Any]:
+    """`call()` on a daemon thread (one blocked forever must not hold up the test run)."""
+    future: Future[Any] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(call())
+        except BaseException as error:  # handed to the test
+            future.set_exception(error)
+
+    threading.Thread(target=run, daemon=True).start()
+    return future
+
+
+@pytest.mark.xfail(strict=True, reason="the TLS library reads the CA folder itself (issue 50)")
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="names the by-hash entry with openssl")
+def test_a_ca_folder_whose_by_hash_entry_is_a_fifo_fails_in_bounded_time(
+    https: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CA folder (OpenSSL's ``capath``) is looked up by the issuer's subject hash during the
+    handshake: an entry of that name that is a FIFO would block the read there, forever."""
+    server, authority, _ = https
+    digest = subprocess.run(
+        ["openssl", "x509", "-hash", "-noout", "-in", str(authority.pem)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    folder = tmp_path / "lab-cas"
+    folder.mkdir()
+    fifo = folder / f"{digest}.0"
+    os.mkfifo(fifo)
+    monkeypatch.setenv(CA_VARIABLE, str(folder))
+    url = f"{server.url}/a.zarr"
+    outcome = _in_daemon_thread(lambda: read_all(url))
+    try:
+        error = outcome.exception(timeout=BOUND)
+    finally:
+        _unblock_fifo(fifo)
+    assert isinstance(error, LazyZarrError), error
+    assert str(folder) in str(error) or url in str(error)
