@@ -404,11 +404,11 @@ class Clients:
     @classmethod
     def open(cls, url: str) -> Clients:
         from fsspec.implementations.http import HTTPFileSystem  # type: ignore[import-untyped]
+        from napari_lazy_zarr.core.storage.http import HttpStore
         from obstore.store import HTTPStore
         from zarr.storage import FsspecStore
 
         from napari_lazy_zarr.core.settings import DEFAULT_TIMEOUTS
-        from napari_lazy_zarr.core.storage.http import HttpStore
 
         loop = LoopThread()
 
@@ -748,11 +748,11 @@ def _sent(seen: Seen, key: str) -> int:
 def probe(server: Any, seen: Seen) -> list[Probe]:
     """Run each hostile case against our `HttpStore` and obstore (our bounds, no retries)."""
     import obstore
+    from napari_lazy_zarr.core.storage.http import HttpStatusError, HttpStore
     from obstore.store import HTTPStore
     from zarr.abc.store import RangeByteRequest
 
     from napari_lazy_zarr.core.settings import Timeouts
-    from napari_lazy_zarr.core.storage.http import HttpStatusError, HttpStore
 
     faults = server.faults
     faults.latency = 0.0
@@ -896,10 +896,11 @@ def _cancel_probe(seen: Seen, ours: Any, theirs: Any) -> Probe:
         seen.probes[key] = "trickle-206"
         outcome: list[str] = []
         if who == "ours":
+            from napari_lazy_zarr.core.sources._zarr_compat import run_sync
 
             def read(key: str = key, outcome: list[str] = outcome) -> None:
                 try:
-                    ours.get_sync(key, byte_range=RangeByteRequest(0, 64))
+                    run_sync(ours.read(key, RangeByteRequest(0, 64), reader="probe"))
                     outcome.append("completed")
                 except Exception as error:
                     outcome.append(type(error).__name__)
@@ -908,9 +909,9 @@ def _cancel_probe(seen: Seen, ours: Any, theirs: Any) -> Probe:
             thread.start()
             pause.wait(0.3)
             cancelled = time.monotonic()
-            ours.cancel_thread(thread.ident)
+            ours.cancel_reader("probe")
             thread.join(timeout=10)
-            how = "`cancel_thread(ident)`"
+            how = "`cancel_reader(reader)` (a `read` on zarr's loop)"
         else:
             loop = LoopThread()
 

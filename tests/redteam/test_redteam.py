@@ -31,10 +31,7 @@ pytestmark = pytest.mark.skipif(
 MINIMUM_CASES = 150
 # Cases written before their fix (issue 50's remote items), failing until it lands: strict,
 # so a fix that lands without removing its mark fails here too.
-KNOWN_FAILURES: dict[str, str] = {
-    "https: the CA bundle setting names a FIFO": "the TLS library opens the bundle itself",
-    "s3: the endpoint accepts connections and never answers": "s3fs/botocore retry past caps",
-}
+KNOWN_FAILURES: dict[str, str] = {}
 
 
 @pytest.fixture(scope="session")

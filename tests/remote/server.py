@@ -137,7 +137,10 @@ class _Handler(BaseHTTPRequestHandler):
         key = self.path.split("?", 1)[0].lstrip("/")
         nth = faults.count(key)
         with faults.lock:
-            faults.seen.append((key, dict(self.headers.items())))
+            # Field names as they are usually written (HTTP/1.1 clients may lowercase them).
+            faults.seen.append(
+                (key, {name.title(): value for name, value in self.headers.items()})
+            )
         for prefix, base in faults.redirects.items():
             if key.startswith(prefix):
                 self.send_response(302)

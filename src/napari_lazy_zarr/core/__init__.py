@@ -78,8 +78,8 @@ from napari_lazy_zarr.core.states import (
     EventReason,
     IllegalTransitionError,
 )
-from napari_lazy_zarr.core.storage.http import HttpStore
 from napari_lazy_zarr.core.storage.references import ManifestStore
+from napari_lazy_zarr.core.storage.remote import RemoteStore
 from napari_lazy_zarr.core.storage.retry import RetryPolicy
 from napari_lazy_zarr.core.viewport import AxisMap, ViewController, ViewFrame, ViewRequest
 
@@ -123,7 +123,6 @@ __all__ = [
     "DisabledFeatureError",
     "EventReason",
     "FunctionSource",
-    "HttpStore",
     "IllegalTransitionError",
     "IncompatibleSourcesError",
     "InlineExecutor",
@@ -142,6 +141,7 @@ __all__ = [
     "PartialRead",
     "PlanTooLargeError",
     "ReadOnlyError",
+    "RemoteStore",
     "Request",
     "RetryPolicy",
     "StackFile",

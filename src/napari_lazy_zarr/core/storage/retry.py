@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, TypeVar
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
 __all__ = [
     "NO_RETRY",
@@ -33,6 +33,19 @@ type Verdict = Literal["transient", "denied", "permanent"]
 
 _TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 _DENIED_STATUS = frozenset({401, 403})
+_RATE_LIMITED = frozenset({429, 503})  # the statuses a server sends with a Retry-After
+
+
+def _chain_status(error: BaseException) -> int | None:
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        status = _status(current)
+        if status is not None:
+            return status
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _status(error: BaseException) -> int | None:
@@ -177,6 +190,8 @@ class RetryPolicy:
     """Cap of a server's ``Retry-After``, seconds."""
     deadline: float = 120.0
     """Seconds from the first try after which no retry starts."""
+    rate_limit_delay: float = 1.0
+    """Seconds before the first retry of a 429 or 503 without ``Retry-After``; doubles."""
 
     def __post_init__(self) -> None:
         if (
@@ -185,7 +200,7 @@ class RetryPolicy:
             or self.attempts < 1
         ):
             raise ValueError(f"RetryPolicy.attempts must be an int >= 1, got {self.attempts!r}")
-        for name in ("base_delay", "max_delay", "max_retry_after", "deadline"):
+        for name in ("base_delay", "max_delay", "max_retry_after", "deadline", "rate_limit_delay"):
             value = getattr(self, name)
             if (
                 isinstance(value, bool)
@@ -217,7 +232,22 @@ class RetryPolicy:
         asked = retry_after(error)
         if asked is not None:
             return min(asked, self.max_retry_after)
+        if _chain_status(error) in _RATE_LIMITED:
+            backoff = min(self.max_retry_after, self.rate_limit_delay * 2.0 ** (attempt - 1))
+            return backoff * random.uniform(0.5, 1.0)
         return self.delay(attempt)
+
+    def _next_wait(self, attempt: int, error: Exception, end: float) -> float | None:
+        """Seconds to wait before retrying after failed attempt `attempt`; None: give up."""
+        if attempt >= self.attempts or classify(error) != "transient":
+            return None
+        asked = retry_after(error)
+        if asked is not None and asked > self.max_retry_after:
+            return None  # the server asks for longer than a worker may wait
+        wait = self.wait_before_retry(attempt, error)
+        if time.monotonic() + wait > end:
+            return None  # retrying would outlast the deadline
+        return wait
 
     def call(
         self,
@@ -247,17 +277,34 @@ class RetryPolicy:
             try:
                 return fn()
             except Exception as error:
-                if attempt >= self.attempts or classify(error) != "transient":
+                wait = self._next_wait(attempt, error, end)
+                if wait is None:
                     raise
-                asked = retry_after(error)
-                if asked is not None and asked > self.max_retry_after:
-                    raise  # the server asks for longer than a worker may wait
-                wait = self.wait_before_retry(attempt, error)
-                if time.monotonic() + wait > end:
-                    raise  # retrying would outlast the deadline
                 if on_retry is not None:
                     on_retry(attempt, error)
                 time.sleep(wait)
+                attempt += 1
+
+    async def call_async(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """`await fn()`, retried as `call` retries (waiting with `asyncio.sleep`).
+
+        Examples
+        --------
+        >>> async def ready():
+        ...     return "data"
+        >>> asyncio.run(RetryPolicy().call_async(ready))
+        'data'
+        """
+        end = time.monotonic() + self.deadline
+        attempt = 1
+        while True:
+            try:
+                return await fn()
+            except Exception as error:
+                wait = self._next_wait(attempt, error, end)
+                if wait is None:
+                    raise
+                await asyncio.sleep(wait)
                 attempt += 1
 
 

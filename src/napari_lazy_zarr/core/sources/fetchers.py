@@ -1,0 +1,231 @@
+"""Where a zarr array's stored chunks come from: one fetcher per kind of store, chosen at open.
+
+`ZarrChunkSource` locates a chunk (its key, and its byte range in a shard),
+fetches the bytes through its `Fetcher`, and decodes them. Each fetcher reads
+bounded bytes its own way, behind one small protocol (`fetcher_for` picks it
+from the array's store once, when the array is opened):
+
+============== =========================== =============================================
+fetcher        store                        how a key is read
+============== =========================== =============================================
+`LocalFetcher` a directory (``LocalStore``) `read_stamped`: a regular file only, never
+                                            torn, within `Timeouts.total`; its stamp
+`ZipFetcher`   a zip file (`BoundedZipStore`) the member, decompressed at most to the cap
+`RemoteFetcher` a `RemoteStore` (obstore)    a request on zarr's event loop, registered
+                                            under the reading thread (`cancel` ends it)
+`StoreFetcher` any other zarr store          its ``get_sync`` (or ``get`` on zarr's loop),
+                                            the answer's length checked against the cap
+============== =========================== =============================================
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+import zarr
+from zarr.buffer import default_buffer_prototype
+
+from napari_lazy_zarr.core.errors import ChunkReadError
+from napari_lazy_zarr.core.sources import _zarr_compat as compat
+from napari_lazy_zarr.core.storage.files import FileStamp, read_stamped
+from napari_lazy_zarr.core.storage.local import BoundedZipStore, range_arguments
+from napari_lazy_zarr.core.storage.remote import RemoteStore, remote_store_of
+
+if TYPE_CHECKING:
+    from zarr.abc.buffer import Buffer
+    from zarr.abc.store import ByteRequest
+    from zarr.storage import StorePath
+
+__all__ = [
+    "Fetched",
+    "Fetcher",
+    "FetcherKind",
+    "LocalFetcher",
+    "RemoteFetcher",
+    "StoreFetcher",
+    "ZipFetcher",
+    "fetcher_for",
+]
+
+type Fetched = tuple[Buffer, FileStamp | None] | None
+"""A key's bytes and, for a local file, the version read (its stamp); None: absent."""
+type FetcherKind = Literal["local", "zip", "remote", "store"]
+"""What a fetcher reads: a directory, a zip file, a remote store, any other zarr store."""
+
+
+class Fetcher(Protocol):
+    """Bounded bytes of an array's keys (its chunks and shards), from one kind of store.
+
+    Thread-safe: the cache's workers fetch at once. Keys are relative to the array.
+    """
+
+    @property
+    def kind(self) -> FetcherKind:
+        """What it reads (`FetcherKind`)."""
+        ...
+
+    def fetch(
+        self, key: str, byte_range: ByteRequest | None, limit: int, *, settle: bool = True
+    ) -> Fetched:
+        """`key`'s bytes (or `byte_range` of them), at most `limit`; None when absent.
+
+        `settle`: a local file just written is read again once quiet (see
+        `read_stamped`); other fetchers ignore it. Failures raise (the source
+        retries and names them).
+        """
+        ...
+
+    def cancel(self, reader: int) -> None:
+        """End the fetch thread `reader` (a `threading.get_ident`) has in flight, if it can."""
+        ...
+
+    def file_of(self, key: str) -> str | None:
+        """The local file holding `key` (a directory's file, a zip's archive), else None."""
+        ...
+
+
+class LocalFetcher:
+    """A directory's files: `read_stamped` (regular files only, never torn, time-capped)."""
+
+    kind: Literal["local"] = "local"
+
+    def __init__(self, directory: str, timeout: float | None) -> None:
+        self._prefix = os.path.join(directory, "")
+        self._timeout = timeout
+        self._prototype = default_buffer_prototype()
+
+    def fetch(
+        self, key: str, byte_range: ByteRequest | None, limit: int, *, settle: bool = True
+    ) -> Fetched:
+        offset, length, suffix = range_arguments(byte_range)
+        found = read_stamped(
+            self._prefix + key,
+            limit=limit,
+            offset=offset,
+            length=length,
+            suffix=suffix,
+            timeout=self._timeout,
+            settle=settle,
+            missing_ok=True,
+        )
+        if found is None:
+            return None
+        return self._prototype.buffer.from_bytes(found[0]), found[1]
+
+    def cancel(self, reader: int) -> None:
+        """Nothing to end: a local read is short."""
+
+    def file_of(self, key: str) -> str | None:
+        return self._prefix + key
+
+
+class ZipFetcher:
+    """A zip file's members, through `BoundedZipStore.get_bounded`."""
+
+    kind: Literal["zip"] = "zip"
+
+    def __init__(self, store: BoundedZipStore, prefix: str) -> None:
+        self._store = store
+        self._prefix = prefix
+        self._prototype = default_buffer_prototype()
+
+    def fetch(
+        self, key: str, byte_range: ByteRequest | None, limit: int, *, settle: bool = True
+    ) -> Fetched:
+        found = self._store.get_bounded(
+            self._prefix + key, self._prototype, byte_range, limit=limit
+        )
+        return None if found is None else (found, None)
+
+    def cancel(self, reader: int) -> None:
+        """Nothing to end: a member read is short."""
+
+    def file_of(self, key: str) -> str | None:
+        return self._store.location
+
+
+class RemoteFetcher:
+    """A `RemoteStore`'s keys, each a request on zarr's event loop that `cancel` can end."""
+
+    kind: Literal["remote"] = "remote"
+
+    def __init__(self, store: RemoteStore, prefix: str) -> None:
+        self._store = store
+        self._prefix = prefix
+        self._prototype = default_buffer_prototype()
+
+    def fetch(
+        self, key: str, byte_range: ByteRequest | None, limit: int, *, settle: bool = True
+    ) -> Fetched:
+        read = self._store.read(
+            self._prefix + key, byte_range, cap=limit, reader=threading.get_ident()
+        )
+        body = compat.run_sync(read)
+        return None if body is None else (self._prototype.buffer.from_bytes(body), None)
+
+    def cancel(self, reader: int) -> None:
+        self._store.cancel_reader(reader)
+
+    def file_of(self, key: str) -> str | None:
+        return None
+
+
+class StoreFetcher:
+    """Any other zarr store: its synchronous read where it has one, else its ``get`` on
+    zarr's event loop; an answer longer than the cap is refused (after the fact)."""
+
+    kind: Literal["store"] = "store"
+
+    def __init__(self, store: Any, prefix: str, where: str) -> None:
+        self._store = store
+        self._prefix = prefix
+        self._where = where
+        self.synchronous = compat.store_supports_sync_io(store)
+        """Whether its reads are `get_sync` (on the calling thread)."""
+        self._prototype = default_buffer_prototype()
+
+    def fetch(
+        self, key: str, byte_range: ByteRequest | None, limit: int, *, settle: bool = True
+    ) -> Fetched:
+        path = self._prefix + key
+        raw: Buffer | None
+        if self.synchronous:
+            raw = self._store.get_sync(path, prototype=self._prototype, byte_range=byte_range)
+        else:
+            raw = compat.run_sync(self._store.get(path, self._prototype, byte_range))
+        if raw is not None and len(raw) > limit:
+            raise ChunkReadError(
+                f"{self._where}: {path!r}: {len(raw):,} bytes, more than the "
+                f"{limit:,} any encoding of its data could take"
+            )
+        return None if raw is None else (raw, None)
+
+    def cancel(self, reader: int) -> None:
+        """Nothing it can end."""
+
+    def file_of(self, key: str) -> str | None:
+        if isinstance(self._store, zarr.storage.ZipStore) and self._store.path is not None:
+            return str(self._store.path)
+        return None
+
+
+def fetcher_for(store_path: StorePath, where: str, *, timeout: float | None, cap: int) -> Fetcher:
+    """The fetcher of the array at `store_path` (`where` names it in messages).
+
+    `timeout` caps each local file read; `cap` (the most bytes a stored chunk may
+    take) becomes the remote store's `limit` for the array, so that zarr's own
+    reads of its chunks are capped too.
+    """
+    store = store_path.store
+    prefix = f"{store_path.path}/" if store_path.path else ""
+    if isinstance(store, zarr.storage.LocalStore):
+        return LocalFetcher(os.path.join(str(store.root), store_path.path), timeout)
+    if isinstance(store, BoundedZipStore):
+        return ZipFetcher(store, prefix)
+    remote = remote_store_of(store)
+    if remote is not None:
+        remote.limit(store_path.path, cap)
+        return RemoteFetcher(remote, prefix)
+    return StoreFetcher(store, prefix, where)
