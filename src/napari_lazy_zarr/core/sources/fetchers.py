@@ -1,21 +1,12 @@
 """Where a zarr array's stored chunks come from: one fetcher per kind of store, chosen at open.
 
-`ZarrChunkSource` locates a chunk (its key, and its byte range in a shard),
-fetches the bytes through its `Fetcher`, and decodes them. Each fetcher reads
-bounded bytes its own way, behind one small protocol (`fetcher_for` picks it
-from the array's store once, when the array is opened):
-
-============== =========================== =============================================
-fetcher        store                        how a key is read
-============== =========================== =============================================
-`LocalFetcher` a directory (``LocalStore``) `read_stamped`: a regular file only, never
-                                            torn, within `Timeouts.total`; its stamp
-`ZipFetcher`   a zip file (`BoundedZipStore`) the member, decompressed at most to the cap
-`RemoteFetcher` a `RemoteStore` (obstore)    a request on zarr's event loop, registered
-                                            under the reading thread (`cancel` ends it)
-`StoreFetcher` any other zarr store          its ``get_sync`` (or ``get`` on zarr's loop),
-                                            the answer's length checked against the cap
-============== =========================== =============================================
+`ZarrChunkSource` locates a chunk (its key, its byte range in a shard), fetches the bytes
+through its `Fetcher` (`fetcher_for` picks it once, when the array is opened), and decodes
+them. A directory's `LocalFetcher` reads regular files only, never torn, time-capped
+(`read_stamped`); a zip's `ZipFetcher` decompresses a member at most to the cap; a
+`RemoteFetcher` makes a request through obstore on zarr's event loop, registered under the
+reading thread so that `cancel` ends it; any other zarr store's `StoreFetcher` checks the
+answer's length against the cap.
 """
 
 from __future__ import annotations
@@ -56,10 +47,7 @@ type FetcherKind = Literal["local", "zip", "remote", "store"]
 
 
 class Fetcher(Protocol):
-    """Bounded bytes of an array's keys (its chunks and shards), from one kind of store.
-
-    Thread-safe: the cache's workers fetch at once. Keys are relative to the array.
-    """
+    """Bounded bytes of an array's keys (relative to it), from one kind of store; thread-safe."""
 
     @property
     def kind(self) -> FetcherKind:
@@ -70,11 +58,7 @@ class Fetcher(Protocol):
         self, key: str, byte_range: ByteRequest | None, limit: int, *, settle: bool = True
     ) -> Fetched:
         """`key`'s bytes (or `byte_range` of them), at most `limit`; None when absent.
-
-        `settle`: a local file just written is read again once quiet (see
-        `read_stamped`); other fetchers ignore it. Failures raise (the source
-        retries and names them).
-        """
+        `settle`: a local file just written is read again once quiet (`read_stamped`)."""
         ...
 
     def cancel(self, reader: int) -> None:
@@ -87,7 +71,7 @@ class Fetcher(Protocol):
 
 
 class LocalFetcher:
-    """A directory's files: `read_stamped` (regular files only, never torn, time-capped)."""
+    """A directory's files, through `read_stamped`."""
 
     kind: Literal["local"] = "local"
 
@@ -173,8 +157,8 @@ class RemoteFetcher:
 
 
 class StoreFetcher:
-    """Any other zarr store: its synchronous read where it has one, else its ``get`` on
-    zarr's event loop; an answer longer than the cap is refused (after the fact)."""
+    """Any other zarr store: its ``get_sync`` where it has one, else its ``get`` on zarr's
+    event loop; an answer longer than the cap is refused (after the fact)."""
 
     kind: Literal["store"] = "store"
 
@@ -212,12 +196,9 @@ class StoreFetcher:
 
 
 def fetcher_for(store_path: StorePath, where: str, *, timeout: float | None, cap: int) -> Fetcher:
-    """The fetcher of the array at `store_path` (`where` names it in messages).
-
-    `timeout` caps each local file read; `cap` (the most bytes a stored chunk may
-    take) becomes the remote store's `limit` for the array, so that zarr's own
-    reads of its chunks are capped too.
-    """
+    """The fetcher of the array at `store_path` (`where` names it in messages). `timeout`
+    caps each local file read; `cap` (the most a stored chunk may take) becomes a remote
+    store's `limit` for the array, so that zarr's own reads of its chunks are capped too."""
     store = store_path.store
     prefix = f"{store_path.path}/" if store_path.path else ""
     if isinstance(store, zarr.storage.LocalStore):

@@ -54,13 +54,10 @@ from napari_lazy_zarr.core.storage.references import (
 from napari_lazy_zarr.core.storage.remote import (
     DEFAULT_MAX_BODY_BYTES,
     METADATA_DOCUMENTS,
-    REMOTE_SCHEMES,
-    RemoteFiles,
     RemoteStore,
     remote_store_of,
 )
 from napari_lazy_zarr.core.storage.remote_config import (
-    SENT_HEADERS,
     HeaderRule,
     RemoteConfig,
     header_rules,
@@ -87,9 +84,7 @@ from napari_lazy_zarr.core.storage.s3 import (
     S3_SETTINGS,
     explain_s3_failure,
     is_s3,
-    s3_endpoint,
     s3_errors,
-    s3_store_config,
 )
 from napari_lazy_zarr.core.storage.vetting import (
     ATTRIBUTE_FILES,
@@ -121,10 +116,8 @@ __all__ = [
     "METADATA_DOCUMENTS",
     "METADATA_FILES",
     "NO_RETRY",
-    "REMOTE_SCHEMES",
     "S3_SCHEMES",
     "S3_SETTINGS",
-    "SENT_HEADERS",
     "BoundedLocalStore",
     "BoundedZipStore",
     "FileChangedError",
@@ -141,7 +134,6 @@ __all__ = [
     "MetadataMemoStore",
     "ReferencePolicy",
     "RemoteConfig",
-    "RemoteFiles",
     "RemoteStore",
     "Resolver",
     "RetryPolicy",
@@ -172,9 +164,7 @@ __all__ = [
     "remote_config",
     "remote_store_of",
     "retry_after",
-    "s3_endpoint",
     "s3_errors",
-    "s3_store_config",
     "store_for",
     "zarr_errors",
 ]

@@ -1,32 +1,23 @@
 """How a remote request travels: the CA bundle, the proxy, the headers of its host.
 
-`RemoteConfig` is what the settings' ``[remote]`` section (`core.settings`) and
-the environment say, resolved once per store (`core.storage.remote`), and
-`RemoteConfig.client_options` is that as obstore's client options:
+`RemoteConfig` is what the settings' ``[remote]`` section (`core.settings`) and the
+environment say, resolved once per store; `RemoteConfig.client_options` is that as
+obstore's client options.
 
-- **CA bundle**: ``https`` is verified against the system's certificate
-  authorities (``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` keep working) *and* the
-  ``ca_bundle`` setting's, added rather than instead, so that a lab's private CA
-  does not cost the public hosts. The bundle (a PEM file, or a folder of them) is
-  read here, as regular files within a time cap, and handed over as bytes: a
-  FIFO or a device named there never blocks (a TLS library opening the path
-  itself would wait on a FIFO for a writer that never comes).
-- **Proxy**: the ``proxy`` setting, else ``HTTPS_PROXY`` / ``HTTP_PROXY``
-  (either case, lowercase first, as `urllib.request.getproxies` reads them);
-  the hosts of the ``no_proxy`` setting, else of ``NO_PROXY``, are reached
-  directly (`urllib.request.proxy_bypass_environment`'s rules: ``*``, a host,
-  ``.domain``, ``host:port``). Credentials in the proxy's URL are sent as
-  ``Proxy-Authorization`` (Basic) and appear in no message or repr.
-- **Headers**: the ``headers`` setting maps a host (``data.example.org``, any
-  port and scheme; ``host:8443``) or a URL prefix
-  (``https://data.example.org/private``: that origin, its default port when none
-  is written, under that path) to request headers, e.g. a bearer token. A store
-  sends the headers of the rules covering its own URL. The HTTP client follows
-  redirects and drops ``Authorization`` and ``Cookie`` on any change of origin
-  (scheme, host or port), and an ``https://`` store never follows one to
-  ``http://``: so these two are the headers a rule may set (`SENT_HEADERS`);
-  any other would follow a redirect to another origin, and is refused. Their
-  values appear in no message, repr or log.
+- **CA bundle**: verified against the system's authorities (``SSL_CERT_FILE`` /
+  ``SSL_CERT_DIR`` keep working) *and* the ``ca_bundle`` setting's. The bundle (a PEM
+  file or a folder of them) is read here, as regular files within a time cap, and handed
+  over as bytes: a FIFO named there never blocks, as it would a TLS library opening it.
+- **Proxy**: the ``proxy`` setting, else ``HTTPS_PROXY`` / ``HTTP_PROXY`` (as
+  `urllib.request.getproxies` reads them); the hosts of ``no_proxy``, else ``NO_PROXY``,
+  are reached directly (`urllib.request.proxy_bypass_environment`'s rules). Credentials in
+  the proxy's URL are sent as ``Proxy-Authorization`` and appear in no message or repr.
+- **Headers**: the ``headers`` setting maps a host (any port and scheme; ``host:8443``)
+  or a URL prefix (that origin, under that path) to request headers; a store sends those
+  of the rules covering its URL. obstore follows redirects and drops ``Authorization``
+  and ``Cookie`` on any change of origin (an ``https://`` store follows none to
+  ``http://``): those are the headers a rule may set (`SENT_HEADERS`); any other would
+  ride along to another server, and is refused. Values appear in no message, repr or log.
 
 Examples
 --------

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, TypeVar
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Callable
 
 __all__ = [
     "NO_RETRY",
@@ -83,19 +83,6 @@ def classify(error: BaseException) -> Verdict:
         if isinstance(current, ConnectionError | TimeoutError | asyncio.TimeoutError):
             return "transient"
         if getattr(current, "retryable", False) is True:  # e.g. a file changed while read
-            return "transient"
-        name = type(current).__name__
-        # aiohttp's connection, disconnect and payload (truncated body) errors, by name so
-        # that the engine does not import aiohttp.
-        if name in {
-            "ClientConnectionError",
-            "ClientConnectorError",
-            "ServerDisconnectedError",
-            "ClientPayloadError",
-            "ContentLengthError",
-            "ServerTimeoutError",
-            "ClientOSError",
-        }:
             return "transient"
         current = current.__cause__ or current.__context__
     return "permanent"
@@ -237,18 +224,6 @@ class RetryPolicy:
             return backoff * random.uniform(0.5, 1.0)
         return self.delay(attempt)
 
-    def _next_wait(self, attempt: int, error: Exception, end: float) -> float | None:
-        """Seconds to wait before retrying after failed attempt `attempt`; None: give up."""
-        if attempt >= self.attempts or classify(error) != "transient":
-            return None
-        asked = retry_after(error)
-        if asked is not None and asked > self.max_retry_after:
-            return None  # the server asks for longer than a worker may wait
-        wait = self.wait_before_retry(attempt, error)
-        if time.monotonic() + wait > end:
-            return None  # retrying would outlast the deadline
-        return wait
-
     def call(
         self,
         fn: Callable[[], T],
@@ -277,34 +252,17 @@ class RetryPolicy:
             try:
                 return fn()
             except Exception as error:
-                wait = self._next_wait(attempt, error, end)
-                if wait is None:
+                if attempt >= self.attempts or classify(error) != "transient":
                     raise
+                asked = retry_after(error)
+                if asked is not None and asked > self.max_retry_after:
+                    raise  # the server asks for longer than a worker may wait
+                wait = self.wait_before_retry(attempt, error)
+                if time.monotonic() + wait > end:
+                    raise  # retrying would outlast the deadline
                 if on_retry is not None:
                     on_retry(attempt, error)
                 time.sleep(wait)
-                attempt += 1
-
-    async def call_async(self, fn: Callable[[], Awaitable[T]]) -> T:
-        """`await fn()`, retried as `call` retries (waiting with `asyncio.sleep`).
-
-        Examples
-        --------
-        >>> async def ready():
-        ...     return "data"
-        >>> asyncio.run(RetryPolicy().call_async(ready))
-        'data'
-        """
-        end = time.monotonic() + self.deadline
-        attempt = 1
-        while True:
-            try:
-                return await fn()
-            except Exception as error:
-                wait = self._next_wait(attempt, error, end)
-                if wait is None:
-                    raise
-                await asyncio.sleep(wait)
                 attempt += 1
 
 
