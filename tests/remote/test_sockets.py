@@ -74,5 +74,6 @@ def test_arrays_opened_over_http_leave_no_sockets(served: Served, how: str) -> N
         del array
     after = settled(before + SLACK, BOUND)
     shared.close()
-    assert server.faults.connections > OPENS  # each open had connections of its own
+    # The stores of one server and configuration share a pool: the opens do not each connect.
+    assert 0 < server.faults.connections < OPENS
     assert after <= before + SLACK, f"{after - before} descriptors more after {OPENS} opens"

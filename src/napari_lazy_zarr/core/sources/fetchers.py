@@ -4,15 +4,15 @@
 through its `Fetcher` (`fetcher_for` picks it once, when the array is opened), and decodes
 them. A directory's `LocalFetcher` reads regular files only, never torn, time-capped
 (`read_stamped`); a zip's `ZipFetcher` decompresses a member at most to the cap; a
-`RemoteFetcher` makes a request through obstore on zarr's event loop, registered under the
-reading thread so that `cancel` ends it; any other zarr store's `StoreFetcher` checks the
-answer's length against the cap.
+`RemoteFetcher` makes a request through obstore on the worker's thread (blocking, as the
+project's own HTTP client did: through zarr's event loop, where a close could cancel it,
+a cold 2048² view over HTTP took 1.2-1.9x as long), its body refused before it is read if
+over the cap; any other zarr store's `StoreFetcher` checks the answer's length.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import zarr
@@ -61,10 +61,6 @@ class Fetcher(Protocol):
         `settle`: a local file just written is read again once quiet (`read_stamped`)."""
         ...
 
-    def cancel(self, reader: int) -> None:
-        """End the fetch thread `reader` (a `threading.get_ident`) has in flight, if it can."""
-        ...
-
     def file_of(self, key: str) -> str | None:
         """The local file holding `key` (a directory's file, a zip's archive), else None."""
         ...
@@ -98,9 +94,6 @@ class LocalFetcher:
             return None
         return self._prototype.buffer.from_bytes(found[0]), found[1]
 
-    def cancel(self, reader: int) -> None:
-        """Nothing to end: a local read is short."""
-
     def file_of(self, key: str) -> str | None:
         return self._prefix + key
 
@@ -123,15 +116,12 @@ class ZipFetcher:
         )
         return None if found is None else (found, None)
 
-    def cancel(self, reader: int) -> None:
-        """Nothing to end: a member read is short."""
-
     def file_of(self, key: str) -> str | None:
         return self._store.location
 
 
 class RemoteFetcher:
-    """A `RemoteStore`'s keys, each a request on zarr's event loop that `cancel` can end."""
+    """A `RemoteStore`'s keys, each a request through obstore on the calling thread."""
 
     kind: Literal["remote"] = "remote"
 
@@ -143,14 +133,8 @@ class RemoteFetcher:
     def fetch(
         self, key: str, byte_range: ByteRequest | None, limit: int, *, settle: bool = True
     ) -> Fetched:
-        read = self._store.read(
-            self._prefix + key, byte_range, cap=limit, reader=threading.get_ident()
-        )
-        body = compat.run_sync(read)
+        body = self._store.read_sync(self._prefix + key, byte_range, cap=limit)
         return None if body is None else (self._prototype.buffer.from_bytes(body), None)
-
-    def cancel(self, reader: int) -> None:
-        self._store.cancel_reader(reader)
 
     def file_of(self, key: str) -> str | None:
         return None
@@ -185,9 +169,6 @@ class StoreFetcher:
                 f"{limit:,} any encoding of its data could take"
             )
         return None if raw is None else (raw, None)
-
-    def cancel(self, reader: int) -> None:
-        """Nothing it can end."""
 
     def file_of(self, key: str) -> str | None:
         if isinstance(self._store, zarr.storage.ZipStore) and self._store.path is not None:

@@ -16,9 +16,8 @@ import itertools
 import json
 import math
 import os
-import threading
 from concurrent.futures import Future
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass, field
 from operator import add, floordiv, mod, mul, sub
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -63,7 +62,7 @@ from napari_lazy_zarr.core.storage.retry import RetryPolicy, attempts_note
 from napari_lazy_zarr.core.storage.vetting import check_local, check_safe, group_arrays
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Hashable, Iterator, Sequence
+    from collections.abc import Callable, Hashable, Sequence
 
     from zarr.abc.store import ByteRequest
 
@@ -271,17 +270,13 @@ class ZarrChunkSource(SourceFields):
         stored = array.shards if array.shards is not None else chunks
         self._max_stored_bytes = _max_encoded_bytes(stored, self._dtype)
         # How this store's keys are read, chosen once (no body may be longer than any
-        # encoding of the chunk); a remote read nobody wants any more is ended
-        # (`cancel_load`).
+        # encoding of the chunk).
         self._fetcher = fetcher_for(
             self._store_path, self._location, timeout=timeouts.total, cap=self._max_stored_bytes
         )
-        self._remote = self._fetcher.kind == "remote"
         self._identity = ZarrIdentity(
             self._location, _metadata_version(array, self._fetcher), next(_OPENS)
         )
-        self._readers: dict[tuple[int, ...], set[int]] = {}
-        self._readers_lock = threading.Lock()
         # Inner chunks per outer (stored) chunk along each axis; 1 when unsharded.
         outer = array.shards if array.shards is not None else chunks
         self._per_outer = tuple(o // i for o, i in zip(outer, chunks, strict=True))
@@ -453,7 +448,7 @@ class ZarrChunkSource(SourceFields):
                 [located[i][2] for i in members],
                 self._fetch,
                 gap=self._coalesce_gap,
-                spread=functools.partial(self._spread, readers=batch),
+                spread=self._spread,
             )
             try:
                 found = self._guarded(read, batch, key)
@@ -473,15 +468,8 @@ class ZarrChunkSource(SourceFields):
                     results[i] = data if data.dtype == self._dtype else data.astype(self._dtype)
         return results
 
-    def _spread(
-        self,
-        job: Callable[[Any], Any],
-        items: Sequence[Any],
-        *,
-        readers: Sequence[tuple[int, ...]],
-    ) -> list[Any]:
-        """`job` on each item: the first on this thread, the others at once on run
-        threads (each tracked as a reader of chunks `readers`, so `cancel_load` ends it)."""
+    def _spread(self, job: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        """`job` on each item: the first on this thread, the others at once on run threads."""
         pending: list[Future[Any]] = []
         for item in items[1:]:
             future: Future[Any] = Future()
@@ -490,8 +478,7 @@ class ZarrChunkSource(SourceFields):
                 if not future.set_running_or_notify_cancel():
                     return
                 try:
-                    with self._reading(readers):
-                        future.set_result(job(item))
+                    future.set_result(job(item))
                 except BaseException as error:  # handed to the waiting worker
                     future.set_exception(error)
 
@@ -502,31 +489,8 @@ class ZarrChunkSource(SourceFields):
         wait = self._timeouts.connect + self._timeouts.total + 5
         return [first, *(future.result(timeout=wait) for future in pending)][: len(items)]
 
-    @contextmanager
-    def _reading(self, coords: Sequence[tuple[int, ...]]) -> Iterator[None]:
-        """This thread tracked as a reader of chunks `coords` while the block runs, so
-        `cancel_load` can end its request (remote only: a local read is short)."""
-        if not self._remote:
-            yield
-            return
-        reader = threading.get_ident()
-        with self._readers_lock:
-            for one in coords:
-                self._readers.setdefault(one, set()).add(reader)
-        try:
-            yield
-        finally:
-            with self._readers_lock:
-                for one in coords:
-                    readers = self._readers.get(one)
-                    if readers is not None:
-                        readers.discard(reader)
-                        if not readers:
-                            del self._readers[one]
-
     def _guarded[T](self, read: Callable[[], T], coords: Sequence[tuple[int, ...]], key: str) -> T:
-        """`read()` retried by the policy, its failure a `ChunkReadError` naming `key`;
-        a remote read is tracked per chunk so `cancel_load` can end it."""
+        """`read()` retried by the policy, its failure a `ChunkReadError` naming `key`."""
         attempts = 1
 
         def count(attempt: int, error: BaseException) -> None:
@@ -534,10 +498,7 @@ class ZarrChunkSource(SourceFields):
             attempts = attempt + 1
 
         try:
-            if not self._remote:  # nothing to track: no context manager per chunk read
-                return self._retry.call(read, on_retry=count)
-            with self._reading(coords):
-                return self._retry.call(read, on_retry=count)
+            return self._retry.call(read, on_retry=count)
         except LoadCancelledError:
             raise  # not a failure of the data: the cache queues the chunk again
         except Exception as error:
@@ -551,23 +512,6 @@ class ZarrChunkSource(SourceFields):
                 f"{self._location}: chunk {key!r} ({where}): "
                 f"{type(error).__name__}: {error} ({how})"
             ) from error
-
-    cancel_superseded = False
-    """A superseded download is left to finish (the cache parks its chunk): cut off, it would
-    be fetched again whenever a later view wants it. `cancel_load` serves `close()`."""
-
-    def cancel_load(self, coords: tuple[int, ...]) -> None:
-        """End the reads of chunk `coords` in flight (`CancellableSource`).
-
-        A remote request is dropped with its connection, so its `read_chunk` raises
-        `LoadCancelledError` at once; local reads are short and left to finish.
-        """
-        if not self._remote:
-            return
-        with self._readers_lock:
-            readers = tuple(self._readers.get(tuple(coords), ()))
-        for reader in readers:
-            self._fetcher.cancel(reader)
 
     def _fetch(
         self, key: str, byte_range: ByteRequest | None = None, *, settle: bool = True

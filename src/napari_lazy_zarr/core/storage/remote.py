@@ -15,7 +15,9 @@ the rest of the project's promises:
 - **Cancellation**: `read` runs as a task of the calling event loop, registered under its
   reader; `cancel_reader` and `close` cancel it (its request and connection are dropped) and
   it raises `LoadCancelledError`. `read_sync` (zarr's `get_sync`) blocks in obstore.
-- **Connections** belong to the store and its copies: `close` (or collection) drops them.
+- **Connections**: stores of one root (origin or bucket) and configuration share obstore's
+  store (its client, its pool): it goes, its connections closed, with the last of them to
+  be closed or collected; idle connections close after `POOL_IDLE_SECONDS`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import asyncio
 import re
 import threading
 import time
+import weakref
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final, Self
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
@@ -85,13 +88,30 @@ _TOTALS_KEPT: Final = 4096  # object sizes remembered per store, the oldest forg
 _WHOLE: Final = object()  # a failure's answer: read the whole object (ranges are ignored)
 
 
+class _Backend:
+    """An obstore store, shared by the `RemoteStore`s of one root and configuration: building
+    one (its client, root certificates) takes milliseconds, and a plate opens a store per
+    field. It goes, and its connections close, with the last store holding it."""
+
+    __slots__ = ("__weakref__", "store")
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
+
+
+_BACKENDS: Final[weakref.WeakValueDictionary[tuple[str, ...], _Backend]] = (
+    weakref.WeakValueDictionary()
+)
+_BACKENDS_LOCK: Final = threading.Lock()
+
+
 class _Shared:
     """What a `RemoteStore` and its copies share. Its lock is never held calling obstore."""
 
     def __init__(self, config: RemoteConfig | None) -> None:
         self.lock = threading.Lock()
         self.config = config
-        self.backends: dict[tuple[tuple[str, str], ...], ObjectStore] = {}  # per header set
+        self.backends: dict[tuple[tuple[str, str], ...], _Backend] = {}  # per header set
         self.limits: dict[str, int] = {}  # array path -> body cap of its keys
         self.totals: dict[str, int] = {}  # key -> its size as an earlier answer gave it
         self.reads: dict[Hashable, set[asyncio.Task[Any]]] = {}  # reader -> its reads
@@ -160,6 +180,8 @@ class RemoteStore(Store):
         if self.scheme not in REMOTE_SCHEMES or not parts.netloc:
             raise ValueError(f"{url!r} is not a URL obstore reads ({', '.join(REMOTE_SCHEMES)})")
         self._base = urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+        self._root = f"{parts.scheme}://{parts.netloc}"  # what obstore's store is made of
+        self._prefix = unquote(parts.path).strip("/") + "/" if parts.path.strip("/") else ""
         self.url = url
         self.timeouts = timeouts
         self.retry = retry
@@ -227,7 +249,7 @@ class RemoteStore(Store):
     # -- obstore's stores ----------------------------------------------------------------
 
     def _backend(self, key: str) -> ObjectStore:
-        """obstore's store for `key`: one per header set, made at its first request."""
+        """obstore's store for `key` (one per header set), its path being `_prefix` + key."""
         shared = self._shared
         if shared.config is None:
             refusal = None
@@ -248,40 +270,42 @@ class RemoteStore(Store):
             backend = self._open_backend(config, self.key_url(key))
             with shared.lock:
                 backend = shared.backends.setdefault(ident, backend)
-        return backend
+        return backend.store
 
-    def _open_backend(self, config: RemoteConfig, url: str) -> ObjectStore:
-        """A new obstore store at this store's root, its client set up for `url`."""
-        retries: Any = {"max_retries": 0, "retry_timeout": timedelta(seconds=self.timeouts.total)}
+    def _open_backend(self, config: RemoteConfig, url: str) -> _Backend:
+        """obstore's store at this store's root with the client `url` needs (shared)."""
         certificates = config.certificates()
-        try:
-            if self.scheme in ("http", "https"):
-                options = config.client_options(url, self.timeouts, certificates)
-                return HTTPStore(self._base, client_options=options, retry_config=retries)
+        s3: dict[str, Any] = {}
+        if self.scheme in ("http", "https"):
+            options = config.client_options(url, self.timeouts, certificates)
+        else:
+            endpoint = f"https://{urlsplit(self._root).netloc}"
             if self.scheme in S3_SCHEMES:
                 settings = current_settings(names=S3_SETTINGS)
-                endpoint = s3_endpoint(settings)
-                options = config.client_options(
-                    endpoint, self.timeouts, certificates, headers=False
-                )
-                bucket, _, prefix = self._base.split("://", 1)[1].partition("/")
-                return S3Store(
-                    bucket,
-                    prefix=prefix or None,
-                    config=s3_store_config(settings),  # type: ignore[arg-type]
-                    client_options=options,
-                    retry_config=retries,
-                )
-            endpoint = f"https://{urlsplit(self._base).netloc}"
+                endpoint, s3 = s3_endpoint(settings), s3_store_config(settings)
             options = config.client_options(endpoint, self.timeouts, certificates, headers=False)
-            backend: ObjectStore = from_url(
-                self._base, client_options=options, retry_config=retries
-            )
-            return backend
+        key = (self._root, repr(sorted(options.items())), repr(sorted(s3.items())))
+        with _BACKENDS_LOCK:
+            found = _BACKENDS.get(key)
+        if found is not None:
+            return found
+        retries: Any = {"max_retries": 0, "retry_timeout": timedelta(seconds=self.timeouts.total)}
+        try:
+            store: ObjectStore
+            if self.scheme in ("http", "https"):
+                store = HTTPStore(self._root, client_options=options, retry_config=retries)
+            elif self.scheme in S3_SCHEMES:
+                bucket = urlsplit(self._root).netloc
+                store = S3Store(bucket, config=s3, client_options=options, retry_config=retries)  # type: ignore[arg-type]
+            else:
+                store = from_url(self._root, client_options=options, retry_config=retries)
         except LazyZarrError:
             raise
         except Exception as error:  # obstore refuses a configuration: a ValueError or its own
             reason = str(error).partition("\n")[0]
+        else:
+            with _BACKENDS_LOCK:
+                return _BACKENDS.setdefault(key, _Backend(store))
         raise RemoteSetupError(f"{self.url}: cannot set up its connection: {reason}")
 
     def _check_open(self, key: str) -> None:
@@ -310,7 +334,9 @@ class RemoteStore(Store):
             shared.reads.setdefault(reader, set()).add(task)
         failure: BaseException
         try:
-            result = await obstore.get_async(backend, key, options=_options(byte_range))
+            result = await obstore.get_async(
+                backend, self._prefix + key, options=_options(byte_range)
+            )
             length = self._check(key, result, byte_range, cap)
             return _exact(self.key_url(key), await result.bytes_async(), length)
         except asyncio.CancelledError:
@@ -341,7 +367,7 @@ class RemoteStore(Store):
         self._check_open(key)
         backend, started = self._backend(key), time.monotonic()
         try:
-            result = obstore.get(backend, key, options=_options(byte_range))
+            result = obstore.get(backend, self._prefix + key, options=_options(byte_range))
             length = self._check(key, result, byte_range, cap)
             return _exact(self.key_url(key), result.bytes(), length)
         except Exception as error:
@@ -460,7 +486,8 @@ class RemoteStore(Store):
         """`key`'s size (a HEAD request), None when absent."""
         started = time.monotonic()
         try:
-            return int((await obstore.head_async(self._backend(key), key))["size"])
+            meta = await obstore.head_async(self._backend(key), self._prefix + key)
+            return int(meta["size"])
         except Exception as error:
             failure = error
         self._failed(key, failure, None, started)
@@ -491,8 +518,9 @@ class RemoteStore(Store):
         """The names under directory `path`, sub-directories with a trailing "/"."""
         if self.scheme in ("http", "https"):
             return await asyncio.to_thread(self._html_index, path)
-        found = await obstore.list_with_delimiter_async(self._backend(path), path or None)
-        start = f"{path}/" if path else ""
+        where = (self._prefix + path).strip("/")
+        found = await obstore.list_with_delimiter_async(self._backend(path), where or None)
+        start = f"{where}/" if where else ""
         return (
             *(f"{p.removeprefix(start)}/" for p in found["common_prefixes"]),
             *(meta["path"].removeprefix(start) for meta in found["objects"]),
