@@ -47,6 +47,7 @@ class Faults:
     truncated: set[str] = field(default_factory=set)
     corrupt: set[str] = field(default_factory=set)
     stalled: set[str] = field(default_factory=set)
+    stalling: threading.Event = field(default_factory=threading.Event)  # set: one is waiting
     release: threading.Event = field(default_factory=threading.Event)
     retry_after: dict[str, str] = field(default_factory=dict)  # key -> Retry-After of its errors
     # Hostile answers, per key ("*": every key).
@@ -151,6 +152,7 @@ class _Handler(BaseHTTPRequestHandler):
         if faults.latency:
             time.sleep(faults.latency)  # the injected latency of this request
         if key in faults.stalled:
+            faults.stalling.set()
             faults.release.wait(timeout=30)
         hostile = faults.hostile(key)
         if hostile is not None:

@@ -326,3 +326,21 @@ def test_a_group_is_listed_from_the_server_s_html_index(tmp_path: Path) -> None:
         server.shutdown()
         server.server_close()
         thread.join(timeout=BOUND)
+
+
+def test_a_cancelled_chunk_read_stops_when_its_request_ends(
+    served: Served, pool: ThreadPoolExecutor
+) -> None:
+    """obstore's blocking request cannot be cut short; once it ends, a read the cache
+    cancelled (`cancel_load`, as its `close` does) stops: no decode, no retry."""
+    server, data = served
+    source = open_bounded(f"{server.url}/a.zarr")
+    server.faults.stalled.add(CHUNK)
+    reading = pool.submit(source.read_chunk, (1, 2))
+    assert server.faults.stalling.wait(timeout=BOUND)  # the request reached the server
+    source.cancel_load((1, 2))
+    server.faults.release.set()
+    with pytest.raises(LoadCancelledError, match=r"c/1/2' cancelled"):
+        reading.result(timeout=BOUND)
+    assert server.faults.requests[CHUNK] == 1  # not retried
+    np.testing.assert_array_equal(source.read_chunk((1, 2)), data[32:64, 64:96])  # anew: read

@@ -6,8 +6,9 @@ them. A directory's `LocalFetcher` reads regular files only, never torn, time-ca
 (`read_stamped`); a zip's `ZipFetcher` decompresses a member at most to the cap; a
 `RemoteFetcher` makes a request through obstore on the worker's thread (blocking, as the
 project's own HTTP client did: through zarr's event loop, where a close could cancel it,
-a cold 2048² view over HTTP took 1.2-1.9x as long), its body refused before it is read if
-over the cap; any other zarr store's `StoreFetcher` checks the answer's length.
+a cold 2048² view over HTTP took 1.2-1.9x as long; the source stops a cancelled read once
+its request ends), its body refused before it is read if over the cap; any other zarr
+store's `StoreFetcher` checks the answer's length.
 """
 
 from __future__ import annotations

@@ -16,8 +16,9 @@ import itertools
 import json
 import math
 import os
+import threading
 from concurrent.futures import Future
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from operator import add, floordiv, mod, mul, sub
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -62,7 +63,7 @@ from napari_lazy_zarr.core.storage.retry import RetryPolicy, attempts_note
 from napari_lazy_zarr.core.storage.vetting import check_local, check_safe, group_arrays
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Hashable, Sequence
+    from collections.abc import Callable, Hashable, Iterator, Sequence
 
     from zarr.abc.store import ByteRequest
 
@@ -274,6 +275,13 @@ class ZarrChunkSource(SourceFields):
         self._fetcher = fetcher_for(
             self._store_path, self._location, timeout=timeouts.total, cap=self._max_stored_bytes
         )
+        # Remote reads in flight per chunk, by reading thread, and the threads whose read was
+        # cancelled (`cancel_load`): obstore's blocking request cannot be stopped, but what
+        # follows it (decoding, retries, the batch's other runs) is not done.
+        self._remote = self._fetcher.kind == "remote"
+        self._readers: dict[tuple[int, ...], set[int]] = {}
+        self._cancelled: set[int] = set()
+        self._readers_lock = threading.Lock()
         self._identity = ZarrIdentity(
             self._location, _metadata_version(array, self._fetcher), next(_OPENS)
         )
@@ -448,7 +456,7 @@ class ZarrChunkSource(SourceFields):
                 [located[i][2] for i in members],
                 self._fetch,
                 gap=self._coalesce_gap,
-                spread=self._spread,
+                spread=functools.partial(self._spread, readers=batch),
             )
             try:
                 found = self._guarded(read, batch, key)
@@ -468,8 +476,15 @@ class ZarrChunkSource(SourceFields):
                     results[i] = data if data.dtype == self._dtype else data.astype(self._dtype)
         return results
 
-    def _spread(self, job: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
-        """`job` on each item: the first on this thread, the others at once on run threads."""
+    def _spread(
+        self,
+        job: Callable[[Any], Any],
+        items: Sequence[Any],
+        *,
+        readers: Sequence[tuple[int, ...]],
+    ) -> list[Any]:
+        """`job` on each item: the first on this thread, the others at once on run threads
+        (each tracked as a reader of chunks `readers`, so that `cancel_load` reaches it)."""
         pending: list[Future[Any]] = []
         for item in items[1:]:
             future: Future[Any] = Future()
@@ -478,7 +493,8 @@ class ZarrChunkSource(SourceFields):
                 if not future.set_running_or_notify_cancel():
                     return
                 try:
-                    future.set_result(job(item))
+                    with self._reading(readers):
+                        future.set_result(job(item))
                 except BaseException as error:  # handed to the waiting worker
                     future.set_exception(error)
 
@@ -489,6 +505,28 @@ class ZarrChunkSource(SourceFields):
         wait = self._timeouts.connect + self._timeouts.total + 5
         return [first, *(future.result(timeout=wait) for future in pending)][: len(items)]
 
+    @contextmanager
+    def _reading(self, coords: Sequence[tuple[int, ...]]) -> Iterator[None]:
+        """This thread tracked as a reader of chunks `coords` while the block runs."""
+        if not self._remote:
+            yield
+            return
+        reader = threading.get_ident()
+        with self._readers_lock:
+            for one in coords:
+                self._readers.setdefault(one, set()).add(reader)
+        try:
+            yield
+        finally:
+            with self._readers_lock:
+                self._cancelled.discard(reader)
+                for one in coords:
+                    readers = self._readers.get(one)
+                    if readers is not None:
+                        readers.discard(reader)
+                        if not readers:
+                            del self._readers[one]
+
     def _guarded[T](self, read: Callable[[], T], coords: Sequence[tuple[int, ...]], key: str) -> T:
         """`read()` retried by the policy, its failure a `ChunkReadError` naming `key`."""
         attempts = 1
@@ -498,7 +536,10 @@ class ZarrChunkSource(SourceFields):
             attempts = attempt + 1
 
         try:
-            return self._retry.call(read, on_retry=count)
+            if not self._remote:  # nothing to track: no context manager per chunk read
+                return self._retry.call(read, on_retry=count)
+            with self._reading(coords):
+                return self._retry.call(read, on_retry=count)
         except LoadCancelledError:
             raise  # not a failure of the data: the cache queues the chunk again
         except Exception as error:
@@ -513,6 +554,20 @@ class ZarrChunkSource(SourceFields):
                 f"{type(error).__name__}: {error} ({how})"
             ) from error
 
+    cancel_superseded = False
+    """A superseded download is left to finish (the cache parks its chunk): cut off, it would
+    be fetched again whenever a later view wants it. `cancel_load` serves `close()`."""
+
+    def cancel_load(self, coords: tuple[int, ...]) -> None:
+        """Stop the remote reads of chunk `coords` in flight (`CancellableSource`).
+
+        Their request runs to its end (obstore's blocking call cannot be stopped), but then
+        `read_chunk` raises `LoadCancelledError` instead of decoding, retrying or reading
+        the batch's other runs; local reads are short and left to finish.
+        """
+        with self._readers_lock:
+            self._cancelled.update(self._readers.get(tuple(coords), ()))
+
     def _fetch(
         self, key: str, byte_range: ByteRequest | None = None, *, settle: bool = True
     ) -> Fetched:
@@ -522,9 +577,16 @@ class ZarrChunkSource(SourceFields):
         chunk, ranges at their length; the fetcher reads them (`fetchers`).
         """
         limit = range_size(byte_range)
-        return self._fetcher.fetch(
+        self._stop_if_cancelled(key)
+        found = self._fetcher.fetch(
             key, byte_range, self._max_stored_bytes if limit is None else limit, settle=settle
         )
+        self._stop_if_cancelled(key)
+        return found
+
+    def _stop_if_cancelled(self, key: str) -> None:
+        if self._cancelled and threading.get_ident() in self._cancelled:
+            raise LoadCancelledError(f"{self._location}: read of {key!r} cancelled")
 
     def _read_whole(
         self, key: str, spec: Any, selection: tuple[slice, ...]
