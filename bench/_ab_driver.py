@@ -19,7 +19,14 @@ spec's ``output`` file.
 The spec (JSON) names a ``task``: ``identify`` (where the package and bench code
 come from; also writes the data the benchmarks use once, and compiles the
 revision's bytecode, so that no measured process pays for either), ``engine``
-``view`` or ``steps`` (the view benchmark's local 4D steps alone), and ``quick``.
+``view``, ``steps`` (the view benchmark's local 4D steps alone) or ``remote``, and
+``quick``.
+
+``remote`` (since issue 47) measures remote reads headless, through public calls every
+revision since 7660ee2 has (`open_array`, `read_zarr`, `store_for` with ``get_sync``,
+`bench.remote.ensure_store`/`pan_views`, `bench.shard_reads.ensure_store`/`windows`,
+`bench.remote_stores.ensure_data`, `bench.http_plate._server_process`,
+`tests.conformance.cases.write_plate`), the server in a process of its own.
 """
 
 from __future__ import annotations
@@ -125,6 +132,8 @@ def identify(spec: dict[str, Any]) -> dict[str, Any]:
         config = _engine_config(quick)
         for dataset in _engine_datasets(quick):
             engine.ensure_store(config, dataset)
+    if "remote" in spec["names"]:
+        _remote_data(quick)
     if {"view", "steps"} & set(spec["names"]):
         config = _view_config(quick)
         view_cycle.ensure_plain(config)
@@ -199,19 +208,34 @@ def _view_figures(case: Any, run: Any) -> list[Figure]:
     group = f"ours, {case.label}"
     if case.kind == "remote":
         return [
-            [group, "view complete, from the open call", "s", False,
-             _between(run, "open_started", "view_complete")],
-            [group, "view complete, after open returned", "s", False,
-             _between(run, "view_started", "view_complete")],
-        ]  # fmt: skip
+            [
+                group,
+                "view complete, from the open call",
+                "s",
+                False,
+                _between(run, "open_started", "view_complete"),
+            ],
+            [
+                group,
+                "view complete, after open returned",
+                "s",
+                False,
+                _between(run, "view_started", "view_complete"),
+            ],
+        ]
     if result is None:  # killed at its deadline
         return [[group, "viewer.open + first on_draw", "s", False, math.inf]]
     if case.kind == "open":
         return [
             [group, "viewer.open + first on_draw", "s", False, result["open"] + result["draw"]],
-            [group, "home view complete, from the open call", "s", False,
-             _between(run, "open_started", "home_complete")],
-        ]  # fmt: skip
+            [
+                group,
+                "home view complete, from the open call",
+                "s",
+                False,
+                _between(run, "open_started", "home_complete"),
+            ],
+        ]
     steps = result["steps"]
 
     def of(kinds: tuple[str, ...], name: str) -> list[float]:
@@ -266,11 +290,169 @@ def measure_view(spec: dict[str, Any]) -> dict[str, Any]:
     return {"figures": figures}
 
 
+REMOTE_LATENCY = 0.020  # seconds the server adds to each request (bench.remote's)
+PLATE_LATENCY = 0.100  # an HCS plate's open over slow HTTP (bench.http_plate's)
+CLIENT_THREADS = 32  # ranged or whole reads in flight through a store (the loaders for URLs)
+
+
+def _remote_data(quick: bool) -> tuple[Any, Any, tuple[int, int], Any]:
+    """The pyramid (`bench.remote`), the sharded store (`bench.shard_reads`), its size and
+    shard, and the client workload's files (`bench.remote_stores`), written once."""
+    from bench import remote, remote_stores, shard_reads
+
+    config = remote.QUICK if quick else remote.FULL
+    size, shard = (4096, 2048) if quick else (16384, 4096)
+    return (
+        remote.ensure_store(config),
+        shard_reads.ensure_store(size, shard),
+        (size, shard),
+        remote_stores.ensure_data(remote_stores.QUICK if quick else remote_stores.FULL),
+    )
+
+
+def _cold_views(url: str, views: list[Any], path: str = "") -> list[float]:
+    """Seconds each view took to read cold: a fresh open (not timed) per view."""
+    import time
+
+    from napari_lazy_zarr import open_array
+
+    taken = []
+    for view in views:
+        array = open_array(url, path=path)
+        try:
+            begin = time.perf_counter()
+            array[view.slices].result(timeout=300)
+            taken.append(time.perf_counter() - begin)
+        finally:
+            array.cache.close()
+    return taken
+
+
+def _client_reads(url: str, data: Any) -> tuple[float, float]:
+    """Seconds for the ranged reads, and for the whole-file reads, of `data` through the
+    store `store_for` gives (its ``get_sync``), `CLIENT_THREADS` at once."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from zarr.abc.store import RangeByteRequest
+
+    from napari_lazy_zarr.core.storage.local import store_for
+
+    store, _ = store_for(url)
+    times = []
+    with ThreadPoolExecutor(CLIENT_THREADS) as pool:
+        calls = (
+            [
+                lambda r=r: store.get_sync("blob.bin", byte_range=RangeByteRequest(*r))
+                for r in data.ranges
+            ],
+            [lambda k=k: store.get_sync(k) for k in sorted(data.files)],
+        )
+        for batch in calls:
+            list(pool.map(lambda call: call(), batch[:2]))  # warm connections, untimed
+            begin = time.perf_counter()
+            found = list(pool.map(lambda call: call(), batch))
+            times.append(time.perf_counter() - begin)
+            if any(value is None for value in found):
+                raise AssertionError(f"{url}: a read found nothing")
+    return times[0], times[1]
+
+
+def measure_remote(spec: dict[str, Any]) -> dict[str, Any]:
+    """Remote reads of this revision: cold views of chunks and of shards over 20 ms (and
+    chunks over 0 ms), a store's ranged and whole reads, an HCS plate over 100 ms."""
+    import time
+
+    import numpy as np
+    from tests.conformance.cases import write_plate
+
+    from bench import remote, remote_stores, shard_reads
+    from bench.http_plate import _server_process
+    from napari_lazy_zarr._reader import read_zarr
+
+    quick = bool(spec["quick"])
+    pyramid, sharded, (size, _), data = _remote_data(quick)
+    config = remote.QUICK if quick else remote.FULL
+    views = remote.pan_views(config)[:: 2 if quick else 3]
+    figures: list[Figure] = []
+    group = "remote"
+    # First, before this process starts a thread: the server is forked (`serve_apart`, the
+    # remote-clients benchmark's lean server, which reads only the range asked).
+    counters = remote_stores.Counters()
+    counters.latency = REMOTE_LATENCY
+    with remote_stores.serve_apart(data.root, counters) as base:
+        ranges, files = _client_reads(base, data)
+    figures.append(
+        [
+            group,
+            f"{len(data.ranges)} ranged reads, {CLIENT_THREADS} threads, 20 ms",
+            "ms",
+            False,
+            1e3 * ranges,
+        ]
+    )
+    figures.append(
+        [
+            group,
+            f"{len(data.files)} whole files, {CLIENT_THREADS} threads, 20 ms",
+            "ms",
+            False,
+            1e3 * files,
+        ]
+    )
+    for latency in (REMOTE_LATENCY, 0.0):
+        with _server_process(pyramid.parent, latency) as (base, _):
+            taken = _cold_views(f"{base}/{pyramid.name}", views, path="0")
+        figures.append(
+            [
+                group,
+                f"cold {config.window}² view, 512² chunks, {latency * 1e3:.0f} ms",
+                "ms",
+                False,
+                1e3 * statistics.median(taken),
+            ]
+        )
+    with _server_process(sharded.parent, REMOTE_LATENCY) as (base, requests):
+        before = requests()
+        windows = shard_reads.windows(size, 2 if quick else 6)
+        taken = _cold_views(f"{base}/{sharded.name}", windows)
+        asked = (requests() - before) / len(windows)
+    figures.append(
+        [
+            group,
+            "cold 2048² view of a sharded array, 20 ms",
+            "ms",
+            False,
+            1e3 * statistics.median(taken),
+        ]
+    )
+    figures.append([group, "requests per sharded view (with the opens)", "", False, asked])
+    with tempfile.TemporaryDirectory(prefix="ab-plate-") as folder:
+        rows, columns = (2, 3) if quick else (8, 12)
+        plate = write_plate(Path(folder), rows, columns, 1)
+        with _server_process(plate.path.parent, PLATE_LATENCY) as (base, requests):
+            before = requests()
+            begin = time.perf_counter()
+            layers = read_zarr(f"{base}/{plate.path.name}")
+            opened = time.perf_counter() - begin
+            coarsest = np.asarray(layers[0][0][-1])  # the mosaic's coarsest level, exact
+            pixels = time.perf_counter() - begin
+            asked = requests() - before
+        if coarsest.size == 0:
+            raise AssertionError("the plate's coarsest level is empty")
+    plate_group = f"plate {rows}x{columns}, 100 ms"
+    figures.append([plate_group, "read_zarr (the reader's open)", "ms", False, 1e3 * opened])
+    figures.append([plate_group, "open + coarsest level read", "ms", False, 1e3 * pixels])
+    figures.append([plate_group, "requests", "", False, asked])
+    return {"figures": figures}
+
+
 TASKS = {
     "identify": identify,
     "engine": measure_engine,
     "view": measure_view,
     "steps": measure_view,
+    "remote": measure_remote,
 }
 
 

@@ -7,7 +7,9 @@ revisions: A defaults to ``HEAD~1``, B to this checkout's working tree as it is
 (uncommitted changes included); ``.`` also names the working tree. NAME is
 ``engine`` (`bench.engine`), ``view`` (`bench.view_cycle`) or ``steps`` (only the
 view benchmark's local 4D steps, 2D and 3D: one napari session per process, for
-a quicker verdict on them; never written to docs/); default engine and view.
+a quicker verdict on them; never written to docs/) or ``remote`` (remote reads headless:
+cold views over HTTP, sharded and not, a store's ranged and whole reads, an HCS plate over
+100 ms; written to its own section, "A/B remote"); default engine and view.
 
 How it measures:
 
@@ -71,6 +73,7 @@ BENCHMARKS: Final = {
     "engine": "bench/engine.py",
     "view": "bench/view_cycle.py",
     "steps": "bench/view_cycle.py",
+    "remote": "bench/_ab_driver.py",
 }
 """The benchmarks an A/B run can measure, and the code that defines their figures."""
 WORKING_TREE: Final = "."
@@ -413,8 +416,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         why = "--quick" if args.quick else "steps"
         print(f"[ab] {why}: {RESULTS_FILE} left unchanged", flush=True)
     else:
-        write_section("ab", section)
-        print(f"[ab] wrote the 'ab' section of {RESULTS_FILE}", flush=True)
+        key = "ab-remote" if args.names == ["remote"] else "ab"
+        write_section(key, section)
+        print(f"[ab] wrote the '{key}' section of {RESULTS_FILE}", flush=True)
     return 0
 
 

@@ -638,7 +638,7 @@ def test_looks_like_zarr_urls(url: str) -> None:
     assert looks_like_zarr(url)
 
 
-@pytest.mark.parametrize("url", ["ftp://example.org/image.zarr", "gs://bucket/image.zarr"])
+@pytest.mark.parametrize("url", ["ftp://example.org/image.zarr", "sftp://host/image.zarr"])
 def test_looks_like_zarr_other_schemes(url: str) -> None:
     assert not looks_like_zarr(url)  # refused by scheme: nothing is fetched
 

@@ -115,7 +115,7 @@ def test_tifffile_references_read_equal_to_the_tiff(
     manifest = json.loads((tmp_path / "image.json").read_text())
     assert manifest["templates"] == {"u": "./image.tif"}
     source = ManifestSource(tmp_path / "image.json")
-    assert source._sync_io  # the synchronous decode path, as for local stores
+    assert source._fetcher.synchronous  # type: ignore[attr-defined]  # the worker's thread
     np.testing.assert_array_equal(
         _read(source, threaded_cache), tifffile.imread(tmp_path / "image.tif")
     )

@@ -449,9 +449,11 @@ def _remote_manifest(folder: Path, url: str, key: str, reference: list[Any]) -> 
     [
         ("silent", LoadTimeoutError, r"server silent for 0\.3 s \(Timeouts\.read\)"),
         ("trickle", LoadTimeoutError, r"no complete answer within 1 s"),
-        ("gzip_bomb", ChunkReadError, r"refusing a body sent with Content-Encoding 'gzip'"),
+        # This server streams its bomb without a length: refused unread (the red team's
+        # bomb declares its length, and is refused by its Content-Encoding).
+        ("gzip_bomb", ChunkReadError, r"declares no Content-Length"),
         ("huge_length", ChunkReadError, r"declares 1,000,000,000,000 bytes"),
-        ("endless", ChunkReadError, r"holds more than .* \(1,048,608\)"),
+        ("endless", ChunkReadError, r"declares no Content-Length"),
     ],
 )
 def test_a_hostile_server_fails_a_whole_file_reference_in_bounded_time_and_memory(
@@ -509,9 +511,8 @@ def test_a_refused_connection_fails_the_chunk_at_once(tmp_path: Path) -> None:
     store = ManifestStore(manifest, allow_protocols=[url], timeouts=SHORT)
     with pytest.raises(ChunkReadError, match=r"key '1\.0': .*Connection refused") as caught:
         within(BOUND, lambda: store.get_sync("1.0"))
-    cause = caught.value.__cause__  # the shared client's connect error: retryable, chained
+    cause = caught.value.__cause__  # the remote store's connect error: retryable, chained
     assert isinstance(cause, ConnectionError)
-    assert isinstance(cause.__cause__, ConnectionRefusedError)
 
 
 def test_timeouts_must_be_timeouts(tmp_path: Path) -> None:

@@ -1,7 +1,12 @@
-"""A hostile HTTP server: bombs, endless bodies, silence, drips, resets, Retry-After, refusals."""
+"""A hostile HTTP server: bombs, endless bodies, silence, drips, resets, Retry-After, refusals.
+
+And what the remote stack reads besides the server's answers: a CA-bundle setting naming a
+FIFO, an S3 endpoint that accepts connections and never answers.
+"""
 
 from __future__ import annotations
 
+import os
 import socket
 from typing import TYPE_CHECKING
 
@@ -96,6 +101,41 @@ def _sharded_range(context: Context) -> str:
     raise Finding("wrong-pixels", f"a shard with a bogus index served {data.shape} data")
 
 
+def _ca_bundle_fifo(context: Context) -> str:
+    """The ``[remote] ca_bundle`` setting names a FIFO: reading it must not block (a TLS
+    library's ``fopen`` of it waits for a writer that never comes)."""
+    fifo = context.root / "lab-ca.pem"
+    context.root.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(fifo)
+    os.environ["NAPARI_LAZY_ZARR_CA_BUNDLE"] = str(fifo)
+    context.begin()
+    array = context.open(f"https://127.0.0.1:{closed_port()}/{context.root.name}/a.zarr")
+    raise Finding("wrong-pixels", f"opened {array!r} trusting a CA bundle that is a FIFO")
+
+
+def _s3_silent_endpoint(context: Context) -> str:
+    """An S3 endpoint that accepts connections (the kernel completes them: a listening
+    socket nobody serves) and never answers: the open ends within the case's time caps."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    os.environ.update(
+        {
+            "NAPARI_LAZY_ZARR_S3_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+            "NAPARI_LAZY_ZARR_S3_ANON": "1",
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+    )
+    context.begin()
+    try:
+        array = context.open(f"s3://lab/{context.root.name}/a.zarr")
+    finally:
+        listener.close()
+    raise Finding("wrong-pixels", f"opened {array!r} from an endpoint that never answers")
+
+
 def cases() -> Iterator[Case]:
     for zarr_format in (2, 3):
         for name in _FAILING:
@@ -137,6 +177,18 @@ def cases() -> Iterator[Case]:
         "v3 connection refused at chunk read (server gone)",
         KIND,
         _refused_at_read,
+        bound=HTTP_BOUND,
+    )
+    yield Case(
+        "https: the CA bundle setting names a FIFO",
+        KIND,
+        _ca_bundle_fifo,
+        bound=HTTP_BOUND,
+    )
+    yield Case(
+        "s3: the endpoint accepts connections and never answers",
+        KIND,
+        _s3_silent_endpoint,
         bound=HTTP_BOUND,
     )
     yield Case(

@@ -411,7 +411,7 @@ def run_cases(
     context = multiprocessing.get_context("forkserver")
     # A fork server that has imported the engine: each case starts in milliseconds.
     context.set_forkserver_preload(
-        ["tests.redteam.cases", "napari_lazy_zarr.core", "zarr.storage", "fsspec", "aiohttp"]
+        ["tests.redteam.cases", "napari_lazy_zarr.core", "zarr.storage", "obstore"]
     )
     roots = {case.id: workdir / _slug(i, case.id) for i, case in enumerate(cases)}
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="redteam") as pool:

@@ -29,6 +29,9 @@ pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="needs a fork server, /proc, RLIMIT_AS, FIFOs"
 )
 MINIMUM_CASES = 150
+# Cases written before their fix (issue 50's remote items), failing until it lands: strict,
+# so a fix that lands without removing its mark fails here too.
+KNOWN_FAILURES: dict[str, str] = {}
 
 
 @pytest.fixture(scope="session")
@@ -51,7 +54,18 @@ def redteam_results(
         Path(table).write_text(summary(results.values(), cases))
 
 
-@pytest.mark.parametrize("case_id", [case.id for case in CASES])
+@pytest.mark.parametrize(
+    "case_id",
+    [
+        pytest.param(
+            case.id,
+            marks=[pytest.mark.xfail(strict=True, reason=KNOWN_FAILURES[case.id])]
+            if case.id in KNOWN_FAILURES
+            else [],
+        )
+        for case in CASES
+    ],
+)
 def test_redteam(case_id: str, redteam_results: dict[str, Result]) -> None:
     case = CASES_BY_ID[case_id]
     result = redteam_results[case_id]

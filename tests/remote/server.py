@@ -47,6 +47,7 @@ class Faults:
     truncated: set[str] = field(default_factory=set)
     corrupt: set[str] = field(default_factory=set)
     stalled: set[str] = field(default_factory=set)
+    stalling: threading.Event = field(default_factory=threading.Event)  # set: one is waiting
     release: threading.Event = field(default_factory=threading.Event)
     retry_after: dict[str, str] = field(default_factory=dict)  # key -> Retry-After of its errors
     # Hostile answers, per key ("*": every key).
@@ -137,7 +138,10 @@ class _Handler(BaseHTTPRequestHandler):
         key = self.path.split("?", 1)[0].lstrip("/")
         nth = faults.count(key)
         with faults.lock:
-            faults.seen.append((key, dict(self.headers.items())))
+            # Field names as they are usually written (HTTP/1.1 clients may lowercase them).
+            faults.seen.append(
+                (key, {name.title(): value for name, value in self.headers.items()})
+            )
         for prefix, base in faults.redirects.items():
             if key.startswith(prefix):
                 self.send_response(302)
@@ -148,6 +152,7 @@ class _Handler(BaseHTTPRequestHandler):
         if faults.latency:
             time.sleep(faults.latency)  # the injected latency of this request
         if key in faults.stalled:
+            faults.stalling.set()
             faults.release.wait(timeout=30)
         hostile = faults.hostile(key)
         if hostile is not None:

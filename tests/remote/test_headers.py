@@ -20,7 +20,7 @@ from napari_lazy_zarr import open_array
 from napari_lazy_zarr.core.cache import ChunkCache
 from napari_lazy_zarr.core.errors import LazyZarrError, MetadataError
 from napari_lazy_zarr.core.settings import configuration_schema, current_settings
-from napari_lazy_zarr.core.storage.http import HttpStore
+from napari_lazy_zarr.core.storage.remote import RemoteStore
 from napari_lazy_zarr.core.storage.remote_config import remote_config
 from tests.remote.server import FaultyServer
 from tests.remote.test_tls import read_all, write_store
@@ -97,7 +97,7 @@ def test_headers_from_the_settings_file_apply_under_their_prefix_only(
     host = first.url.removeprefix("http://")
     settings = tmp_path / "settings.toml"
     settings.write_text(
-        f'[remote.headers."{host}"]\nX-Api-Key = "{SECRET}"\n\n'
+        f'[remote.headers."{host}"]\nCookie = "session={SECRET}"\n\n'
         f'[remote.headers."{first.url}/other.zarr"]\nAuthorization = "Bearer other"\n'
     )
     monkeypatch.setenv("NAPARI_LAZY_ZARR_SETTINGS", str(settings))
@@ -105,8 +105,22 @@ def test_headers_from_the_settings_file_apply_under_their_prefix_only(
     with first.faults.lock:
         seen = first.faults.seen[:]
     assert seen
-    assert all(headers.get("X-Api-Key") == SECRET for _, headers in seen)
+    assert all(headers.get("Cookie") == f"session={SECRET}" for _, headers in seen)
     assert all("Authorization" not in headers for _, headers in seen)  # not under its prefix
+
+
+def test_a_header_the_client_would_send_after_a_redirect_is_refused_by_name(
+    servers: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """obstore's HTTP client drops only Authorization and Cookie when a redirect leaves the
+    origin: any other header of a rule would reach the other server, so it is refused
+    before a request is made, naming the header, never its value."""
+    first, _, _ = servers
+    monkeypatch.setenv(HEADERS, json.dumps({"127.0.0.1": {"X-Api-Key": SECRET}}))
+    with pytest.raises(LazyZarrError, match=r"'X-Api-Key'.*only Authorization and Cookie") as e:
+        open_array(f"{first.url}/a.zarr")
+    assert SECRET not in str(e.value)
+    assert first.faults.total() == 0
 
 
 def test_header_values_are_never_shown(
@@ -120,8 +134,8 @@ def test_header_values_are_never_shown(
     array = open_array(f"{first.url}/a.zarr", cache=cache)
     with pytest.raises(LazyZarrError) as caught:
         np.asarray(array[32:64, 32:64])
-    store = HttpStore(f"{first.url}/a.zarr")
-    shown = [str(caught.value), repr(caught.value), repr(store), str(store), repr(store.client)]
+    store = RemoteStore(f"{first.url}/a.zarr")
+    shown = [str(caught.value), repr(caught.value), repr(store), str(store)]
     shown += [repr(current_settings()), repr(remote_config()), repr(remote_config().headers)]
     shown += [event.detail for event in cache.events()]
     shown += [record.getMessage() for record in caplog.records]
@@ -184,10 +198,11 @@ def test_which_rules_cover_a_url() -> None:
     assert config.headers_for("https://data.example.org.evil.net/lab") == {}
 
 
-def test_a_reference_is_not_followed_through_a_redirect(
+def test_a_reference_redirected_to_another_origin_goes_without_its_token(
     servers: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from napari_lazy_zarr.core.errors import ChunkReadError
+    """obstore follows redirects (the store's own client did not, for references): the
+    token of the first origin's rule is dropped on the way to the second."""
     from napari_lazy_zarr.core.storage.references import ManifestStore
 
     first, second, _ = servers
@@ -199,10 +214,13 @@ def test_a_reference_is_not_followed_through_a_redirect(
     manifest = tmp_path / "refs.json"
     manifest.write_text(json.dumps({"version": 1, "refs": refs}))
     store = ManifestStore(manifest, allow_protocols=[first.url, second.url])
-    with pytest.raises(ChunkReadError, match=r"HTTP 302: redirects to .* are not followed"):
-        store.get_sync("0.0")
+    expected = (tmp_path / "served" / "a.zarr" / "zarr.json").read_bytes()[:32]
+    got = store.get_sync("0.0")
+    assert got is not None
+    assert got.to_bytes() == expected
     assert _authorizations(first) == [f"Bearer {SECRET}"]
-    assert _authorizations(second) == []
+    assert _authorizations(second) == [None]
+    store.close()
 
 
 def test_a_server_denying_access_is_claimed_and_its_error_names_the_headers_setting(
@@ -224,3 +242,60 @@ def test_a_server_denying_access_is_claimed_and_its_error_names_the_headers_sett
     assert "401" in message
     assert '[remote.headers."host"]' in message
     assert HEADERS in message
+
+
+def test_a_bearer_token_is_never_sent_over_a_redirect_from_https_to_http(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host rule covers every port and scheme of its host, as documented; a redirect from
+    ``https://`` to ``http://`` on another port of that host must still not carry the token
+    in clear text (requests and curl strip ``Authorization`` on a scheme downgrade)."""
+    from tests.remote.tls import private_ca
+
+    (tmp_path / "served").mkdir()
+    data = write_store(tmp_path / "served")
+    authority = private_ca(tmp_path)
+    monkeypatch.setenv("NAPARI_LAZY_ZARR_CA_BUNDLE", str(authority.pem))
+    monkeypatch.setenv(HEADERS, json.dumps({"127.0.0.1": {"Authorization": f"Bearer {SECRET}"}}))
+    with (
+        FaultyServer(tmp_path / "served", tls=authority.server) as secure,
+        FaultyServer(tmp_path / "served") as clear,
+    ):
+        secure.faults.redirects["moved.zarr/"] = f"{clear.url}/a.zarr/"
+        refused: LazyZarrError | None = None
+        try:
+            pixels = read_all(f"{secure.url}/moved.zarr")
+        except LazyZarrError as error:  # refusing the downgrade is fine too
+            refused = error
+        else:
+            np.testing.assert_array_equal(pixels, data)
+        assert refused is None or SECRET not in str(refused)
+        assert _authorizations(secure)
+        assert set(_authorizations(secure)) == {f"Bearer {SECRET}"}
+        assert set(_authorizations(clear)) <= {None}
+
+
+def _chain_texts(error: BaseException) -> list[str]:
+    """The message and repr of `error` and of every error in its chain (cause, context)."""
+    texts: list[str] = []
+    seen: list[BaseException] = []
+    pending: list[BaseException | None] = [error]
+    while pending:
+        current = pending.pop()
+        if current is None or any(current is other for other in seen):
+            continue
+        seen.append(current)
+        texts += [str(current), repr(current)]
+        pending += [current.__cause__, current.__context__]
+    return texts
+
+
+def test_a_token_written_as_a_header_name_is_never_quoted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A common slip: the whole header line as the name (``"Authorization: Bearer X": ""``)."""
+    monkeypatch.setenv(HEADERS, json.dumps({"h": {f"Authorization: Bearer {SECRET}": ""}}))
+    with pytest.raises(MetadataError, match="is not a header name") as caught:
+        current_settings()
+    for text in _chain_texts(caught.value):
+        assert SECRET not in text, text

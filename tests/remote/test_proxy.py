@@ -189,8 +189,9 @@ def test_kerchunk_references_go_through_the_same_proxy(
 def test_refused_proxy_credentials_on_a_tunnel_are_denied_not_retried(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from napari_lazy_zarr.core.storage.remote import RemoteStore
+    from napari_lazy_zarr.core.storage.remote_errors import HttpAccessDeniedError
     from napari_lazy_zarr.core.storage.retry import classify
-    from napari_lazy_zarr.core.storage.transport import HttpAccessDeniedError, HttpClient
 
     (tmp_path / "tls").mkdir()
     write_store(tmp_path / "tls")
@@ -201,10 +202,32 @@ def test_refused_proxy_credentials_on_a_tunnel_are_denied_not_retried(
         CountingProxy(credentials=("lab", SECRET)) as proxy,
     ):
         monkeypatch.setenv("HTTPS_PROXY", proxy.url_with_credentials.replace(SECRET, "nope"))
-        client = HttpClient()
+        store = RemoteStore(f"{server.url}/a.zarr")
         with pytest.raises(HttpAccessDeniedError, match=r"407.*proxy's credentials") as caught:
-            client.get(f"{server.url}/a.zarr/zarr.json", None, 1 << 16)
-        client.close()
+            store.read_sync("zarr.json")
+        store.close()
         assert proxy.count("CONNECT") == 1
     assert classify(caught.value) == "denied"
     assert "nope" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "NAPARI_LAZY_ZARR_PROXY",
+        "HTTPS_PROXY",
+    ],
+)
+def test_a_proxy_password_with_a_hash_sign_is_in_no_error_of_the_chain(
+    monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    """``#`` in a password ends the URL's authority (the rest is a fragment), so the password
+    reads as the port: the error parsing it names it, and must not ride along as context."""
+    from napari_lazy_zarr.core.errors import MetadataError
+    from tests.remote.test_headers import _chain_texts
+
+    monkeypatch.setenv(variable, f"http://lab:{SECRET}#1@proxy.example.org:3128")
+    with pytest.raises(MetadataError) as caught:
+        remote_config()
+    for text in _chain_texts(caught.value):
+        assert SECRET not in text, text

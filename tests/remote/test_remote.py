@@ -160,15 +160,28 @@ def test_superseded_views_are_not_downloaded(served: Served) -> None:
         image.cache.close()
 
 
-def test_missing_remote_support_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    # fsspec not importable (http(s) has a store of its own, no fsspec): None in
-    # sys.modules makes an import of it fail as a missing package does.
+def test_s3_needs_no_extra_and_other_protocols_name_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # fsspec not importable: None in sys.modules makes an import of it fail as a missing
+    # package does. s3:// (obstore, a dependency) is read all the same: here from an
+    # endpoint nothing listens on, an error of the endpoint, not of a package.
     for name in ("fsspec", "fsspec.core", "fsspec.utils"):
         monkeypatch.setitem(sys.modules, name, None)
-    with pytest.raises(
-        NotAZarrStoreError, match=r"pip install fsspec aiohttp \(the plugin's \[remote\] extra\)"
-    ):
+    monkeypatch.setenv("NAPARI_LAZY_ZARR_S3_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("NAPARI_LAZY_ZARR_S3_ANON", "1")
+    with pytest.raises(MetadataError, match=r"s3://bucket/image\.zarr: the S3 endpoint .*:9"):
         open_array("s3://bucket/image.zarr")
+    with pytest.raises(NotAZarrStoreError, match=r"pip install fsspec"):
+        open_array("ftp://example.org/image.zarr")
+
+
+def test_a_url_with_a_query_is_refused_without_quoting_it() -> None:
+    """obstore's HTTP store appends keys to the URL's path and drops its query: a signed URL
+    would be read unsigned, so it is refused, its query (a secret) not shown."""
+    with pytest.raises(MetadataError, match=r"a URL with a query") as caught:
+        open_array("https://data.example.org/image.zarr?sig=s3cr3t")
+    assert "s3cr3t" not in str(caught.value)
 
 
 def test_unreachable_server_names_the_url() -> None:

@@ -169,17 +169,22 @@ def test_a_plate_opens_in_one_round_of_requests_per_node_depth(
     after it: a node costs one round trip, not an array's and then a group's."""
     import threading
 
-    from napari_lazy_zarr.core.storage.http import HttpStore
+    from napari_lazy_zarr.core.storage.remote import RemoteStore
     from tests.conformance.cases import write_plate
 
     fetched: list[tuple[str, str]] = []
-    original = HttpStore.get_sync
+    read_sync, read = RemoteStore.read_sync, RemoteStore.read
 
-    def recording(self: HttpStore, key: str, **kwargs: Any) -> Any:
+    def recording_sync(self: RemoteStore, key: str, *args: Any, **kwargs: Any) -> Any:
         fetched.append((key, threading.current_thread().name))
-        return original(self, key, **kwargs)
+        return read_sync(self, key, *args, **kwargs)
 
-    monkeypatch.setattr(HttpStore, "get_sync", recording)
+    async def recording(self: RemoteStore, key: str, *args: Any, **kwargs: Any) -> Any:
+        fetched.append((key, threading.current_thread().name))  # zarr's loop: an open's
+        return await read(self, key, *args, **kwargs)
+
+    monkeypatch.setattr(RemoteStore, "read_sync", recording_sync)
+    monkeypatch.setattr(RemoteStore, "read", recording)
     plate = write_plate(tmp_path, 2, 3, 2)
     with FaultyServer(tmp_path) as server:
         layout = _describe_plate_at(f"{server.url}/{plate.path.name}")

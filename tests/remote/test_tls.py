@@ -9,8 +9,13 @@ writer's.
 
 from __future__ import annotations
 
+import contextlib
 import json
-import ssl
+import os
+import shutil
+import subprocess
+import threading
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,16 +26,17 @@ from napari_lazy_zarr import open_array
 from napari_lazy_zarr.core.errors import ChunkReadError, LazyZarrError, MetadataError
 from napari_lazy_zarr.core.sources.manifest import ManifestSource
 from napari_lazy_zarr.core.storage.references import ManifestStore
-from napari_lazy_zarr.core.storage.remote_config import RemoteConfig, remote_config
-from napari_lazy_zarr.core.storage.transport import HttpClient
+from napari_lazy_zarr.core.storage.remote import RemoteStore
+from napari_lazy_zarr.core.storage.remote_config import remote_config
 from tests.remote.server import FaultyServer
 from tests.remote.tls import PrivateCA, private_ca
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
 CA_VARIABLE = "NAPARI_LAZY_ZARR_CA_BUNDLE"
+BOUND = 10.0  # seconds a case that must fail may take (its requests' caps are far shorter)
 
 
 def write_store(folder: Path) -> np.ndarray[Any, Any]:
@@ -86,7 +92,7 @@ def test_an_untrusted_certificate_is_a_clear_error_naming_the_setting(https: Any
     message = str(caught.value)
     assert url in message
     assert "certificate is not trusted" in message
-    assert "certificate verify failed" in message or "issuer" in message  # OpenSSL's reason
+    assert "issuer" in message.lower()  # the TLS library's reason (rustls: UnknownIssuer)
     assert "[remote] ca_bundle" in message
     assert CA_VARIABLE in message
     assert "SSL_CERT_FILE" in message
@@ -121,11 +127,20 @@ def test_ssl_cert_file_keeps_working(https: Any, monkeypatch: pytest.MonkeyPatch
     np.testing.assert_array_equal(read_all(f"{server.url}/a.zarr"), data)
 
 
-def test_the_bundle_is_trusted_besides_the_systems_cas(tmp_path: Path) -> None:
-    authority = private_ca(tmp_path)
-    system = ssl.create_default_context().cert_store_stats()["x509_ca"]
-    both = RemoteConfig(ca_bundle=str(authority.pem)).ssl_context().cert_store_stats()
-    assert both["x509_ca"] == system + 1
+def test_the_bundle_is_trusted_besides_the_systems_cas(
+    https: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The system's CAs (here ``SSL_CERT_FILE``, which the TLS library reads for them) and
+    the bundle's are trusted together: a server of each opens."""
+    server, authority, data = https
+    other = private_ca(tmp_path / "other-ca")
+    monkeypatch.setenv("SSL_CERT_FILE", str(other.pem))  # the "system" roots
+    monkeypatch.setenv(CA_VARIABLE, str(authority.pem))  # the lab's, besides them
+    (tmp_path / "other").mkdir()
+    other_data = write_store(tmp_path / "other")
+    with FaultyServer(tmp_path / "other", tls=other.server) as public:
+        np.testing.assert_array_equal(read_all(f"{public.url}/a.zarr"), other_data)
+    np.testing.assert_array_equal(read_all(f"{server.url}/a.zarr"), data)
 
 
 def test_a_ca_bundle_that_cannot_be_read_names_the_setting(
@@ -135,10 +150,10 @@ def test_a_ca_bundle_that_cannot_be_read_names_the_setting(
     (tmp_path / "not-a-ca.pem").write_text("not a certificate\n")
     for bundle in (tmp_path / "absent.pem", tmp_path / "not-a-ca.pem"):
         monkeypatch.setenv(CA_VARIABLE, str(bundle))
-        client = HttpClient(config=remote_config())
+        store = RemoteStore(f"{server.url}/a.zarr", config=remote_config())
         with pytest.raises(MetadataError, match=rf"\[remote\] ca_bundle {bundle}: cannot load"):
-            client.get(f"{server.url}/a.zarr/zarr.json", None, 1 << 16)
-        client.close()
+            store.get_sync("zarr.json")
+        store.close()
 
 
 def test_kerchunk_references_over_https_use_the_same_client_and_setting(
@@ -189,3 +204,51 @@ def test_an_untrusted_server_is_claimed_whatever_its_url_so_its_error_shows(
     ((layer, _, layer_type),) = read_zarr(url)
     assert (layer_type, layer.shape) == ("image", data.shape)
     np.testing.assert_array_equal(read_all(url), data)
+
+
+def _unblock_fifo(fifo: Path) -> None:
+    """Open `fifo` for writing and close it: a reader blocked opening it reads end of file."""
+    with contextlib.suppress(OSError):  # ENXIO: nobody is reading it
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+def _in_daemon_thread(call: Callable[[], Any]) -> Future[Any]:
+    """`call()` on a daemon thread (one blocked forever must not hold up the test run)."""
+    future: Future[Any] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(call())
+        except BaseException as error:  # handed to the test
+            future.set_exception(error)
+
+    threading.Thread(target=run, daemon=True).start()
+    return future
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="names the by-hash entry with openssl")
+def test_a_ca_folder_whose_by_hash_entry_is_a_fifo_fails_in_bounded_time(
+    https: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CA folder (OpenSSL's ``capath``) is looked up by the issuer's subject hash during the
+    handshake: an entry of that name that is a FIFO would block the read there, forever."""
+    server, authority, _ = https
+    digest = subprocess.run(
+        ["openssl", "x509", "-hash", "-noout", "-in", str(authority.pem)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    folder = tmp_path / "lab-cas"
+    folder.mkdir()
+    fifo = folder / f"{digest}.0"
+    os.mkfifo(fifo)
+    monkeypatch.setenv(CA_VARIABLE, str(folder))
+    url = f"{server.url}/a.zarr"
+    outcome = _in_daemon_thread(lambda: read_all(url))
+    try:
+        error = outcome.exception(timeout=BOUND)
+    finally:
+        _unblock_fifo(fifo)
+    assert isinstance(error, LazyZarrError), error
+    assert str(folder) in str(error) or url in str(error)

@@ -24,6 +24,7 @@ class PrivateCA:
 def private_ca(folder: Path) -> PrivateCA:
     """A fresh CA, its certificate in ``folder/ca.pem``, a certificate for 127.0.0.1/localhost."""
     ca = trustme.CA(organization_name="napari-lazy-zarr test lab")
+    folder.mkdir(parents=True, exist_ok=True)
     pem = folder / "ca.pem"
     ca.cert_pem.write_to_path(str(pem))
     server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

@@ -79,8 +79,8 @@ from napari_lazy_zarr.core.states import (
     EventReason,
     IllegalTransitionError,
 )
-from napari_lazy_zarr.core.storage.http import HttpStore
 from napari_lazy_zarr.core.storage.references import ManifestStore
+from napari_lazy_zarr.core.storage.remote import RemoteStore
 from napari_lazy_zarr.core.storage.retry import RetryPolicy
 from napari_lazy_zarr.core.viewport import AxisMap, ViewController, ViewFrame, ViewRequest
 
@@ -125,7 +125,6 @@ __all__ = [
     "DisabledFeatureError",
     "EventReason",
     "FunctionSource",
-    "HttpStore",
     "IllegalTransitionError",
     "IncompatibleSourcesError",
     "InlineExecutor",
@@ -144,6 +143,7 @@ __all__ = [
     "PartialRead",
     "PlanTooLargeError",
     "ReadOnlyError",
+    "RemoteStore",
     "Request",
     "RetryPolicy",
     "StackFile",

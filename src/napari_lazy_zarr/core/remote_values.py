@@ -170,7 +170,11 @@ def parse_headers(text: str, where: str = "headers") -> dict[str, dict[str, str]
             raise MetadataError(f"{where}: host {host!r}: not an object {{header: value}}")
         for name, value in table.items():
             if not _TOKEN.fullmatch(name):
-                raise MetadataError(f"{where}: host {host!r}: {name!r} is not a header name")
+                # Not quoted: a whole header line pasted as the name carries its token.
+                raise MetadataError(
+                    f"{where}: host {host!r}: a name of {len(name)} characters is not a header "
+                    "name (a token: no spaces, no ':'); the value goes on the right"
+                )
             if name.lower() in _OWN_HEADERS:
                 raise MetadataError(f"{where}: host {host!r}: {name!r} is set by the client")
             # Printable ASCII only: http.client would quote a bad value in its error.

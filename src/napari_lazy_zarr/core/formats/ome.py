@@ -78,12 +78,15 @@ from napari_lazy_zarr.core.sources.backends import choose_backend, open_backend_
 from napari_lazy_zarr.core.sources.codecs import with_installed_codecs
 from napari_lazy_zarr.core.sources.manifest import ManifestSource
 from napari_lazy_zarr.core.sources.zarr import ZarrChunkSource, open_node, open_zarr_source
-from napari_lazy_zarr.core.storage.http import HttpStore
 from napari_lazy_zarr.core.storage.local import store_for
 from napari_lazy_zarr.core.storage.memo import forget_metadata, prefetch_metadata, seed_metadata
 from napari_lazy_zarr.core.storage.references import ManifestStore
+from napari_lazy_zarr.core.storage.remote import REMOTE_SCHEMES, RemoteStore
+from napari_lazy_zarr.core.storage.remote_errors import (
+    HttpAccessDeniedError,
+    HttpCertificateError,
+)
 from napari_lazy_zarr.core.storage.retry import NO_RETRY
-from napari_lazy_zarr.core.storage.transport import HttpAccessDeniedError, HttpCertificateError
 from napari_lazy_zarr.core.storage.vetting import (
     MAX_METADATA_BYTES,
     METADATA_FILES,
@@ -116,7 +119,7 @@ __all__ = [
 _MARKER_FILES: Final = (*METADATA_FILES, ".zattrs")
 # ...a zipped store, a URL with one of these schemes ending in ".zarr", or an
 # http(s) URL whose metadata document says zarr.
-_URL_SCHEMES: Final = frozenset({"http", "https", "s3"})
+_URL_SCHEMES: Final = REMOTE_SCHEMES  # what obstore reads (`RemoteStore`)
 _PROBE_TIMEOUT: Final = 2.0  # seconds `looks_like_zarr` may spend fetching a URL's metadata
 _PROBE_BYTES: Final = 1 << 16  # of a metadata document read to recognise it
 _ZARR_FORMAT: Final = re.compile(rb'"zarr_format"\s*:\s*([23])\b')
@@ -188,7 +191,7 @@ def _serves_zarr_metadata(url: str, timeout: float) -> bool:
     """Whether the http(s) `url` serves zarr metadata (bounded in time and bytes; never raises).
 
     Each document is asked for by range (its first `_PROBE_BYTES`) through
-    `HttpStore`, within what is left of `timeout`, never retried. A server whose
+    `RemoteStore`, within what is left of `timeout`, never retried. A server whose
     certificate is not trusted, or that denies access (401, 403), is claimed: the
     open then fails with the error saying what to set (the CA bundle, the request
     headers), where declining would leave napari's "no compatible reader".
@@ -198,14 +201,14 @@ def _serves_zarr_metadata(url: str, timeout: float) -> bool:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return False
-        store = HttpStore(
+        store = RemoteStore(
             url,
             timeouts=Timeouts(connect=remaining, read=remaining, total=remaining),
             retry=NO_RETRY,
             max_body_bytes=MAX_METADATA_BYTES,  # a server that ignores the range
         )
         try:
-            head = store.get_sync(name, byte_range=RangeByteRequest(0, _PROBE_BYTES))
+            head = store.read_sync(name, RangeByteRequest(0, _PROBE_BYTES), cap=_PROBE_BYTES)
         except (HttpCertificateError, HttpAccessDeniedError):
             return True
         except (LazyZarrError, OSError, ValueError):
@@ -213,7 +216,7 @@ def _serves_zarr_metadata(url: str, timeout: float) -> bool:
         finally:
             store.close()
         if head is not None and _is_zarr_document(
-            head.to_bytes(), zarr_format=3 if name == "zarr.json" else 2
+            bytes(head), zarr_format=3 if name == "zarr.json" else 2
         ):
             return True
     return False

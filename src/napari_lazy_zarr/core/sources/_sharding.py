@@ -42,7 +42,9 @@ if TYPE_CHECKING:
     from zarr.abc.store import ByteRequest
     from zarr.codecs import ShardingCodec
 
-__all__ = ["SHARD_INDEX_BYTES", "Fetched", "ShardReader", "Spread"]
+    from napari_lazy_zarr.core.sources.fetchers import Fetched
+
+__all__ = ["SHARD_INDEX_BYTES", "ShardReader", "Spread"]
 
 # Decoded shard indexes kept per array, in bytes (16 per inner chunk): 16 MiB holds the
 # indexes of 16,384 shards of 8 x 8 inner chunks, or 1,024 of 32 x 32.
@@ -63,9 +65,6 @@ def _one_by_one(job: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
     """`Spread` on the calling thread."""
     return [job(item) for item in items]
 
-
-type Fetched = tuple[Buffer, FileStamp | None] | None
-"""Bytes read for a key and the stamp of the file version they came from (None: not a file)."""
 
 _START, _STOP = attrgetter("start"), attrgetter("stop")
 

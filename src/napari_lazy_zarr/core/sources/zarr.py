@@ -1,8 +1,11 @@
 """`ZarrChunkSource`: chunks of a zarr-python array, decoded by zarr's own codec pipeline.
 
-Also where a zarr node is opened (`open_node`, `open_zarr_source`) and what a
-zarr array's identity is (`ZarrIdentity`). The bounded codec chain lives in
-`_decode` (`BoundedDecode`), the shard reads in `_sharding` (`ShardReader`).
+The source locates a chunk (its stored key, and its place in a shard), fetches
+the bytes through the fetcher chosen for its store when the array was opened
+(`fetchers`: local, zip, remote, any other store), and decodes them. Also where
+a zarr node is opened (`open_node`, `open_zarr_source`) and what a zarr array's
+identity is (`ZarrIdentity`). The bounded codec chain lives in `_decode`
+(`BoundedDecode`), the shard reads in `_sharding` (`ShardReader`).
 """
 
 from __future__ import annotations
@@ -48,17 +51,14 @@ from napari_lazy_zarr.core.sources._zarr_compat import (  # per chunk read: boun
     chunk_spec,
 )
 from napari_lazy_zarr.core.sources.codecs import with_installed_codecs
+from napari_lazy_zarr.core.sources.fetchers import fetcher_for
 from napari_lazy_zarr.core.sources.protocol import SourceFields, fill_value_of
 from napari_lazy_zarr.core.storage.files import (
     SETTLE_SECONDS,
     FileChangedError,
-    read_stamped,
 )
-from napari_lazy_zarr.core.storage.http import http_store_of
 from napari_lazy_zarr.core.storage.local import (
-    BoundedZipStore,
     bounded_store,
-    range_arguments,
     range_size,
     store_for,
     zarr_errors,
@@ -70,10 +70,9 @@ from napari_lazy_zarr.core.storage.vetting import check_local, check_safe, group
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Iterator, Sequence
 
-    from zarr.abc.buffer import Buffer
     from zarr.abc.store import ByteRequest
 
-    from napari_lazy_zarr.core.sources._sharding import Fetched
+    from napari_lazy_zarr.core.sources.fetchers import Fetched, Fetcher
 
 __all__ = [
     "DEFAULT_RETRY",
@@ -172,26 +171,12 @@ class ZarrIdentity:
 _OPENS: Final = itertools.count()  # numbers ZarrIdentity.opened (next() is atomic in CPython)
 
 
-def _store_file(store: Any, path: str) -> str | None:
-    """The local file holding `path` of `store` (a local store's file, a zip's archive)."""
-    if isinstance(store, zarr.storage.LocalStore):
-        return os.path.join(str(store.root), path)
-    if isinstance(store, BoundedZipStore):
-        return store.location
-    if isinstance(store, zarr.storage.ZipStore) and store.path is not None:
-        return str(store.path)
-    return None
-
-
-def _metadata_version(array: zarr.Array[Any]) -> str:
+def _metadata_version(array: zarr.Array[Any], fetcher: Fetcher) -> str:
     """A digest of the array's metadata and, where it is a local file, of its stat."""
     digest = hashlib.blake2b(digest_size=12)
     document = array.metadata.to_dict()
     digest.update(json.dumps(document, sort_keys=True, default=str).encode())
-    name = "zarr.json" if array.metadata.zarr_format == 3 else ".zarray"
-    store_path = array.store_path
-    key = f"{store_path.path}/{name}" if store_path.path else name
-    local = _store_file(store_path.store, key)
+    local = fetcher.file_of("zarr.json" if array.metadata.zarr_format == 3 else ".zarray")
     if local is not None:
         with suppress(OSError):
             status = os.stat(local)
@@ -254,7 +239,6 @@ class ZarrChunkSource(SourceFields):
         self._coalesce_gap = coalesce_gap
         check_safe(self._location, array)
         self._array = array
-        self._identity = ZarrIdentity(self._location, _metadata_version(array), next(_OPENS))
         async_array = array.async_array
         self._metadata = async_array.metadata
         self._pipeline = async_array.codec_pipeline
@@ -292,24 +276,24 @@ class ZarrChunkSource(SourceFields):
         chunks = _chunk_shape(array)
         stored = array.shards if array.shards is not None else chunks
         self._max_stored_bytes = _max_encoded_bytes(stored, self._dtype)
-        # Over HTTP: no chunk body may be longer than any encoding of the chunk, and a
-        # read nobody wants any more is ended by closing its socket (`cancel_load`).
-        self._http = http_store_of(self._store_path.store)
-        if self._http is not None:
-            self._http.limit(self._store_path.path, self._max_stored_bytes)
+        # How this store's keys are read, chosen once (no body may be longer than any
+        # encoding of the chunk).
+        self._fetcher = fetcher_for(
+            self._store_path, self._location, timeout=timeouts.total, cap=self._max_stored_bytes
+        )
+        # Remote reads in flight per chunk, by reading thread, and the threads whose read was
+        # cancelled (`cancel_load`): obstore's blocking request cannot be stopped, but what
+        # follows it (decoding, retries, the batch's other runs) is not done.
+        self._remote = self._fetcher.kind == "remote"
         self._readers: dict[tuple[int, ...], set[int]] = {}
+        self._cancelled: set[int] = set()
         self._readers_lock = threading.Lock()
+        self._identity = ZarrIdentity(
+            self._location, _metadata_version(array, self._fetcher), next(_OPENS)
+        )
         # Inner chunks per outer (stored) chunk along each axis; 1 when unsharded.
         outer = array.shards if array.shards is not None else chunks
         self._per_outer = tuple(o // i for o, i in zip(outer, chunks, strict=True))
-        self._sync_io = compat.store_supports_sync_io(self._store_path.store)
-        # A local directory's chunk files are this prefix and the key (`_fetch`).
-        store = self._store_path.store
-        self._local_prefix = (
-            os.path.join(str(store.root), self._store_path.path, "")
-            if isinstance(store, zarr.storage.LocalStore)
-            else None
-        )
         # The synchronous decode path: zarr's FusedCodecPipeline transform, bounded.
         # Codecs without a synchronous form leave None: zarr's async pipeline reads them.
         transform = compat.sync_transform(self._pipeline)
@@ -324,15 +308,11 @@ class ZarrChunkSource(SourceFields):
         # Inner chunks of one shard are read together (one request per run of adjacent
         # byte ranges) where a request costs a round trip: by default, remote stores.
         if coalesce is None:
-            coalesce = not isinstance(
-                self._store_path.store, zarr.storage.LocalStore | BoundedZipStore
-            )
+            coalesce = self._fetcher.kind not in ("local", "zip")
         self._coalesce = bool(coalesce) and self._shards is not None
         # Whole chunks of a local directory are read in small batches (`LOCAL_BATCH`): a
         # local read is short, so a batch saves the cache's per-chunk work only.
-        self._local_batches = self._shards is None and isinstance(
-            self._store_path.store, zarr.storage.LocalStore
-        )
+        self._local_batches = self._shards is None and self._fetcher.kind == "local"
         # A regular grid describes every stored chunk alike (edge chunks too: codecs see
         # the full chunk shape), so its spec is made once, on the first read, not per read
         # (~6 µs each).
@@ -371,7 +351,7 @@ class ZarrChunkSource(SourceFields):
         Reads the metadata file's stat for local stores (cheap); for other stores
         the metadata as opened (a rewrite is seen on reopening).
         """
-        return _metadata_version(self._array)
+        return _metadata_version(self._array, self._fetcher)
 
     def stored_key(self, coords: Sequence[int]) -> str:
         """The store key holding chunk `coords` (its shard's key for sharded arrays)."""
@@ -514,8 +494,8 @@ class ZarrChunkSource(SourceFields):
         *,
         readers: Sequence[tuple[int, ...]],
     ) -> list[Any]:
-        """`job` on each item: the first on this thread, the others at once on run
-        threads (each tracked as a reader of chunks `readers`, so `cancel_load` ends it)."""
+        """`job` on each item: the first on this thread, the others at once on run threads
+        (each tracked as a reader of chunks `readers`, so that `cancel_load` reaches it)."""
         pending: list[Future[Any]] = []
         for item in items[1:]:
             future: Future[Any] = Future()
@@ -538,9 +518,8 @@ class ZarrChunkSource(SourceFields):
 
     @contextmanager
     def _reading(self, coords: Sequence[tuple[int, ...]]) -> Iterator[None]:
-        """This thread tracked as a reader of chunks `coords` while the block runs, so
-        `cancel_load` can end its request (HTTP only: a local read is short)."""
-        if self._http is None:
+        """This thread tracked as a reader of chunks `coords` while the block runs."""
+        if not self._remote:
             yield
             return
         reader = threading.get_ident()
@@ -551,6 +530,7 @@ class ZarrChunkSource(SourceFields):
             yield
         finally:
             with self._readers_lock:
+                self._cancelled.discard(reader)
                 for one in coords:
                     readers = self._readers.get(one)
                     if readers is not None:
@@ -559,8 +539,7 @@ class ZarrChunkSource(SourceFields):
                             del self._readers[one]
 
     def _guarded[T](self, read: Callable[[], T], coords: Sequence[tuple[int, ...]], key: str) -> T:
-        """`read()` retried by the policy, its failure a `ChunkReadError` naming `key`;
-        an HTTP read is tracked per chunk so `cancel_load` can end it."""
+        """`read()` retried by the policy, its failure a `ChunkReadError` naming `key`."""
         attempts = 1
 
         def count(attempt: int, error: BaseException) -> None:
@@ -568,7 +547,7 @@ class ZarrChunkSource(SourceFields):
             attempts = attempt + 1
 
         try:
-            if self._http is None:  # nothing to track: no context manager per chunk read
+            if not self._remote:  # nothing to track: no context manager per chunk read
                 return self._retry.call(read, on_retry=count)
             with self._reading(coords):
                 return self._retry.call(read, on_retry=count)
@@ -591,17 +570,14 @@ class ZarrChunkSource(SourceFields):
     be fetched again whenever a later view wants it. `cancel_load` serves `close()`."""
 
     def cancel_load(self, coords: tuple[int, ...]) -> None:
-        """End the reads of chunk `coords` in flight (`CancellableSource`).
+        """Stop the remote reads of chunk `coords` in flight (`CancellableSource`).
 
-        Over HTTP the request's socket is closed, so its `read_chunk` raises
-        `LoadCancelledError` at once; local reads are short and left to finish.
+        Their request runs to its end (obstore's blocking call cannot be stopped), but then
+        `read_chunk` raises `LoadCancelledError` instead of decoding, retrying or reading
+        the batch's other runs; local reads are short and left to finish.
         """
-        if self._http is None:
-            return
         with self._readers_lock:
-            readers = tuple(self._readers.get(tuple(coords), ()))
-        for reader in readers:
-            self._http.cancel_thread(reader)
+            self._cancelled.update(self._readers.get(tuple(coords), ()))
 
     def _fetch(
         self, key: str, byte_range: ByteRequest | None = None, *, settle: bool = True
@@ -609,44 +585,19 @@ class ZarrChunkSource(SourceFields):
         """The bytes of `key` (or of a range of it), bounded, and the file version read.
 
         Whole values are capped at the largest plausible encoding of a stored
-        chunk, ranges at their length. Local files go through `read_stamped`
-        (regular files only, never torn, within `timeouts.total`); other stores
-        are asked through their synchronous or asynchronous interface and their
-        answer checked against the cap.
+        chunk, ranges at their length; the fetcher reads them (`fetchers`).
         """
         limit = range_size(byte_range)
-        if limit is None:
-            limit = self._max_stored_bytes
-        if self._local_prefix is not None:
-            offset, length, suffix = range_arguments(byte_range)
-            found = read_stamped(
-                self._local_prefix + key,
-                limit=limit,
-                offset=offset,
-                length=length,
-                suffix=suffix,
-                timeout=self._timeouts.total,
-                settle=settle,
-                missing_ok=True,
-            )
-            if found is None:
-                return None
-            return self._prototype.buffer.from_bytes(found[0]), found[1]
-        store: Any = self._store_path.store
-        path = f"{self._store_path.path}/{key}" if self._store_path.path else key
-        raw: Buffer | None
-        if isinstance(store, BoundedZipStore):
-            raw = store.get_bounded(path, self._prototype, byte_range, limit=limit)
-        elif self._sync_io:
-            raw = store.get_sync(path, prototype=self._prototype, byte_range=byte_range)
-        else:
-            raw = compat.run_sync(store.get(path, self._prototype, byte_range))
-        if raw is not None and len(raw) > limit:
-            raise ChunkReadError(
-                f"{self._location}: {path!r}: {len(raw):,} bytes, more than the "
-                f"{limit:,} any encoding of its data could take"
-            )
-        return None if raw is None else (raw, None)
+        self._stop_if_cancelled(key)
+        found = self._fetcher.fetch(
+            key, byte_range, self._max_stored_bytes if limit is None else limit, settle=settle
+        )
+        self._stop_if_cancelled(key)
+        return found
+
+    def _stop_if_cancelled(self, key: str) -> None:
+        if self._cancelled and threading.get_ident() in self._cancelled:
+            raise LoadCancelledError(f"{self._location}: read of {key!r} cancelled")
 
     def _read_whole(
         self, key: str, spec: Any, selection: tuple[slice, ...]
@@ -668,11 +619,13 @@ class ZarrChunkSource(SourceFields):
             except Exception:
                 # A writer mid-rewrite (truncated, then written whole): its next version
                 # decodes, or fails for good once the file stays as it is.
-                if not _changed_after_settling(self._fetch, key, found, self._local_prefix):
+                if not _changed_after_settling(
+                    self._fetch, key, found, local=self._fetcher.kind == "local"
+                ):
                     raise
         else:
             raise FileChangedError(
-                f"{self._local_prefix}{key}: the file kept changing while it was read "
+                f"{self._fetcher.file_of(key)}: the file kept changing while it was read "
                 f"({_REWRITE_ATTEMPTS} versions that do not decode); retry later"
             )
         if decoded.shape == shape:
@@ -897,7 +850,7 @@ def _refuse_unbounded(location: str, unbounded: Sequence[str]) -> None:
 
 
 def _changed_after_settling(
-    fetch: Callable[[str], Fetched], key: str, found: Fetched, local_prefix: str | None
+    fetch: Callable[[str], Fetched], key: str, found: Fetched, *, local: bool
 ) -> bool:
     """After a local chunk file failed to decode: whether it is another version once
     the settle window has passed (`fetch` reads it again).
@@ -911,7 +864,7 @@ def _changed_after_settling(
     A written file that fails (with a fresh stamp the settle window covers
     already) fails at once.
     """
-    if local_prefix is None or found is None or found[1] is None or len(found[0]):
+    if not local or found is None or found[1] is None or len(found[0]):
         return False
     time.sleep(SETTLE_SECONDS)
     again = fetch(key)

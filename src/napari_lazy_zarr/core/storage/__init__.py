@@ -1,11 +1,12 @@
-"""Storage: bounded byte reads (files, local and zip stores, HTTP, kerchunk references).
+"""Storage: bounded byte reads (files, local and zip stores, remote stores, kerchunk references).
 
 The lowest layer above the leaves (the TensorStore "kvstore", zarr's "storage"): it knows
 bytes and stores, never a chunk. It imports only `errors`, `settings` and the leaves
 (`tests/core/test_layers.py`). Its private helpers are `_sync` (synchronous reads for zarr
-stores), `_fetch` (referenced bytes) and `_ranges` (a 206 answer checked against the
-range asked). One HTTP client (`transport`) serves `HttpStore` and the references;
-`remote_config` is how its requests travel (CA bundle, proxy, headers per host).
+stores) and `_fetch` (referenced bytes). Remote bytes come through obstore behind one thin
+capping layer (`remote`: `RemoteStore`, and `RemoteFiles` for the references), its
+failures read by `remote_errors`; `remote_config` is how its requests travel (CA bundle,
+proxy, headers per host), `s3` how S3 stores are configured.
 """
 
 from napari_lazy_zarr.core.storage.files import (
@@ -16,12 +17,6 @@ from napari_lazy_zarr.core.storage.files import (
     open_regular_file,
     read_regular_file,
     read_stamped,
-)
-from napari_lazy_zarr.core.storage.http import (
-    DEFAULT_MAX_BODY_BYTES,
-    METADATA_DOCUMENTS,
-    HttpStore,
-    http_store_of,
 )
 from napari_lazy_zarr.core.storage.local import (
     DEFAULT_MAX_VALUE_BYTES,
@@ -56,11 +51,26 @@ from napari_lazy_zarr.core.storage.references import (
     policy_source,
     read_json,
 )
+from napari_lazy_zarr.core.storage.remote import (
+    DEFAULT_MAX_BODY_BYTES,
+    METADATA_DOCUMENTS,
+    RemoteStore,
+    remote_store_of,
+)
 from napari_lazy_zarr.core.storage.remote_config import (
     HeaderRule,
     RemoteConfig,
     header_rules,
     remote_config,
+)
+from napari_lazy_zarr.core.storage.remote_errors import (
+    CA_BUNDLE_HINT,
+    HttpAccessDeniedError,
+    HttpBodyTooLargeError,
+    HttpCertificateError,
+    HttpError,
+    HttpRangeError,
+    HttpStatusError,
 )
 from napari_lazy_zarr.core.storage.retry import (
     NO_RETRY,
@@ -75,21 +85,6 @@ from napari_lazy_zarr.core.storage.s3 import (
     explain_s3_failure,
     is_s3,
     s3_errors,
-    s3_options,
-    s3_read_error,
-    s3_storage_options,
-)
-from napari_lazy_zarr.core.storage.transport import (
-    CA_BUNDLE_HINT,
-    HttpAccessDeniedError,
-    HttpBodyTooLargeError,
-    HttpCertificateError,
-    HttpClient,
-    HttpError,
-    HttpRangeError,
-    HttpStatusError,
-    parse_retry_after,
-    split_url,
 )
 from napari_lazy_zarr.core.storage.vetting import (
     ATTRIBUTE_FILES,
@@ -131,16 +126,15 @@ __all__ = [
     "HttpAccessDeniedError",
     "HttpBodyTooLargeError",
     "HttpCertificateError",
-    "HttpClient",
     "HttpError",
     "HttpRangeError",
     "HttpStatusError",
-    "HttpStore",
     "IPAddress",
     "ManifestStore",
     "MetadataMemoStore",
     "ReferencePolicy",
     "RemoteConfig",
+    "RemoteStore",
     "Resolver",
     "RetryPolicy",
     "address_problem",
@@ -154,7 +148,6 @@ __all__ = [
     "forget_metadata",
     "group_arrays",
     "header_rules",
-    "http_store_of",
     "is_metadata_key",
     "is_remote",
     "is_s3",
@@ -162,7 +155,6 @@ __all__ = [
     "load_json",
     "metadata_files",
     "open_regular_file",
-    "parse_retry_after",
     "policy_source",
     "range_arguments",
     "range_size",
@@ -170,12 +162,9 @@ __all__ = [
     "read_regular_file",
     "read_stamped",
     "remote_config",
+    "remote_store_of",
     "retry_after",
     "s3_errors",
-    "s3_options",
-    "s3_read_error",
-    "s3_storage_options",
-    "split_url",
     "store_for",
     "zarr_errors",
 ]

@@ -1,10 +1,10 @@
-"""Bounded reads of referenced bytes: local files and remote URLs (HTTP, fsspec).
+"""Bounded reads of referenced bytes: local files and remote URLs (obstore, fsspec).
 
 Each read is capped (`Cap`) before it is made, and a remote one is made within
-`Timeouts`; `ManifestStore` reads its references through these. ``http(s)://``
-references are read with the same bounded client as `HttpStore`
-(`core.storage.transport.HttpClient`: its pool, caps, proxies, CA bundle and
-headers), never a second one.
+`Timeouts`; `ManifestStore` reads its references through these. ``http(s)://``,
+``s3://``, ``gs://`` and ``az://`` references are read through the same bounded
+stores as zarr stores (`core.storage.remote.RemoteFiles`: their caps, proxies,
+CA bundle, headers and S3 settings); other protocols with fsspec.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from napari_lazy_zarr.core.storage.files import (
     FileStamp,
     read_stamped,
 )
-from napari_lazy_zarr.core.storage.s3 import is_s3, s3_options, s3_read_error
-from napari_lazy_zarr.core.storage.transport import HttpBodyTooLargeError, HttpClient
+from napari_lazy_zarr.core.storage.remote import REMOTE_SCHEMES, RemoteFiles
+from napari_lazy_zarr.core.storage.remote_errors import HttpBodyTooLargeError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -99,29 +99,33 @@ def read_remote(
     byte_range: ByteRequest | None,
     cap: Cap,
     timeouts: Timeouts,
-    client: HttpClient | None = None,
+    files: RemoteFiles | None = None,
 ) -> bytes:
     """What `byte_range` asks of a remote reference, within `cap` bytes and `timeouts`.
 
     A byte range is fetched as asked; a whole file (`length` None) is fetched
-    whole, at most `cap` bytes, and then windowed. ``http(s)://`` goes through
-    `client` (the bounded `HttpClient` the store shares; None: a new one of
-    `timeouts`), which remembers the sizes earlier answers gave: a later answer
-    must agree. Redirects are refused (`HttpClient.max_redirects` 0 is asked of
-    a client made here): they could lead where the reference policy does not
-    allow.
+    whole, at most `cap` bytes, and then windowed. URLs obstore reads go through
+    `files` (the stores its owner keeps, one per origin or bucket, which
+    remember the sizes earlier answers gave: a later answer must agree; None:
+    stores made for this read alone); other protocols through fsspec.
     """
+    own = files is None and url.split("://", 1)[0].lower() in REMOTE_SCHEMES
+    reader = RemoteFiles(timeouts) if own else files
     get: Callable[[str, int, int | None, Cap, Timeouts], bytes] = _fsspec_get
-    if url.split("://", 1)[0].lower() in ("http", "https"):
-        get = functools.partial(_http_get, client=client or HttpClient(timeouts, max_redirects=0))
-    if length is None:
-        whole = get(url, offset, None, cap, timeouts)
-        start, stop = window(len(whole), byte_range)
-        return whole[start:stop]
-    start, stop = window(length, byte_range)
-    if stop == start:
-        return b""
-    data = get(url, offset + start, stop - start, cap, timeouts)
+    if reader is not None and url.split("://", 1)[0].lower() in REMOTE_SCHEMES:
+        get = functools.partial(_obstore_get, files=reader)
+    try:
+        if length is None:
+            whole = get(url, offset, None, cap, timeouts)
+            start, stop = window(len(whole), byte_range)
+            return whole[start:stop]
+        start, stop = window(length, byte_range)
+        if stop == start:
+            return b""
+        data = get(url, offset + start, stop - start, cap, timeouts)
+    finally:
+        if own and reader is not None:
+            reader.close()
     if len(data) != stop - start:
         raise OSError(
             f"{url} holds {len(data)} of the {stop - start} bytes at offset {offset + start} "
@@ -130,44 +134,39 @@ def read_remote(
     return data
 
 
-def _http_get(
+def _obstore_get(
     url: str,
     start: int,
     count: int | None,
     cap: Cap,
     timeouts: Timeouts,
     *,
-    client: HttpClient,
+    files: RemoteFiles,
 ) -> bytes:
-    """`count` bytes of `url` from `start` (None: to its end, at most `cap`) through `client`.
+    """`count` bytes of `url` from `start` (None: to its end, at most `cap`) through `files`.
 
-    The client's errors are ``OSError``s (`HttpError`, `LoadTimeoutError`); a
-    body over the cap is reworded with what sets the cap, and 404 is
-    `FileNotFoundError` (a reference names bytes that must exist).
+    Their errors are ``OSError``s (`HttpError`, `LoadTimeoutError`); a body over
+    the cap is reworded with what sets the cap, and 404 is `FileNotFoundError`.
     """
     asked = OffsetByteRequest(start) if count is None else RangeByteRequest(start, start + count)
     try:
-        body = client.get(url, None if (start, count) == (0, None) else asked, cap.size)
+        body = files.read(url, None if (start, count) == (0, None) else asked, cap.size)
     except HttpBodyTooLargeError as error:
         if error.declared is not None:
             raise _TooLargeError(cap.refusal(f"{url} declares", error.declared)) from error
         raise _TooLargeError(
             f"{url} holds more than {cap.what} ({cap.size:,}); refused"
         ) from error
-    if body is None:
-        raise FileNotFoundError(f"{url}: not found (HTTP 404)")
     return bytes(body)
 
 
 def _fsspec_get(url: str, start: int, count: int | None, cap: Cap, timeouts: Timeouts) -> bytes:
     """`count` bytes of `url` from `start` (None: to its end, at most `cap`) read with fsspec.
 
-    Only the bytes referenced are asked for; an asynchronous file system
-    (s3, gcs, ...) is given `timeouts.total` per call. ``s3://`` URLs are read
-    with the ``[s3]`` settings and `timeouts` as botocore's (`s3_options`), and
-    their failures explained (`s3_read_error`).
+    Only the bytes referenced are asked for; an asynchronous file system is
+    given `timeouts.total` per call.
     """
-    filesystem, path = _remote(url, timeouts)
+    filesystem, path = _remote(url)
 
     def call(method: str, *args: Any, **options: Any) -> Any:
         if not getattr(filesystem, "async_impl", False):
@@ -183,29 +182,23 @@ def _fsspec_get(url: str, start: int, count: int | None, cap: Cap, timeouts: Tim
         except TimeoutError as error:
             raise TimeoutError(f"{url}: no complete answer within {timeouts.total:g} s") from error
 
-    try:
-        if count is None:
-            size = int(call("size", path))
-            if size - start > cap.size:
-                raise _TooLargeError(cap.refusal(f"{url} holds from offset {start}", size - start))
-            count = size - start
-        data = bytes(call("cat_file", path, start=start, end=start + count))
-    except Exception as error:
-        explained = s3_read_error(url, error) if is_s3(url) else None
-        if explained is None:
-            raise
-        raise explained from error
+    if count is None:
+        size = int(call("size", path))
+        if size - start > cap.size:
+            raise _TooLargeError(cap.refusal(f"{url} holds from offset {start}", size - start))
+        count = size - start
+    data = bytes(call("cat_file", path, start=start, end=start + count))
     if len(data) > count:
         raise OSError(f"{url}: {len(data):,} bytes answered for a range of {count:,}")
     return data
 
 
-def _remote(url: str, timeouts: Timeouts) -> tuple[Any, str]:
+def _remote(url: str) -> tuple[Any, str]:
     try:
         import fsspec  # type: ignore[import-untyped]
-    except ImportError as error:  # pragma: no cover - fsspec comes with napari
+    except ImportError as error:
         raise OSError(f"reading {url!r} needs fsspec, which is not installed") from error
-    filesystem, path = fsspec.core.url_to_fs(url, **s3_options(url, timeouts))
+    filesystem, path = fsspec.core.url_to_fs(url)
     return filesystem, path
 
 

@@ -2,9 +2,10 @@
 
 `BoundedLocalStore` and `BoundedZipStore` are zarr-python's local and zip stores
 with every read bounded (`read_regular_file`); `store_for` is what a location
-opens with (a bounded `HttpStore` or an fsspec store behind a
-`MetadataMemoStore` for URLs), `bounded_store` bounds a store given by a user,
-and `zarr_errors` maps zarr-python's failures to open a node to ours.
+opens with (a bounded `RemoteStore` over obstore, or an fsspec store for other
+protocols, behind a `MetadataMemoStore` for URLs), `bounded_store` bounds a
+store given by a user, and `zarr_errors` maps zarr-python's failures to open a
+node to ours.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from zarr.abc.store import (
     SuffixByteRequest,
 )
 from zarr.buffer import default_buffer_prototype
-from zarr.storage import FsspecStore
 
 from napari_lazy_zarr.core.errors import (
     ChunkReadError,
@@ -42,8 +42,10 @@ from napari_lazy_zarr.core.storage.files import (
     read_regular_file,
 )
 from napari_lazy_zarr.core.storage.memo import MetadataMemoStore, is_metadata_key
+from napari_lazy_zarr.core.storage.remote import REMOTE_SCHEMES, RemoteStore
+from napari_lazy_zarr.core.storage.remote_errors import RemoteSetupError
 from napari_lazy_zarr.core.storage.retry import classify
-from napari_lazy_zarr.core.storage.s3 import s3_errors, s3_options
+from napari_lazy_zarr.core.storage.s3 import s3_errors
 from napari_lazy_zarr.core.storage.vetting import (
     MAX_METADATA_BYTES,
     METADATA_FILES,
@@ -384,12 +386,12 @@ def store_for(location: str, *, timeouts: Timeouts | None = None) -> tuple[Any, 
     `MetadataError`, pickle codecs refused by name). A `.zip` file needs its own
     store: zarr.open takes a string path as a directory. A remote URL gets a
     read-only store behind a `MetadataMemoStore` (the caller calls `forget` when
-    it has opened what it needed): an ``http(s)://`` URL our bounded `HttpStore`
-    (each request within `timeouts`, bodies capped, metadata retried), any other
-    an fsspec store (``s3://`` with `timeouts` as botocore's connect and read
-    timeouts, and the ``[s3]`` settings: `s3_options`). ``file://`` URLs are
-    left to zarr-python. Without `timeouts`, the
-    user's (`timeouts_from_settings`: the settings file's ``[timeouts]`` and the
+    it has opened what it needed): ``http(s)://``, ``s3://``, ``gs://`` and
+    ``az://`` our bounded `RemoteStore` over obstore (each request within
+    `timeouts`, bodies capped, metadata retried; S3 with the ``[s3]``
+    settings), any other protocol an fsspec store (if fsspec is installed).
+    ``file://`` URLs are left to zarr-python. Without `timeouts`, the user's
+    (`timeouts_from_settings`: the settings file's ``[timeouts]`` and the
     ``NAPARI_LAZY_ZARR_TIMEOUT_*`` variables, else `DEFAULT_TIMEOUTS`).
     """
     if is_url(location):
@@ -400,62 +402,25 @@ def store_for(location: str, *, timeouts: Timeouts | None = None) -> tuple[Any, 
             from napari_lazy_zarr.core.settings import timeouts_from_settings
 
             timeouts = timeouts_from_settings()
-        with zarr_errors(location):  # fsspec missing: an error naming the extra to install
-            # s3:// URLs: the [s3] settings and the time caps (`s3_storage_options`).
-            options = s3_options(location, timeouts)
-            if scheme in ("http", "https"):
-                from napari_lazy_zarr.core.storage.http import HttpStore
-
-                http = HttpStore(
+        if scheme in REMOTE_SCHEMES and "?" in location:
+            raise MetadataError(
+                f"{location.split('?', 1)[0]}: a URL with a query (a signature, a token) cannot "
+                "be opened: obstore's stores do not send it with each key; give a token as "
+                'a request header instead ([remote.headers."host"])'
+            )
+        with zarr_errors(location):  # fsspec missing: an error naming what to install
+            if scheme in REMOTE_SCHEMES:
+                remote = RemoteStore(
                     location, timeouts=timeouts, max_metadata_bytes=MAX_METADATA_BYTES
                 )
-                return MetadataMemoStore(http), None
-            return MetadataMemoStore(_fsspec_store(location, options)), None
+                return MetadataMemoStore(remote), None
+            from zarr.storage import FsspecStore
+
+            return MetadataMemoStore(FsspecStore.from_url(location, read_only=True)), None
     check_local(location)
     if os.path.isfile(location):  # check_local lets only .zip files through
         return BoundedZipStore(location), None
     return location, location
-
-
-_SHARED_FILESYSTEMS: Final = 16
-"""The most fsspec file systems kept for reuse (one per protocol and storage options)."""
-_filesystems: dict[str, Any] = {}
-_filesystems_lock = threading.Lock()
-
-
-def _fsspec_store(location: str, options: dict[str, Any]) -> FsspecStore:
-    """A read-only `FsspecStore` of `location` on the process's one file system for `options`.
-
-    fsspec caches a file system per *thread* (its instance token includes the
-    thread), and each instance connects on its own: for s3fs a new aiobotocore
-    client, about 0.1 s of botocore loading its models on zarr's event loop
-    thread, where every S3 read of every thread waits behind it. The cache's
-    workers and the plate's fields open stores on up to 40 threads: measured on
-    moto, 72 plate-field arrays opened from 32 threads took 6.4 s against 1.4 s
-    from one. One instance per protocol and options, shared (its client, its
-    connection pool, its event loop: zarr's), makes the fan-out cost what one
-    thread costs. An edit of the ``[s3]`` settings or the time caps changes the
-    options, and one of the environment (``AWS_ENDPOINT_URL``, credentials) the
-    token: the next open then gets a file system of its own.
-    """
-    from fsspec.core import url_to_fs  # type: ignore[import-untyped]
-    from fsspec.utils import tokenize  # type: ignore[import-untyped]
-
-    here, path = url_to_fs(location, asynchronous=True, **options)  # this thread's, unconnected
-    if not here.async_impl:  # zarr wraps a blocking file system itself
-        return FsspecStore.from_url(location, read_only=True, storage_options=options)
-    # The environment too: botocore reads its endpoint and credentials from AWS_* variables
-    # when the client connects, so a file system made under other ones must not be reused.
-    environment = sorted(os.environ.items())
-    token = tokenize(
-        os.getpid(), type(here).__module__, type(here).__qualname__, options, environment
-    )
-    with _filesystems_lock:
-        shared = _filesystems.pop(token, here)
-        _filesystems[token] = shared  # most recently used last
-        while len(_filesystems) > _SHARED_FILESYSTEMS:
-            del _filesystems[next(iter(_filesystems))]
-    return FsspecStore(fs=shared, path=path, read_only=True)
 
 
 @contextmanager
@@ -469,6 +434,8 @@ def zarr_errors(full: str) -> Iterator[None]:
     with s3_errors(full):
         try:
             yield
+        except RemoteSetupError:
+            raise  # a setting of the remote store, already naming itself: not the metadata's
         except (FileNotFoundError, zarr.errors.NodeNotFoundError) as error:
             if full.startswith(("http://", "https://")):
                 # A remote store answers None (absent) for HTTP 404 alone: say so, not
@@ -482,8 +449,9 @@ def zarr_errors(full: str) -> Iterator[None]:
             # fsspec itself (the [remote] extra), or the package of the URL's protocol that
             # fsspec names ("Install s3fs to access S3"): never an extra that lacks it.
             how = (
-                "install it with: pip install fsspec aiohttp (the plugin's [remote] extra)"
-                if error.name in ("fsspec", "aiohttp")
+                "install it with: pip install fsspec (the plugin's [remote] extra); "
+                "http(s)://, s3://, gs:// and az:// need nothing more"
+                if error.name == "fsspec"
                 else "install the package it names"
             )
             raise NotAZarrStoreError(
@@ -500,10 +468,10 @@ def zarr_errors(full: str) -> Iterator[None]:
         except OSError as error:  # refused, unknown host, timed out, an HTTP status, a cut body
             raise MetadataError(f"{full}: cannot read zarr metadata: {_named(error)}") from error
         except Exception as error:
-            # aiohttp's and botocore's own errors (a dropped connection, an unreachable
-            # endpoint) are no OSError: mapped too, never shown raw.
+            # obstore's and fsspec's back ends' own errors (a listing refused, a dropped
+            # connection) are no OSError: mapped too, never shown raw.
             library = type(error).__module__.split(".", 1)[0]
-            if classify(error) == "permanent" and library not in ("aiohttp", "botocore", "s3fs"):
+            if classify(error) == "permanent" and library not in ("obstore", "aiohttp", "fsspec"):
                 raise
             raise MetadataError(f"{full}: cannot read zarr metadata: {_named(error)}") from error
 

@@ -63,8 +63,8 @@ from napari_lazy_zarr.core.storage.policy import (
     ReferencePolicy,
     address_problem,
 )
+from napari_lazy_zarr.core.storage.remote import RemoteFiles
 from napari_lazy_zarr.core.storage.retry import RetryPolicy
-from napari_lazy_zarr.core.storage.transport import HttpClient
 from napari_lazy_zarr.core.storage.vetting import (
     MAX_METADATA_BYTES,
     check_document,
@@ -549,9 +549,9 @@ class ManifestStore(SyncReads, Store):
         }
         del self._targets
         self._caps: dict[str, int] = {}  # array path -> cap of one stored chunk (bytes)
-        # The one bounded HTTP client (it remembers each URL's size as a 206 answer gave
-        # it: later answers must agree); redirects refused, as the policy checked the URLs.
-        self._http = HttpClient(timeouts, max_redirects=0)
+        # The bounded remote stores of the referenced files, one per origin or bucket (they
+        # remember each file's size as an answer gave it: later answers must agree).
+        self._files = RemoteFiles(timeouts)
         metadata = [k for k in self._entries if k.endswith(_METADATA_TAILS) and _is_metadata(k)]
         for key in metadata:
             self._decode_inline(key)
@@ -724,7 +724,7 @@ class ManifestStore(SyncReads, Store):
                     byte_range,
                     cap,
                     self._timeouts,
-                    self._http,
+                    self._files,
                 )
             return read_local(
                 entry.target.path,
@@ -787,6 +787,11 @@ class ManifestStore(SyncReads, Store):
         if not read_only:
             self._refuse_write("(any key)")
         return self
+
+    def close(self) -> None:
+        """Close the connections to the referenced remote files (a later read opens anew)."""
+        super().close()
+        self._files.close()
 
     async def set(self, key: str, value: Buffer) -> None:
         self._refuse_write(key)

@@ -33,6 +33,19 @@ type Verdict = Literal["transient", "denied", "permanent"]
 
 _TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 _DENIED_STATUS = frozenset({401, 403})
+_RATE_LIMITED = frozenset({429, 503})  # the statuses a server sends with a Retry-After
+
+
+def _chain_status(error: BaseException) -> int | None:
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        status = _status(current)
+        if status is not None:
+            return status
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _status(error: BaseException) -> int | None:
@@ -70,19 +83,6 @@ def classify(error: BaseException) -> Verdict:
         if isinstance(current, ConnectionError | TimeoutError | asyncio.TimeoutError):
             return "transient"
         if getattr(current, "retryable", False) is True:  # e.g. a file changed while read
-            return "transient"
-        name = type(current).__name__
-        # aiohttp's connection, disconnect and payload (truncated body) errors, by name so
-        # that the engine does not import aiohttp.
-        if name in {
-            "ClientConnectionError",
-            "ClientConnectorError",
-            "ServerDisconnectedError",
-            "ClientPayloadError",
-            "ContentLengthError",
-            "ServerTimeoutError",
-            "ClientOSError",
-        }:
             return "transient"
         current = current.__cause__ or current.__context__
     return "permanent"
@@ -179,6 +179,8 @@ class RetryPolicy:
     """Cap of a server's ``Retry-After``, seconds."""
     deadline: float = 120.0
     """Seconds from the first try after which no retry starts."""
+    rate_limit_delay: float = 1.0
+    """Seconds before the first retry of a 429 or 503 without ``Retry-After``; doubles."""
 
     def __post_init__(self) -> None:
         if (
@@ -187,7 +189,7 @@ class RetryPolicy:
             or self.attempts < 1
         ):
             raise ValueError(f"RetryPolicy.attempts must be an int >= 1, got {self.attempts!r}")
-        for name in ("base_delay", "max_delay", "max_retry_after", "deadline"):
+        for name in ("base_delay", "max_delay", "max_retry_after", "deadline", "rate_limit_delay"):
             value = getattr(self, name)
             if (
                 isinstance(value, bool)
@@ -219,6 +221,9 @@ class RetryPolicy:
         asked = retry_after(error)
         if asked is not None:
             return min(asked, self.max_retry_after)
+        if _chain_status(error) in _RATE_LIMITED:
+            backoff = min(self.max_retry_after, self.rate_limit_delay * 2.0 ** (attempt - 1))
+            return backoff * random.uniform(0.5, 1.0)
         return self.delay(attempt)
 
     def call(

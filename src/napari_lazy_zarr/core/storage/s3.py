@@ -1,26 +1,43 @@
-"""S3 storage options from the settings, and S3 failures explained.
+"""S3 stores from the settings, and S3 failures explained.
 
 Every ``s3://`` store (`store_for`) and every ``s3://`` reference a kerchunk
-file points to (`read_remote`) is read by s3fs with `s3_storage_options`: the
-``[s3]`` settings (endpoint, region, anonymous access, AWS profile) where the
-user set them, the time caps as botocore's connect and read timeouts, and
-otherwise s3fs's and botocore's own configuration untouched (``AWS_ENDPOINT_URL``,
-``AWS_DEFAULT_REGION``, ``AWS_PROFILE``, ``AWS_ACCESS_KEY_ID``..., the shared
-credentials file, ``FSSPEC_S3_*``). Credentials are never settings, never read
-and never logged here: botocore finds them.
+file points to is read by obstore's S3 store configured by `s3_store_config`:
+the ``[s3]`` settings (endpoint, region, anonymous access, AWS profile) where the
+user set them, and otherwise obstore's own reading of the environment
+(``AWS_ENDPOINT_URL``, ``AWS_REGION``/``AWS_DEFAULT_REGION``,
+``AWS_ACCESS_KEY_ID``..., web identity and container credentials, the
+instance metadata service). obstore does not read the shared credentials
+file: a profile (``[s3] s3_profile``, else ``AWS_PROFILE``, else
+``default``) is read here from ``~/.aws/credentials``
+(``AWS_SHARED_CREDENTIALS_FILE``), as a regular file. Credentials are never
+settings and never shown.
 
-`s3_errors` turns what s3fs and botocore raise when a store cannot be opened
-(no credentials, access denied, no such bucket, an endpoint that does not
-answer) into a `LazyZarrError` naming the URL and the setting to change.
+`s3_errors` turns what a store raises when it cannot be opened (no credentials,
+access denied, no such bucket, an endpoint that does not answer) into a
+`LazyZarrError` naming the URL and the setting to change.
 """
 
 from __future__ import annotations
 
+import configparser
+import os
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final
 
-from napari_lazy_zarr.core.errors import MetadataError, StoreNotFoundError
-from napari_lazy_zarr.core.settings import Settings, Timeouts, current_settings
+from napari_lazy_zarr.core.errors import (
+    LazyZarrError,
+    LoadTimeoutError,
+    MetadataError,
+    StoreNotFoundError,
+)
+from napari_lazy_zarr.core.settings import Settings, current_settings
+from napari_lazy_zarr.core.storage.files import read_regular_file
+from napari_lazy_zarr.core.storage.remote_errors import (
+    HttpAccessDeniedError,
+    HttpConnectError,
+    NoSuchBucketError,
+    RemoteSetupError,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -28,34 +45,30 @@ if TYPE_CHECKING:
 __all__ = [
     "S3_SCHEMES",
     "S3_SETTINGS",
+    "S3CredentialsError",
     "explain_s3_failure",
     "is_s3",
+    "s3_endpoint",
     "s3_errors",
-    "s3_options",
-    "s3_read_error",
-    "s3_storage_options",
+    "s3_store_config",
 ]
 
 S3_SCHEMES: Final = frozenset({"s3", "s3a"})
-"""The URL schemes s3fs reads."""
+"""The URL schemes of S3 stores."""
 S3_SETTINGS: Final = ("s3_endpoint_url", "s3_region", "s3_anon", "s3_profile")
 """The `Settings` fields of the ``[s3]`` section."""
-_NESTED: Final = ("client_kwargs", "config_kwargs")  # s3fs options that are dicts
-_UNREACHABLE: Final = frozenset(
-    {
-        "EndpointConnectionError",
-        "ConnectTimeoutError",
-        "ReadTimeoutError",
-        "ConnectionClosedError",
-        "ClientConnectorError",
-        "ClientConnectionError",
-        "ServerDisconnectedError",
-        "ConnectionRefusedError",
-        "TimeoutError",
-    }
-)
-_NO_CREDENTIALS: Final = frozenset({"NoCredentialsError", "PartialCredentialsError"})
-_NO_PROFILE: Final = "ProfileNotFound"
+_CREDENTIAL_VARIABLES: Final = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+)  # credentials obstore finds itself
+_PROFILE_KEYS: Final = {
+    "aws_access_key_id": "access_key_id",
+    "aws_secret_access_key": "secret_access_key",
+    "aws_session_token": "session_token",
+}
+_MAX_AWS_FILE: Final = 1 << 20
 _ANON_HINT: Final = (
     "for a public bucket turn on anonymous access ([s3] s3_anon = true, "
     "NAPARI_LAZY_ZARR_S3_ANON=1); otherwise give credentials the AWS way "
@@ -68,7 +81,8 @@ _ENDPOINT_HINT: Final = (
 )
 
 
-_BOTOCORE_POOL: Final = 10  # botocore's default `max_pool_connections`
+class S3CredentialsError(RemoteSetupError):
+    """No credentials to sign S3 requests with (and no instance metadata service to ask)."""
 
 
 def is_s3(url: str) -> bool:
@@ -82,106 +96,109 @@ def is_s3(url: str) -> bool:
     return url.split("://", 1)[0].lower() in S3_SCHEMES if "://" in url else False
 
 
-def s3_storage_options(
-    settings: Settings, timeouts: Timeouts, *, configured: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
-    """s3fs's options for `settings` and `timeouts`, over fsspec's configured ones.
-
-    `configured` is what fsspec's configuration (``FSSPEC_S3_*`` variables,
-    fsspec's config files) gives ``s3`` (default: ``fsspec.config.conf``).
-    The ``[s3]`` settings apply only where they are set (an empty endpoint,
-    region or profile, and ``s3_anon=False``, leave s3fs's own choice, which
-    reads the ``AWS_*`` variables and files); the dictionaries s3fs takes
-    (``client_kwargs``, ``config_kwargs``) are merged key by key, the time caps
-    always applying. Whole keys are read with one request (``max_concurrency=1``),
-    and botocore's connection pool holds twice the loaders
-    (``max_pool_connections``), unless fsspec's configuration sets them.
+def s3_endpoint(settings: Settings, environ: Mapping[str, str] | None = None) -> str:
+    """The endpoint S3 requests go to: the setting, ``AWS_ENDPOINT_URL(_S3)``, else AWS's.
 
     Examples
     --------
-    >>> options = s3_storage_options(
-    ...     Settings(s3_endpoint_url="http://127.0.0.1:9000", s3_anon=True),
-    ...     Timeouts(connect=2.0, read=5.0),
-    ...     configured={},
-    ... )
-    >>> options["endpoint_url"], options["anon"], options["config_kwargs"]["connect_timeout"]
-    ('http://127.0.0.1:9000', True, 2.0)
-    >>> s3_storage_options(Settings(), Timeouts(), configured={})["config_kwargs"]
-    {'connect_timeout': 10.0, 'read_timeout': 10.0, 'max_pool_connections': 64}
+    >>> s3_endpoint(Settings(s3_endpoint_url="http://127.0.0.1:9000"), {})
+    'http://127.0.0.1:9000'
+    >>> s3_endpoint(Settings(s3_region="eu-west-1"), {})
+    'https://s3.eu-west-1.amazonaws.com'
     """
-    if configured is None:
-        configured = _fsspec_configuration()
-    ours: dict[str, Any] = {
-        "config_kwargs": {"connect_timeout": timeouts.connect, "read_timeout": timeouts.read}
-    }
-    if settings.s3_endpoint_url:
-        ours["endpoint_url"] = settings.s3_endpoint_url.strip()
-    if settings.s3_region:
-        ours["client_kwargs"] = {"region_name": settings.s3_region.strip()}
-    if settings.s3_anon:
-        ours["anon"] = True
-    if settings.s3_profile:
-        ours["profile"] = settings.s3_profile.strip()
-    if "max_pool_connections" not in dict(configured.get("config_kwargs") or {}):
-        # One file system serves every thread (`store_for`): botocore's pool of 10
-        # connections would queue the cache's loaders (32 by default for a URL, and the
-        # background budget beside them) and the metadata reads of an open behind each
-        # other. Twice the loaders leaves room for both.
-        loaders = max(settings.concurrency, settings.remote_concurrency)
-        ours["config_kwargs"]["max_pool_connections"] = max(_BOTOCORE_POOL, 2 * loaders)
-    if "max_concurrency" not in configured:
-        # s3fs asks a key's size (HEAD) before every whole-key read when it may split it
-        # into concurrent parts, and a missing key then costs a HEAD and a LIST: with one
-        # part, a chunk or a metadata document is one GET. Measured on moto, opening a
-        # 3x4-well plate: 67 requests (23 HEAD, 10 LIST, 34 GET) before, 23 after.
-        ours["max_concurrency"] = 1
-    # fsspec applies its configuration under explicit options, one level deep: a
-    # dictionary given here would hide the configured one whole.
-    options: dict[str, Any] = {}
-    for key in _NESTED:
-        merged = {**dict(configured.get(key) or {}), **ours.pop(key, {})}
-        if merged:
-            options[key] = merged
-    options.update(ours)
-    return options
+    env = os.environ if environ is None else environ
+    found = (
+        settings.s3_endpoint_url.strip()
+        or env.get("AWS_ENDPOINT_URL_S3", "")
+        or env.get("AWS_ENDPOINT_URL", "")
+        or env.get("AWS_ENDPOINT", "")
+    )
+    if found:
+        return found.rstrip("/")
+    return f"https://s3.{_region(settings, env) or 'us-east-1'}.amazonaws.com"
 
 
-def s3_options(
-    url: str, timeouts: Timeouts | None = None, environ: Mapping[str, str] | None = None
+def _region(settings: Settings, env: Mapping[str, str]) -> str:
+    return (
+        settings.s3_region.strip()
+        or env.get("AWS_REGION", "")
+        or env.get("AWS_DEFAULT_REGION", "")
+    )
+
+
+def s3_store_config(
+    settings: Settings, environ: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
-    """The storage options `url` is read with: `s3_storage_options` for S3, else none.
+    """obstore's S3 configuration (`obstore.store.S3Config`) for `settings`.
 
-    The ``[s3]`` settings, the loaders (for the connection pool) and the time caps
-    (unless `timeouts` is given) are resolved now (`current_settings`), so an edit
-    applies to what is read next.
+    The endpoint and region where set (or the environment's, which obstore
+    reads too); anonymous access as ``skip_signature``; credentials from the
+    profile named in the settings, else (when the environment holds none obstore
+    finds itself) from ``AWS_PROFILE``'s or the default profile.
 
     Raises
     ------
-    MetadataError
-        A setting is invalid (as `current_settings`).
+    RemoteSetupError
+        A profile named but not found (`S3CredentialsError`: none at all).
+    S3CredentialsError
+        No credentials anywhere and the instance metadata service turned off
+        (``AWS_EC2_METADATA_DISABLED``).
+
+    Examples
+    --------
+    >>> s3_store_config(Settings(s3_endpoint_url="http://127.0.0.1:9000", s3_anon=True), {})
+    {'endpoint': 'http://127.0.0.1:9000', 'skip_signature': True}
     """
-    if not is_s3(url):
-        return {}
-    names = (
-        (*S3_SETTINGS, *_LOADERS)
-        if timeouts is not None
-        else (*S3_SETTINGS, *_LOADERS, *_TIMEOUTS)
-    )
-    settings = current_settings(environ, names=names)
-    return s3_storage_options(settings, settings.timeouts if timeouts is None else timeouts)
+    env = os.environ if environ is None else environ
+    config: dict[str, Any] = {}
+    if settings.s3_endpoint_url.strip():
+        config["endpoint"] = settings.s3_endpoint_url.strip()
+    if settings.s3_region.strip():
+        config["region"] = settings.s3_region.strip()
+    if settings.s3_anon:
+        config["skip_signature"] = True
+        return config
+    named = settings.s3_profile.strip()
+    if not named and any(env.get(name) for name in _CREDENTIAL_VARIABLES):
+        return config  # obstore reads these itself (a profile named in the settings wins)
+    profile = named or env.get("AWS_PROFILE", "")
+    found = _profile_credentials(profile or "default", env)
+    if found is not None:
+        return {**config, **found}
+    if profile:
+        where = "[s3] s3_profile" if named else "AWS_PROFILE"
+        raise RemoteSetupError(
+            f"{where}: the profile {profile!r} is not in "
+            f"{_aws_file(env, 'AWS_SHARED_CREDENTIALS_FILE', 'credentials')}: name a profile "
+            "of ~/.aws/credentials ([s3] s3_profile, NAPARI_LAZY_ZARR_S3_PROFILE, or "
+            "AWS_PROFILE)"
+        )
+    if env.get("AWS_EC2_METADATA_DISABLED", "").strip().lower() == "true":
+        raise S3CredentialsError(f"no AWS credentials were found: {_ANON_HINT}")
+    return config  # obstore asks the instance metadata service
 
 
-_TIMEOUTS: Final = ("connect_timeout", "read_timeout", "total_timeout")
-_LOADERS: Final = ("concurrency", "remote_concurrency")  # the connection pool's size
+def _aws_file(env: Mapping[str, str], variable: str, name: str) -> str:
+    return os.path.expanduser(env.get(variable) or os.path.join("~", ".aws", name))
 
 
-def _fsspec_configuration() -> dict[str, Any]:
-    import fsspec.config  # type: ignore[import-untyped]
-
-    found: dict[str, Any] = {}
-    for protocol in ("s3a", "s3"):  # s3fs registers both; "s3" wins
-        found.update(fsspec.config.conf.get(protocol, {}))
-    return found
+def _profile_credentials(profile: str, env: Mapping[str, str]) -> dict[str, str] | None:
+    """The keys of `profile` in the shared credentials file (None: no such file or profile)."""
+    path = _aws_file(env, "AWS_SHARED_CREDENTIALS_FILE", "credentials")
+    try:
+        data = read_regular_file(path, limit=_MAX_AWS_FILE, error=MetadataError)
+    except FileNotFoundError:
+        return None
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string(data.decode("utf-8", "replace"), source=path)
+    except configparser.Error:
+        raise MetadataError(f"{path}: not an AWS credentials file") from None
+    if not parser.has_section(profile):
+        return None
+    section = parser[profile]
+    found = {ours: section[key].strip() for key, ours in _PROFILE_KEYS.items() if key in section}
+    return found if "access_key_id" in found else None
 
 
 def _chain(error: BaseException) -> list[BaseException]:
@@ -194,108 +211,47 @@ def _chain(error: BaseException) -> list[BaseException]:
     return chain
 
 
-def _names(error: BaseException) -> set[str]:
-    """The class names of `error` and the errors it was raised from (their MROs)."""
-    return {kind.__name__ for link in _chain(error) for kind in type(link).__mro__}
-
-
-def _innermost(error: BaseException, names: frozenset[str]) -> BaseException:
-    """The first error raised (innermost) in `error`'s chain of a class named in `names`."""
-    for link in reversed(_chain(error)):
-        if {kind.__name__ for kind in type(link).__mro__} & names:
-            return link
-    return error
-
-
-def explain_s3_failure(url: str, error: BaseException, endpoint: str = "") -> str | None:
-    """What went wrong reading `url` and which setting changes it, or None when unknown.
-
-    `endpoint` names the endpoint asked (default: the one configured, else AWS).
+def explain_s3_failure(url: str, error: BaseException, endpoint: str) -> LazyZarrError | None:
+    """What went wrong opening `url` from `endpoint`, naming the setting to change; None: unknown.
 
     Examples
     --------
-    >>> explain_s3_failure("s3://b/x.zarr", PermissionError("Access Denied"), "AWS")
-    ... # doctest: +ELLIPSIS
-    's3://b/x.zarr: access denied by AWS (PermissionError: Access Denied): ...'
-    >>> explain_s3_failure("s3://b/x.zarr", ValueError("bad")) is None
+    >>> explain_s3_failure("s3://b/x.zarr", ValueError("bad"), "AWS") is None
     True
     """
-    failure = _failure(url, error, endpoint)
-    return None if failure is None else str(failure)
+    for link in _chain(error):
+        if isinstance(link, S3CredentialsError):
+            return MetadataError(
+                f"{url}: no AWS credentials were found to sign requests to {endpoint}: "
+                f"{_ANON_HINT}"
+            )
+        if isinstance(link, HttpAccessDeniedError):
+            return MetadataError(
+                f"{url}: access denied by {endpoint} (HTTP {link.status}): {_ANON_HINT}; "
+                f"and {_ENDPOINT_HINT}"
+            )
+        if isinstance(link, HttpConnectError | LoadTimeoutError):
+            return MetadataError(
+                f"{url}: the S3 endpoint {endpoint} does not answer ({link}): {_ENDPOINT_HINT}"
+            )
+        if isinstance(link, NoSuchBucketError):
+            bucket = url.split("://", 1)[1].split("/", 1)[0]
+            return StoreNotFoundError(
+                f"{url}: there is no bucket {bucket!r} at {endpoint}: {_ENDPOINT_HINT}"
+            )
+    return None
 
 
-def s3_read_error(url: str, error: BaseException) -> OSError | None:
-    """`error` reading `url` explained as an `OSError` the retry policy classifies, or None.
-
-    No credentials and access denied are a `PermissionError` (not retried), an
-    endpoint that does not answer a `ConnectionError` (retried).
-    """
-    return _failure(url, error, "")
-
-
-def _failure(url: str, error: BaseException, endpoint: str) -> OSError | None:
-    names = _names(error)
-    kinds = (
-        (_NO_CREDENTIALS, PermissionError),
-        (frozenset({_NO_PROFILE}), PermissionError),
-        (frozenset({"PermissionError"}), PermissionError),
-        (_UNREACHABLE, ConnectionError),
-    )
-    found = next(((group, kind) for group, kind in kinds if names & group), None)
-    if found is None:
-        return None
-    group, kind = found
-    cause = _innermost(error, group)
-    said = f"{type(cause).__name__}: {cause}"
-    where = endpoint or _configured_endpoint(url)
-    if group is _NO_CREDENTIALS:
-        message = f"no AWS credentials were found to sign requests to {where}: {_ANON_HINT}"
-    elif _NO_PROFILE in group:
-        message = (
-            f"{said}: name a profile of ~/.aws/credentials or ~/.aws/config "
-            "([s3] s3_profile, NAPARI_LAZY_ZARR_S3_PROFILE, or AWS_PROFILE)"
-        )
-    elif kind is PermissionError:
-        message = f"access denied by {where} ({said}): {_ANON_HINT}; and {_ENDPOINT_HINT}"
-    else:
-        message = f"the S3 endpoint {where} does not answer ({said}): {_ENDPOINT_HINT}"
-    return kind(f"{url}: {message}")
-
-
-def _configured_endpoint(url: str) -> str:
-    """The endpoint `url` is read from, as configured (never raises)."""
+def _configured_endpoint() -> str:
+    """The endpoint S3 requests go to, as configured (never raises: it only names it)."""
     try:
-        filesystem = _filesystem(url)
-        endpoint = filesystem.s3.meta.endpoint_url
-    except Exception:  # only names it in a message
+        return s3_endpoint(current_settings(names=S3_SETTINGS))
+    except Exception:  # an invalid setting is reported by the open itself
         return "the S3 endpoint"
-    return str(endpoint)
-
-
-def _filesystem(url: str) -> Any:
-    import fsspec
-
-    filesystem, _ = fsspec.core.url_to_fs(url, **s3_options(url))
-    return filesystem
-
-
-def _missing_bucket(url: str) -> StoreNotFoundError | None:
-    """A `StoreNotFoundError` when `url`'s bucket does not exist (None: it does, or unknown)."""
-    bucket = url.split("://", 1)[1].split("/", 1)[0]
-    try:
-        filesystem = _filesystem(url)
-        if filesystem.exists(bucket):
-            return None
-        endpoint = filesystem.s3.meta.endpoint_url
-    except Exception:  # access denied to the bucket itself, a failing endpoint: unknown
-        return None
-    return StoreNotFoundError(
-        f"{url}: there is no bucket {bucket!r} at {endpoint}: {_ENDPOINT_HINT}"
-    )
 
 
 @contextmanager
-def s3_errors(url: str) -> Iterator[None]:
+def s3_errors(url: str, endpoint: str = "") -> Iterator[None]:
     """Failures to open the S3 store `url`, explained (`explain_s3_failure`).
 
     No credentials, access denied and an endpoint that does not answer become
@@ -310,11 +266,7 @@ def s3_errors(url: str) -> Iterator[None]:
     try:
         yield
     except Exception as error:
-        message = explain_s3_failure(url, error)
-        if message is not None:
-            raise MetadataError(message) from error
-        if _names(error) & {"FileNotFoundError", "NodeNotFoundError"}:
-            missing = _missing_bucket(url)
-            if missing is not None:
-                raise missing from error
-        raise
+        explained = explain_s3_failure(url, error, endpoint or _configured_endpoint())
+        if explained is None:
+            raise
+        raise explained from error
