@@ -30,7 +30,9 @@ PAGE = ROOT / "docs" / "architecture.md"
 HOP = re.compile(r"`([\w/]+\.py)::([\w.]+)`")
 
 ELSEWHERE = {
-    "core/storage/http.py::HttpStore": "remote stores only (tests/remote)",
+    "core/sources/fetchers.py::ZipFetcher.fetch": "zipped stores only (tests/core/test_layout.py)",
+    "core/sources/fetchers.py::RemoteFetcher.fetch": "remote stores only (tests/remote)",
+    "core/storage/remote.py::RemoteStore.read_sync": "remote stores only (tests/remote)",
 }
 """Hops on another path than this test's (named in the hop as the alternative)."""
 

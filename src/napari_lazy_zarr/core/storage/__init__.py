@@ -54,6 +54,7 @@ from napari_lazy_zarr.core.storage.references import (
 from napari_lazy_zarr.core.storage.remote import (
     DEFAULT_MAX_BODY_BYTES,
     METADATA_DOCUMENTS,
+    RemoteFiles,
     RemoteStore,
     remote_store_of,
 )
@@ -134,6 +135,7 @@ __all__ = [
     "MetadataMemoStore",
     "ReferencePolicy",
     "RemoteConfig",
+    "RemoteFiles",
     "RemoteStore",
     "Resolver",
     "RetryPolicy",

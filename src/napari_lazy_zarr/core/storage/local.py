@@ -451,7 +451,7 @@ def zarr_errors(full: str) -> Iterator[None]:
             how = (
                 "install it with: pip install fsspec (the plugin's [remote] extra); "
                 "http(s)://, s3://, gs:// and az:// need nothing more"
-                if error.name == "fsspec"
+                if (error.name or "").split(".")[0] == "fsspec"
                 else "install the package it names"
             )
             raise NotAZarrStoreError(
