@@ -511,18 +511,18 @@ class Settings(_Fields):
         the Preferences page.
     s3_endpoint_url
         The S3 endpoint ``s3://`` URLs are read from (MinIO, Ceph, a cloud
-        other than AWS); empty: s3fs and botocore's own (``AWS_ENDPOINT_URL``,
-        ``FSSPEC_S3_ENDPOINT_URL``, else AWS).
+        other than AWS); empty: obstore's own (``AWS_ENDPOINT_URL_S3``,
+        ``AWS_ENDPOINT_URL``, else AWS).
     s3_region
-        The S3 region; empty: botocore's own (``AWS_DEFAULT_REGION``, the
-        profile's ``region``).
+        The S3 region; empty: the environment's (``AWS_REGION``,
+        ``AWS_DEFAULT_REGION``), as obstore reads it.
     s3_anon
         Read ``s3://`` URLs unsigned, as anyone may (public buckets); False
-        leaves it to s3fs (``FSSPEC_S3_ANON``, else signed requests).
+        signs requests with the credentials found (`core.storage.s3`).
     s3_profile
         The AWS profile whose credentials sign requests (a name in
-        ``~/.aws/credentials`` or ``~/.aws/config``); empty: botocore's own
-        (``AWS_PROFILE``, ``AWS_ACCESS_KEY_ID``..., the default profile).
+        ``~/.aws/credentials``); empty: the environment's credentials, else
+        ``AWS_PROFILE``'s, else the default profile (`core.storage.s3`).
         Credentials themselves are never settings.
 
     Raises

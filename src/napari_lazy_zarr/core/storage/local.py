@@ -447,7 +447,7 @@ def zarr_errors(full: str) -> Iterator[None]:
             raise NotAZarrStoreError(f"{full}: no zarr array or group found: {error}") from error
         except ImportError as error:
             # fsspec itself (the [remote] extra), or the package of the URL's protocol that
-            # fsspec names ("Install s3fs to access S3"): never an extra that lacks it.
+            # fsspec names ("Install paramiko to access SFTP"): never an extra that lacks it.
             how = (
                 "install it with: pip install fsspec (the plugin's [remote] extra); "
                 "http(s)://, s3://, gs:// and az:// need nothing more"
