@@ -48,8 +48,8 @@ EXIT_BAD_INPUT: Final = 2
 
 WHAT_IT_OPENS: Final = (
     "a Zarr store (Zarr v2 or v3, OME-Zarr 0.1 to 0.6, an HCS plate, SpatialData): a local "
-    "folder, an http(s):// or s3:// URL, a zipped store (.ozx, .zarr.zip), or a reference "
-    "file (kerchunk .json, .zstack.json)"
+    "folder, an http(s)://, s3://, gs:// or az:// URL, a zipped store (.ozx, .zarr.zip), or a "
+    "reference file (kerchunk .json, .zstack.json)"
 )
 
 
