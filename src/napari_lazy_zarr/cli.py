@@ -37,6 +37,7 @@ from napari_lazy_zarr.core.sample import (
     synthetic_region,
     write_sample_store,
 )
+from napari_lazy_zarr.core.sources._zarr_compat import settle_reads
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 
 EXIT_BAD_INPUT: Final = 2
 """The exit code of a command given input it cannot open (argparse's for a bad option)."""
+_SETTLE_SECONDS: Final = 5.0  # the most a failed open's sibling reads are waited for
 
 WHAT_IT_OPENS: Final = (
     "a Zarr store (Zarr v2 or v3, OME-Zarr 0.1 to 0.6, an HCS plate, SpatialData): a local "
@@ -348,6 +350,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (LazyZarrError, OSError) as error:
         if "--debug" in args_list:
             raise
+        # The failed open's sibling reads (zarr reads metadata documents at once) end
+        # first: exiting under them, asyncio would print their failures after our line.
+        settle_reads(_SETTLE_SECONDS)
         print(f"napari-lazy-zarr: {_one_line(error)}", file=sys.stderr)
         return EXIT_BAD_INPUT
 

@@ -326,3 +326,31 @@ def test_wrapper_store_copies_through_with_store(tmp_path: Path) -> None:
     assert store._memo.documents
     store.forget()
     assert copy._memo.documents is None
+
+
+def test_settle_reads_takes_the_outcome_of_a_read_nobody_awaits(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A read left on zarr's loop by a gather that raised for a sibling: once
+    `settle_reads` returns it has ended and its failure was taken, so asyncio logs nothing
+    when it is collected (the CLI printed "Task exception was never retrieved" and 20 lines
+    of traceback after its one-line error when it exited under such a read)."""
+    import gc
+
+    gate = threading.Event()
+
+    async def orphan_read() -> bytes:
+        await asyncio.to_thread(gate.wait, 30)
+        raise ConnectionRefusedError("refused")
+
+    async def start() -> asyncio.Task[bytes]:
+        return asyncio.get_running_loop().create_task(orphan_read())
+
+    task = compat.run_sync(start())
+    gate.set()
+    compat.settle_reads(30)
+    assert task.done()
+    del task
+    with caplog.at_level("ERROR", logger="asyncio"):
+        gc.collect()
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]

@@ -24,6 +24,7 @@ state).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from typing import TYPE_CHECKING, Any, Final
 
@@ -53,6 +54,7 @@ __all__ = [
     "inner_chunks_per_shard",
     "load_shard_index",
     "run_sync",
+    "settle_reads",
     "shard_chunk_range",
     "sole_sharding_codec",
     "store_supports_sync_io",
@@ -260,3 +262,26 @@ def run_sync[T](coroutine: Coroutine[Any, Any, T]) -> T:
     form: the coroutine must run on the loop zarr's stores were opened on.
     """
     return sync(coroutine)
+
+
+def settle_reads(timeout: float) -> None:
+    """Wait, at most `timeout` seconds, for the reads still running on zarr's event loop,
+    and take their outcomes; for a process about to exit after a failed open.
+
+    zarr reads a node's metadata documents at once (``asyncio.gather``) and raises the
+    first failure; the others' outcomes are taken by callbacks the loop runs later. A
+    process that exits at once (the CLI's one-line error) may stop the loop first, and
+    asyncio then logs each untaken failure ("Task exception was never retrieved", a
+    traceback of 20 lines). Reads that outlast `timeout` are left running.
+    """
+
+    async def settled() -> None:
+        running = asyncio.all_tasks() - {asyncio.current_task()}
+        if not running:
+            return
+        done, _ = await asyncio.wait(running, timeout=timeout)
+        for task in done:
+            if not task.cancelled():
+                task.exception()  # taken: asyncio logs nothing for it
+
+    sync(settled())
