@@ -36,7 +36,6 @@ from napari_lazy_zarr.core import ChunkCache
 from napari_lazy_zarr.core.cache import default_concurrency
 from napari_lazy_zarr.core.errors import (
     LazyZarrError,
-    MetadataError,
     UnsupportedDataError,
     UnsupportedDtypeError,
 )
@@ -260,7 +259,7 @@ def read_zarr(
     location = _single(path)
     cache = shared_cache(remote=is_remote(location))
     try:
-        specs = _described(location, coordinate_system)
+        specs = describe_store(location, coordinate_system=coordinate_system)
     except PlateStoreError as plate_store:
         plate = _plate_layers(location, cache, plate_store)
         watch_current_viewer()
@@ -310,20 +309,6 @@ def _name_apart(made: list[tuple[ImageSpec, LayerDataTuple]]) -> None:
         group = posixpath.dirname(spec.levels[0].path)
         if kwargs["name"] in twice and group:
             kwargs["name"] = f"{kwargs['name']} ({group})"
-
-
-def _described(
-    location: str, coordinate_system: str | tuple[str, str] | None
-) -> tuple[ImageSpec, ...]:
-    """`describe_store`, any arithmetic or recursion failure left in reading its metadata
-    (a number past a float's range, nesting past the stack) a `MetadataError` naming
-    the store: never a raw exception out of napari's reader."""
-    try:
-        return describe_store(location, coordinate_system=coordinate_system)
-    except (ArithmeticError, RecursionError) as error:
-        raise MetadataError(
-            f"{location}: its metadata cannot be read: {type(error).__name__}: {error}"
-        ) from error
 
 
 def _plate_layers(

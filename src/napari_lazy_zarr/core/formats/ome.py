@@ -296,6 +296,21 @@ def describe_store(
     ('raw', (64, 64), (1.0, 1.0))
     """
     location = os.fspath(path_or_url)
+    try:
+        return _describe(location, metadata, coordinate_system)
+    except (ArithmeticError, RecursionError) as error:
+        # Left in reading the metadata (a number past a float's range, nesting past the
+        # stack): never a raw exception out of napari's reader.
+        raise MetadataError(
+            f"{location}: its metadata cannot be read: {type(error).__name__}: {error}"
+        ) from error
+
+
+def _describe(
+    location: str,
+    metadata: Mapping[str, Any] | None,
+    coordinate_system: str | tuple[str, str] | None,
+) -> tuple[ImageSpec, ...]:
     kind = reference_file_kind(location)
     if kind == "stack":
         return (_stack_image(location),)
